@@ -1,0 +1,76 @@
+"""Turning log messages into rows of the Postgres mirror (pure, no I/O)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from swarmlog.codec import Decoder
+from swarmlog.errors import SwarmlogError
+
+EVENT_COLUMNS = (
+    "topic", "seq", "event_id", "run_id", "agent_id", "event_type", "schema_version",
+    "recipient", "causes", "payload", "logged_at",
+)
+DEAD_LETTER_COLUMNS = ("topic", "seq", "error", "raw", "key", "headers")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode()
+    raise TypeError(f"cannot represent {type(value).__name__} in JSON")
+
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default).encode
+
+
+def payload_json(payload: Any) -> str:
+    """The payload as JSON text for the ``jsonb`` column (Avro bytes/fixed as base64)."""
+    return _dumps(payload)
+
+
+class RowBuilder:
+    """Decodes a batch into event rows and dead-letter rows."""
+
+    __slots__ = ("topic", "decoder")
+
+    def __init__(self, *, topic: str, decoder: Decoder) -> None:
+        self.topic = topic
+        self.decoder = decoder
+
+    def build(self, msgs: list[Any]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        topic = self.topic
+        decode = self.decoder.decode
+        rows: list[tuple[Any, ...]] = []
+        dead: list[tuple[Any, ...]] = []
+        for m in msgs:
+            off = m.offset()
+            value = m.value()
+            try:
+                writer, rec = decode(value, off)
+                payload = _dumps(rec["payload"])
+            except (SwarmlogError, TypeError, ValueError) as exc:
+                dead.append(dead_letter(topic, m, str(exc)))
+                continue
+            ts_type, ts = m.timestamp()
+            rows.append((
+                topic, off, rec["event_id"], rec["run_id"], rec["agent_id"], writer.event_type,
+                writer.version, rec["to"], rec["causes"], payload,
+                datetime.fromtimestamp(ts / 1000, UTC) if ts_type else None,
+            ))
+        return rows, dead
+
+
+def dead_letter(topic: str, msg: Any, error: str) -> tuple[Any, ...]:
+    headers = msg.headers()
+    return (
+        topic,
+        msg.offset(),
+        error,
+        msg.value(),
+        msg.key(),
+        json.dumps({k: (v.decode("utf-8", "replace") if v is not None else None) for k, v in headers})
+        if headers else None,
+    )

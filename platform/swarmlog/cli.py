@@ -1,0 +1,193 @@
+"""``swarmlog`` command line.
+
+Every command reads its settings from the environment (see ``swarmlog.settings``);
+``--topic`` overrides ``SWARMLOG_TOPIC``. Errors swarmlog raises on purpose are
+printed as one line saying what to do, with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import SwarmlogError
+from .settings import Settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(topic=getattr(args, "topic", None))
+
+
+def _load_object(spec: str) -> Any:
+    """``module:attr`` -> the attribute (a class is instantiated without arguments)."""
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise SwarmlogError(f"expected module:object, got {spec!r}")
+    obj = getattr(importlib.import_module(module_name), attr)
+    return obj() if isinstance(obj, type) else obj
+
+
+# --- commands ---------------------------------------------------------------------------
+
+
+def cmd_topic(args: argparse.Namespace) -> int:
+    from .topic import create_topic, describe_topic
+
+    settings = _settings(args)
+    topic = args.name or settings.topic
+    if args.action == "create":
+        info = create_topic(settings, topic)
+        print(f"{'created' if info.created else 'exists'}: {topic} "
+              f"(partitions={info.partitions}, replication={info.replication_factor})")
+    else:
+        info = describe_topic(settings, topic)
+        print(json.dumps({"topic": topic, "partitions": info.partitions,
+                          "replication_factor": info.replication_factor}))
+    return 0
+
+
+def cmd_append(args: argparse.Namespace) -> int:
+    from .log import EventLog
+
+    settings = _settings(args)
+    try:
+        payload = json.loads(args.payload)
+    except json.JSONDecodeError as exc:
+        raise SwarmlogError(f"payload is not JSON: {exc}") from None
+    with EventLog(settings=settings, run_id=args.run_id) as log:
+        offset = log.append(args.event_type, payload, agent=args.agent, to=args.to,
+                            causes=[int(c) for c in args.cause])
+    print(offset)
+    return 0
+
+
+def cmd_sink(args: argparse.Namespace) -> int:
+    from swarmlog_connectors.postgres_sink import PostgresSink
+
+    sink = PostgresSink(settings=_settings(args))
+    sink.install_signal_handlers()
+    stats = sink.run(until_end=args.until_end)
+    print(json.dumps({"position": stats.position, "rows": stats.rows, "dead_letters": stats.dead_letters}))
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .replay import replay
+
+    settings = _settings(args)
+    reducer = _load_object(args.reducer) if args.reducer else None
+    bar = _progress_bar("replay", unit="ev")
+    try:
+        result = replay(settings=settings, to=args.to, group=args.group, reset=not args.no_reset,
+                        reducer=reducer, progress=bar.update_to if bar else None)
+    finally:
+        if bar:
+            bar.close()
+    for u in result.undecodable:
+        print(f"warning: offset {u.offset} is not a readable event and was not replayed: {u.error}",
+              file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(f"replayed {result.events} events up to offset {result.end_offset} (exclusive)")
+        for agent, h in sorted(result.agents.items()):
+            print(f"  {agent:<20} {h}")
+        print(f"stream hash {result.stream_hash}")
+    return 3 if (args.strict and result.undecodable) else 0
+
+
+def cmd_dev(argv: list[str]) -> int:
+    from .dev.command import run
+
+    return run(argv)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import main as demo_main
+
+    return demo_main(settings=_settings(args), agents=args.agents, rounds=args.rounds)
+
+
+def _progress_bar(desc: str, unit: str) -> Any:
+    """A tqdm bar on a terminal; nothing in logs and pipes."""
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    class Bar(tqdm):  # type: ignore[misc]
+        def update_to(self, done: int, total: int) -> None:
+            self.total = total
+            self.update(done - self.n)
+
+    return Bar(desc=desc, unit=unit, unit_scale=True, leave=False)
+
+
+# --- parser -----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="swarmlog", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("dev", help="local single-node Kafka + Postgres: up | down | status | env", add_help=False)
+
+    t = sub.add_parser("topic", help="create or describe the swarm's single-partition topic")
+    t.add_argument("action", choices=["create", "describe"])
+    t.add_argument("name", nargs="?", help="topic (default: $SWARMLOG_TOPIC)")
+    t.set_defaults(func=cmd_topic)
+
+    a = sub.add_parser("append", help="append one event and print its offset")
+    a.add_argument("event_type")
+    a.add_argument("payload", help="the payload as JSON")
+    a.add_argument("--agent", required=True)
+    a.add_argument("--to")
+    a.add_argument("--cause", action="append", default=[], help="offset of a cause (repeatable)")
+    a.add_argument("--run-id", default="")
+    a.add_argument("--topic")
+    a.set_defaults(func=cmd_append)
+
+    s = sub.add_parser("sink", help="mirror the topic into Postgres, exactly once")
+    s.add_argument("--topic")
+    s.add_argument("--until-end", action="store_true", help="stop once caught up instead of following")
+    s.set_defaults(func=cmd_sink)
+
+    r = sub.add_parser("replay", help="rebuild every agent's state from offset zero")
+    r.add_argument("--topic")
+    r.add_argument("--to", type=int, help="stop before this offset (exclusive)")
+    r.add_argument("--group", help="reset this consumer group to the log start and replay as it")
+    r.add_argument("--no-reset", action="store_true",
+                   help="with --group: do not reset; the group must already be at the log start")
+    r.add_argument("--reducer", help="module:object folding events into agent state (default: the ledger)")
+    r.add_argument("--json", action="store_true")
+    r.add_argument("--strict", action="store_true", help="exit 3 if any message could not be read")
+    r.set_defaults(func=cmd_replay)
+
+    d = sub.add_parser("demo", help="run a small swarm, mirror it, replay it")
+    d.add_argument("--topic")
+    d.add_argument("--agents", type=int, default=3)
+    d.add_argument("--rounds", type=int, default=200)
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "dev":
+            return cmd_dev(argv[1:])
+        args = build_parser().parse_args(argv)
+        return int(args.func(args))
+    except SwarmlogError as exc:
+        print(f"swarmlog: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""swarmlog's typed errors.
+
+Every error carries the facts as fields and says what to do in its message.
+Driver exceptions (librdkafka's ``KafkaException``, psycopg's errors) are
+translated into these at one seam each (``swarmlog.log``, the sink) rather
+than caught all over.
+"""
+
+from __future__ import annotations
+
+
+class SwarmlogError(Exception):
+    """Base of every error swarmlog raises on purpose."""
+
+
+# --- configuration and environment -------------------------------------------------
+
+
+class ConfigurationError(SwarmlogError):
+    """A setting is missing or wrong."""
+
+
+class MissingDependency(SwarmlogError):
+    """A program swarmlog needs is not installed (Java, Maven, PostgreSQL)."""
+
+    def __init__(self, *, program: str, install_hint: str) -> None:
+        self.program = program
+        self.install_hint = install_hint
+        super().__init__(f"{program} is required but was not found. {install_hint}")
+
+
+class ServiceUnavailable(SwarmlogError):
+    """Kafka or Postgres could not be reached."""
+
+    def __init__(self, *, service: str, address: str, detail: str) -> None:
+        self.service = service
+        self.address = address
+        self.detail = detail
+        super().__init__(
+            f"cannot reach {service} at {address}: {detail}. "
+            f"Start the local cluster with `swarmlog dev up` and `eval \"$(swarmlog dev env)\"`, "
+            f"or point SWARMLOG_BOOTSTRAP_SERVERS / SWARMLOG_DATABASE_URL at a running one."
+        )
+
+
+# --- topics --------------------------------------------------------------------------
+
+
+class TopicNotFound(SwarmlogError):
+    def __init__(self, *, topic: str) -> None:
+        self.topic = topic
+        super().__init__(f"topic {topic!r} does not exist; create it with `swarmlog topic create {topic}`")
+
+
+class TopicNotSinglePartition(SwarmlogError):
+    """The topic's offsets are only a total order if the topic has exactly one partition."""
+
+    def __init__(self, *, topic: str, partitions: int) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        super().__init__(
+            f"topic {topic!r} has {partitions} partitions; swarmlog needs exactly one, because the "
+            f"offsets of a single partition are the swarm's only clock (a total order). "
+            f"Create a new topic with `swarmlog topic create` and move the swarm there."
+        )
+
+
+# --- events and schemas ----------------------------------------------------------------
+
+
+class InvalidEvent(SwarmlogError):
+    """An event failed validation before anything was written."""
+
+    def __init__(self, *, event_type: str, field: str, problem: str) -> None:
+        self.event_type = event_type
+        self.field = field
+        self.problem = problem
+        super().__init__(f"invalid {event_type!r} event: field {field!r}: {problem}")
+
+
+class UnknownEventType(SwarmlogError):
+    def __init__(self, *, event_type: str, known: list[str]) -> None:
+        self.event_type = event_type
+        self.known = known
+        super().__init__(
+            f"no schema for event type {event_type!r}; add schemas/{event_type}/v1.avsc "
+            f"(known types: {', '.join(known) or 'none'})"
+        )
+
+
+class SchemaError(SwarmlogError):
+    """The schema directory is inconsistent (duplicate fingerprints, bad names, bad Avro)."""
+
+
+class SchemaNotFound(SwarmlogError):
+    """A message names a writer schema this process does not know."""
+
+    def __init__(self, *, offset: int | None, fingerprint: str) -> None:
+        self.offset = offset
+        self.fingerprint = fingerprint
+        where = f"at offset {offset} " if offset is not None else ""
+        super().__init__(
+            f"message {where}was written with schema fingerprint {fingerprint}, which no file in "
+            f"schemas/ has; deploy the schema that wrote it (old versions must stay in schemas/ forever)"
+        )
+
+
+class UndecodableMessage(SwarmlogError):
+    """A message is not a swarmlog event (wrong framing, truncated, garbage)."""
+
+    def __init__(self, *, offset: int | None, reason: str) -> None:
+        self.offset = offset
+        self.reason = reason
+        where = f"at offset {offset}" if offset is not None else ""
+        super().__init__(f"undecodable message {where}: {reason}")
+
+
+# --- the log -------------------------------------------------------------------------
+
+
+class AppendFailed(SwarmlogError):
+    """The broker did not acknowledge an event."""
+
+    def __init__(self, *, topic: str, detail: str) -> None:
+        self.topic = topic
+        self.detail = detail
+        super().__init__(f"append to {topic!r} failed: {detail}")
+
+
+# --- replay --------------------------------------------------------------------------
+
+
+class GroupHasActiveMembers(SwarmlogError):
+    """A consumer group's offsets can only be reset while nobody consumes in it."""
+
+    def __init__(self, *, group: str, members: list[str]) -> None:
+        self.group = group
+        self.members = members
+        super().__init__(
+            f"consumer group {group!r} has {len(members)} active member(s) ({', '.join(members)}); "
+            f"Kafka only resets the offsets of an empty group. Stop its consumers "
+            f"(e.g. `kubectl scale --replicas=0`) and run the replay again."
+        )
+
+
+class GroupNotAtStart(SwarmlogError):
+    def __init__(self, *, group: str, committed: int, log_start: int) -> None:
+        self.group = group
+        self.committed = committed
+        self.log_start = log_start
+        super().__init__(
+            f"consumer group {group!r} is at offset {committed}, not at the log start {log_start}; "
+            f"reset it (`swarmlog replay --group {group}` without --no-reset, or "
+            f"kafka-consumer-groups --reset-offsets --to-earliest --execute)"
+        )
+
+
+class NondeterminismError(SwarmlogError):
+    """Replayed code did something the log says it did not do the first time."""
+
+    def __init__(self, *, offset: int | None, agent: str | None, detail: str,
+                 recorded: object = None, replayed: object = None) -> None:
+        self.offset = offset
+        self.agent = agent
+        self.detail = detail
+        self.recorded = recorded
+        self.replayed = replayed
+        parts = [detail]
+        if agent is not None or offset is not None:
+            parts.insert(0, f"agent {agent!r} at offset {offset}:")
+        if recorded is not None or replayed is not None:
+            parts.append(f"(recorded: {recorded!r}; now: {replayed!r})")
+        super().__init__(" ".join(parts))

@@ -1,0 +1,157 @@
+"""Reading the swarm's log in offset order, in batches.
+
+Every reader is ``read_committed``: the agent runtime writes its outputs in
+Kafka transactions, and an aborted transaction's events must never be replayed
+or mirrored. With ``read_committed`` the broker serves events only up to the
+last stable offset and filters out aborted ones and transaction markers; that
+is why the offsets a reader sees have gaps.
+
+A reader either *assigns* partition 0 at an explicit offset (replay from zero,
+the sink resuming from its own stored position) or *subscribes* as a member of a
+consumer group and starts where the group's committed offset says (replay after
+a consumer-group reset).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from .errors import ServiceUnavailable, SwarmlogError
+from .settings import Settings
+from .topic import require_single_partition
+
+CONSUMER_REQUIRED: dict[str, object] = {
+    "isolation.level": "read_committed",
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": True,
+    "allow.auto.create.topics": False,
+}
+CONSUMER_TUNING: dict[str, object] = {
+    "fetch.wait.max.ms": 50,
+    "fetch.min.bytes": 1,
+    "queued.min.messages": 200_000,
+    "fetch.max.bytes": 64 * 1024 * 1024,
+    "max.partition.fetch.bytes": 16 * 1024 * 1024,
+    "auto.offset.reset": "earliest",
+}
+
+BATCH = 5000
+
+
+@dataclass(slots=True)
+class ReadPosition:
+    """Where a read ended: ``end_offset`` is the next offset it would read (exclusive)."""
+
+    end_offset: int
+    reached_end_of_log: bool
+
+
+def make_consumer(settings: Settings, *, group: str | None = None,
+                  extra: Mapping[str, object] | None = None) -> Consumer:
+    config = settings.kafka_config(
+        {**CONSUMER_REQUIRED, "group.id": group or f"swarmlog-reader-{uuid.uuid4().hex}"},
+        tuning={**CONSUMER_TUNING, **(extra or {})},
+    )
+    return Consumer(config)
+
+
+class LogReader:
+    """Batches of messages of the swarm's topic, in offset order.
+
+    Iterate :meth:`batches` for lists of raw ``confluent_kafka.Message`` objects
+    (no error messages among them); decoding is the caller's, so that the sink
+    can dead-letter what does not decode and replay can report it.
+    """
+
+    def __init__(self, *, settings: Settings, topic: str | None = None, group: str | None = None,
+                 consumer_config: Mapping[str, object] | None = None) -> None:
+        self.settings = settings
+        self.topic = topic or settings.topic
+        self.group = group
+        self.consumer = make_consumer(settings, group=group, extra=consumer_config)
+        try:
+            require_single_partition(settings, self.topic, client=self.consumer)
+        except BaseException:
+            self.consumer.close()
+            raise
+        self.position = ReadPosition(end_offset=0, reached_end_of_log=False)
+
+    def assign(self, start: int) -> None:
+        """Read from ``start`` (an offset) without joining a group."""
+        self.consumer.assign([TopicPartition(self.topic, 0, start if start > 0 else OFFSET_BEGINNING)])
+        self.position.end_offset = start
+
+    def subscribe(self) -> None:
+        """Join the consumer group and read from its committed offset."""
+        if self.group is None:
+            raise SwarmlogError("subscribe() needs a consumer group")
+        self.consumer.subscribe([self.topic])
+
+    def batches(self, *, end: int | None = None, follow: bool = False,
+                timeout: float = 1.0, batch_size: int = BATCH) -> Iterator[list[Message]]:
+        """Yield batches until the end of the log (or ``end``, exclusive).
+
+        ``follow=True`` keeps reading past the end of the log (the sink);
+        an idle poll then yields an empty batch so the caller can do its
+        housekeeping.
+        """
+        consume = self.consumer.consume
+        pos = self.position
+        while True:
+            if end is not None and pos.end_offset >= end:
+                return
+            try:
+                msgs = consume(batch_size, timeout)
+            except KafkaException as exc:
+                raise ServiceUnavailable(service="Kafka", address=self.settings.bootstrap_servers,
+                                         detail=str(exc)) from None
+            if not msgs:
+                if follow:
+                    yield []
+                continue
+            batch: list[Message] = []
+            hit_end = False
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pos.end_offset = max(pos.end_offset, m.offset())
+                        pos.reached_end_of_log = True
+                        hit_end = not follow
+                        continue
+                    if err.fatal() or not err.retriable():
+                        raise SwarmlogError(f"reading {self.topic!r} failed: {err.str()}")
+                    continue
+                off = m.offset()
+                if end is not None and off >= end:
+                    pos.end_offset = end
+                    hit_end = True
+                    break
+                batch.append(m)
+                pos.end_offset = off + 1
+                pos.reached_end_of_log = False
+            if batch:
+                yield batch
+            if hit_end:
+                if end is not None and pos.end_offset > end:
+                    pos.end_offset = end
+                return
+
+    def commit(self, next_offset: int) -> None:
+        """Commit ``next_offset`` for the group (synchronously)."""
+        self.consumer.commit(offsets=[TopicPartition(self.topic, 0, next_offset)], asynchronous=False)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def __enter__(self) -> LogReader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

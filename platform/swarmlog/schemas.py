@@ -1,0 +1,195 @@
+"""The schema registry: every event type in every version, loaded once.
+
+Layout: ``schemas/<event_type>/v<N>.avsc``. Each file is a complete Avro record
+(the envelope plus the type's ``payload``). Loading parses every schema once,
+computes its CRC-64-AVRO fingerprint over the Parsing Canonical Form, and builds
+its payload validator, so nothing of that happens per event.
+
+Old versions are never removed: a message's writer schema is found by the
+fingerprint in its framing, and replay from offset zero reads events written by
+every version there ever was.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fastavro
+from fastavro.schema import fingerprint as avro_fingerprint
+from fastavro.schema import to_parsing_canonical_form
+from pydantic import TypeAdapter, ValidationError
+
+from .errors import InvalidEvent, SchemaError, UnknownEventType
+from .models import payload_model, payload_validator
+
+_FILE_NAME = re.compile(r"^v(?P<version>[1-9][0-9]*)\.avsc$")
+_EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+
+# The fields every event carries, in this order, with these types. Checked at load
+# so that a schema file cannot silently drop `causes` or retype `agent_id`.
+ENVELOPE_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("event_id", "string"),
+    ("run_id", "string"),
+    ("agent_id", "string"),
+    ("event_type", "string"),
+    ("schema_version", "int"),
+    ("to", ["null", "string"]),
+    ("causes", {"type": "array", "items": "long"}),
+)
+
+@dataclass(frozen=True, slots=True)
+class EventSchema:
+    """One version of one event type, parsed and ready for the hot path."""
+
+    event_type: str
+    version: int
+    path: Path
+    schema: dict[str, Any] = field(repr=False)
+    parsed: Any = field(repr=False)
+    fingerprint: bytes  # 8 bytes, little-endian, as written after the C3 01 marker
+    validator: TypeAdapter[Any] = field(repr=False, compare=False)
+
+    @property
+    def fingerprint_hex(self) -> str:
+        return self.fingerprint.hex()
+
+    @property
+    def payload_schema(self) -> dict[str, Any]:
+        return next(f["type"] for f in self.schema["fields"] if f["name"] == "payload")
+
+    def validate_payload(self, payload: Any) -> dict[str, Any]:
+        """Strictly validate ``payload``; raises :class:`InvalidEvent` naming the field."""
+        try:
+            return self.validator.validate_python(payload)  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"]) or "payload"
+            raise InvalidEvent(event_type=self.event_type, field=f"payload.{loc}", problem=err["msg"]) from None
+
+    def payload_model(self) -> Any:
+        """A frozen pydantic model class for this version's payload (generated, never hand-written)."""
+        return payload_model(self.payload_schema)
+
+
+class SchemaRegistry:
+    """All known event schemas, by (type, version) and by fingerprint."""
+
+    def __init__(self, schemas: list[EventSchema]) -> None:
+        self._by_key: dict[tuple[str, int], EventSchema] = {}
+        self._by_fingerprint: dict[bytes, EventSchema] = {}
+        self._latest: dict[str, EventSchema] = {}
+        for s in sorted(schemas, key=lambda s: (s.event_type, s.version)):
+            if (s.event_type, s.version) in self._by_key:
+                raise SchemaError(f"{s.event_type} v{s.version} is defined twice ({s.path})")
+            other = self._by_fingerprint.get(s.fingerprint)
+            if other is not None:
+                raise SchemaError(
+                    f"{s.path} and {other.path} have the same fingerprint {s.fingerprint_hex}: "
+                    f"a new version must change the schema (identical versions are ambiguous on read)"
+                )
+            self._by_key[(s.event_type, s.version)] = s
+            self._by_fingerprint[s.fingerprint] = s
+            self._latest[s.event_type] = s
+        for event_type in self._latest:
+            versions = self.versions(event_type)
+            expected = list(range(1, len(versions) + 1))
+            if [v.version for v in versions] != expected:
+                raise SchemaError(
+                    f"{event_type} has versions {[v.version for v in versions]}; versions must be 1..N with no gaps"
+                )
+
+    @classmethod
+    def load(cls, directory: Path) -> SchemaRegistry:
+        """Load and check every ``<type>/v<N>.avsc`` under ``directory``."""
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise SchemaError(f"schema directory {directory} does not exist; set SWARMLOG_SCHEMA_DIR")
+        schemas = [load_schema_file(p) for p in sorted(directory.glob("*/v*.avsc"))]
+        if not schemas:
+            raise SchemaError(f"no schemas found under {directory} (expected <event_type>/v<N>.avsc)")
+        return cls(schemas)
+
+    def get(self, event_type: str, version: int | None = None) -> EventSchema:
+        """The schema of ``event_type`` at ``version`` (default: the latest)."""
+        try:
+            if version is None:
+                return self._latest[event_type]
+            return self._by_key[(event_type, version)]
+        except KeyError:
+            if event_type in self._latest:
+                raise UnknownEventType(
+                    event_type=f"{event_type} v{version}", known=[f"v{s.version}" for s in self.versions(event_type)]
+                ) from None
+            raise UnknownEventType(event_type=event_type, known=sorted(self._latest)) from None
+
+    def by_fingerprint(self, fingerprint: bytes) -> EventSchema | None:
+        return self._by_fingerprint.get(fingerprint)
+
+    def latest(self, event_type: str) -> EventSchema:
+        return self.get(event_type)
+
+    def versions(self, event_type: str) -> list[EventSchema]:
+        return [s for (t, _), s in self._by_key.items() if t == event_type]
+
+    def event_types(self) -> list[str]:
+        return sorted(self._latest)
+
+    def __iter__(self) -> Iterator[EventSchema]:
+        return iter(self._by_key.values())
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+
+def load_schema_file(path: Path) -> EventSchema:
+    """Parse one schema file and check it against the layout's conventions."""
+    path = Path(path)
+    match = _FILE_NAME.match(path.name)
+    event_type = path.parent.name
+    if match is None:
+        raise SchemaError(f"{path}: schema files are named v<N>.avsc (N = 1, 2, ...)")
+    if not _EVENT_TYPE.match(event_type):
+        raise SchemaError(f"{path}: event type {event_type!r} must be dotted lower-case words, e.g. agent.message")
+    try:
+        schema = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{path}: not valid JSON: {exc}") from None
+    _check_envelope(path, schema)
+    try:
+        parsed = fastavro.parse_schema(schema, named_schemas={})
+    except Exception as exc:  # fastavro raises several unrelated types for bad schemas
+        raise SchemaError(f"{path}: not a valid Avro schema: {exc}") from None
+    canonical = to_parsing_canonical_form(parsed)
+    # CRC-64-AVRO, little-endian: the bytes single-object encoding puts after C3 01.
+    fingerprint = bytes.fromhex(avro_fingerprint(canonical, "CRC-64-AVRO"))
+    payload = next(f["type"] for f in schema["fields"] if f["name"] == "payload")
+    return EventSchema(
+        event_type=event_type,
+        version=int(match["version"]),
+        path=path,
+        schema=schema,
+        parsed=parsed,
+        fingerprint=fingerprint,
+        validator=payload_validator(payload),
+    )
+
+
+def _check_envelope(path: Path, schema: Any) -> None:
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        raise SchemaError(f"{path}: an event schema is an Avro record")
+    fields = schema.get("fields", [])
+    got = [(f.get("name"), f.get("type")) for f in fields[: len(ENVELOPE_FIELDS)]]
+    if got != list(ENVELOPE_FIELDS):
+        raise SchemaError(
+            f"{path}: the first fields must be the envelope {[name for name, _ in ENVELOPE_FIELDS]} "
+            f"with their standard types (see schemas/README.md); found {[name for name, _ in got]}"
+        )
+    rest = fields[len(ENVELOPE_FIELDS):]
+    if len(rest) != 1 or rest[0].get("name") != "payload" or not isinstance(rest[0].get("type"), dict) \
+            or rest[0]["type"].get("type") != "record":
+        raise SchemaError(f"{path}: after the envelope comes exactly one field, `payload`, an Avro record")

@@ -1,0 +1,100 @@
+"""The swarm's topic: created with one partition, checked before every use.
+
+Why one partition: Kafka orders messages only within a partition. A single
+partition's offsets are therefore a total order over everything the swarm did,
+and that order is the swarm's only clock. A topic with more partitions has no
+such order, so every entry point (append, sink, replay) refuses it.
+
+Why unlimited retention: replay rebuilds state from offset zero, so the log must
+keep its whole history (``retention.ms=-1``, ``retention.bytes=-1``).
+
+Why ``LogAppendTime``: the broker stamps each message as it appends it, so the
+timestamp recorded in the log is monotonic with the offsets; agents may read it
+(from the log, never from a clock) through ``ctx.now()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from .errors import ServiceUnavailable, SwarmlogError, TopicNotFound, TopicNotSinglePartition
+from .settings import Settings
+
+TOPIC_CONFIG = {
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    "cleanup.policy": "delete",
+    "message.timestamp.type": "LogAppendTime",
+}
+
+_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    replication_factor: int
+    created: bool = False
+
+
+def admin_client(settings: Settings) -> AdminClient:
+    return AdminClient(settings.kafka_config())
+
+
+def describe_topic(settings: Settings, topic: str, *, client: object | None = None) -> TopicInfo:
+    """Partition count and replication of ``topic``; raises TopicNotFound."""
+    admin = client or admin_client(settings)
+    try:
+        md = admin.list_topics(topic=topic, timeout=_TIMEOUT_S)  # type: ignore[attr-defined]
+    except KafkaException as exc:
+        raise ServiceUnavailable(service="Kafka", address=settings.bootstrap_servers, detail=str(exc)) from None
+    t = md.topics.get(topic)
+    if t is None or (t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+        raise TopicNotFound(topic=topic)
+    if t.error is not None:
+        raise SwarmlogError(f"cannot describe topic {topic!r}: {t.error}")
+    replicas = len(next(iter(t.partitions.values())).replicas) if t.partitions else 0
+    return TopicInfo(name=topic, partitions=len(t.partitions), replication_factor=replicas)
+
+
+def require_single_partition(settings: Settings, topic: str, *, client: object | None = None) -> TopicInfo:
+    """Describe ``topic`` and refuse it unless it has exactly one partition."""
+    info = describe_topic(settings, topic, client=client)
+    if info.partitions != 1:
+        raise TopicNotSinglePartition(topic=topic, partitions=info.partitions)
+    return info
+
+
+def create_topic(settings: Settings, topic: str | None = None) -> TopicInfo:
+    """Create the swarm's single-partition topic; an existing single-partition topic is fine."""
+    topic = topic or settings.topic
+    admin = admin_client(settings)
+    config = dict(TOPIC_CONFIG)
+    if settings.min_insync_replicas is not None:
+        config["min.insync.replicas"] = str(settings.min_insync_replicas)
+    new = NewTopic(topic, num_partitions=1, replication_factor=settings.replication_factor, config=config)
+    futures = admin.create_topics([new], operation_timeout=_TIMEOUT_S, request_timeout=_TIMEOUT_S)
+    try:
+        futures[topic].result()
+    except KafkaException as exc:
+        err = exc.args[0]
+        if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return require_single_partition(settings, topic, client=admin)
+        if err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
+            raise ServiceUnavailable(service="Kafka", address=settings.bootstrap_servers, detail=str(err)) from None
+        raise SwarmlogError(f"cannot create topic {topic!r}: {err.str()}") from None
+    info = require_single_partition(settings, topic, client=admin)
+    return TopicInfo(name=info.name, partitions=info.partitions, replication_factor=info.replication_factor,
+                     created=True)
+
+
+def topic_config(settings: Settings, topic: str) -> dict[str, str]:
+    """The topic's effective configuration (for `swarmlog topic describe` and tests)."""
+    admin = admin_client(settings)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(timeout=_TIMEOUT_S)
+    return {name: entry.value for name, entry in entries.items()}

@@ -1,0 +1,140 @@
+"""Schemas load once and strictly; the wire framing is Avro single-object encoding."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import fastavro
+import pytest
+
+from swarmlog.codec import HEADER_LEN, MAGIC, Decoder, Encoder
+from swarmlog.errors import InvalidEvent, SchemaError, SchemaNotFound, UndecodableMessage, UnknownEventType
+from swarmlog.schemas import SchemaRegistry
+
+REPO_SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+
+
+def _record(**payload):
+    return {"event_id": "e1", "run_id": "r1", "agent_id": "alice", "event_type": "agent.message",
+            "schema_version": 1, "to": "bob", "causes": [3, 7], "payload": payload}
+
+
+@pytest.fixture(scope="module")
+def registry() -> SchemaRegistry:
+    return SchemaRegistry.load(REPO_SCHEMAS)
+
+
+def test_every_message_starts_with_single_object_marker_and_fingerprint(registry):
+    schema = registry.get("agent.message", 1)
+    value = Encoder(schema).encode(_record(kind="k", body="b"))
+    assert value[:2] == MAGIC == b"\xc3\x01"
+    assert value[2:HEADER_LEN] == schema.fingerprint
+    # Any Avro reader with the schema file reads the body: no swarmlog code needed.
+    plain = fastavro.schemaless_reader(io.BytesIO(value[HEADER_LEN:]), fastavro.parse_schema(
+        json.loads(schema.path.read_text())), None)
+    assert plain["payload"] == {"kind": "k", "body": "b"}
+
+
+def test_fingerprint_is_the_avro_spec_crc64_of_the_canonical_form(registry):
+    # Avro's test vectors (share/test/data/schema-tests.txt): "int" -> 8247732601305521295,
+    # written little-endian after C3 01 by single-object encoding.
+    from fastavro.schema import fingerprint
+
+    assert fingerprint('"int"', "CRC-64-AVRO") == (8247732601305521295).to_bytes(8, "little").hex()
+    assert fingerprint('"null"', "CRC-64-AVRO") == (7195948357588979594).to_bytes(8, "little").hex()
+    for s in registry:
+        assert len(s.fingerprint) == 8
+
+
+def test_decode_round_trip_resolves_writer_by_fingerprint(registry):
+    schema = registry.get("agent.message", 1)
+    value = Encoder(schema).encode(_record(kind="k", body="b"))
+    writer, rec = Decoder(registry).decode(value, 42)
+    assert writer is registry.latest("agent.message") or writer.version == 1
+    assert rec["to"] == "bob" and rec["causes"] == [3, 7] and rec["payload"]["body"] == "b"
+
+
+def test_garbage_is_a_typed_error_naming_the_offset(registry):
+    with pytest.raises(UndecodableMessage) as err:
+        Decoder(registry).decode(b"not avro at all", 17)
+    assert err.value.offset == 17 and "17" in str(err.value)
+
+
+def test_unknown_fingerprint_names_offset_and_fingerprint(registry):
+    value = MAGIC + b"\x01\x02\x03\x04\x05\x06\x07\x08" + b"\x00"
+    with pytest.raises(SchemaNotFound) as err:
+        Decoder(registry).decode(value, 99)
+    assert err.value.offset == 99 and err.value.fingerprint == "0102030405060708"
+
+
+def test_truncated_body_is_undecodable_not_a_crash(registry):
+    schema = registry.get("agent.message", 1)
+    value = Encoder(schema).encode(_record(kind="k", body="b" * 50))
+    with pytest.raises(UndecodableMessage):
+        Decoder(registry).decode(value[:-20], 5)
+
+
+def test_invalid_payload_names_the_field(registry):
+    schema = registry.get("agent.message")
+    with pytest.raises(InvalidEvent) as err:
+        schema.validate_payload({"kind": "k", "body": 5})
+    assert err.value.field == "payload.body"
+    with pytest.raises(InvalidEvent) as err:
+        schema.validate_payload({"kind": "k"})
+    assert err.value.field == "payload.body" and "required" in err.value.problem.lower()
+    with pytest.raises(InvalidEvent) as err:
+        schema.validate_payload({"kind": "k", "body": "b", "extra": 1})
+    assert err.value.field == "payload.extra"
+
+
+def test_validation_is_strict_no_silent_coercion(registry):
+    schema = registry.get("run.started")
+    with pytest.raises(InvalidEvent) as err:
+        schema.validate_payload({"swarm": "s", "seed": "5", "code_version": "x", "agents": []})
+    assert err.value.field == "payload.seed"
+
+
+def test_unknown_event_type_lists_known_types(registry):
+    with pytest.raises(UnknownEventType) as err:
+        registry.get("agent.mesage")
+    assert "agent.message" in str(err.value)
+
+
+def test_generated_model_matches_schema_fields(registry):
+    for s in registry:
+        model = s.payload_model()
+        assert list(model.model_fields) == [f["name"] for f in s.payload_schema["fields"]]
+
+
+def _copy_schemas(tmp_path: Path) -> Path:
+    target = tmp_path / "schemas"
+    shutil.copytree(REPO_SCHEMAS, target)
+    return target
+
+
+def test_two_versions_with_the_same_fingerprint_are_refused(tmp_path):
+    d = _copy_schemas(tmp_path)
+    shutil.copy(d / "agent.message" / "v1.avsc", d / "agent.message" / "v2.avsc")
+    with pytest.raises(SchemaError, match="same fingerprint"):
+        SchemaRegistry.load(d)
+
+
+def test_a_version_gap_is_refused(tmp_path):
+    d = _copy_schemas(tmp_path)
+    src = json.loads((d / "agent.message" / "v1.avsc").read_text())
+    src["fields"][-1]["type"]["fields"].append({"name": "x", "type": "int", "default": 0})
+    (d / "agent.message" / "v3.avsc").write_text(json.dumps(src))
+    with pytest.raises(SchemaError, match="no gaps"):
+        SchemaRegistry.load(d)
+
+
+def test_a_schema_without_the_envelope_is_refused(tmp_path):
+    d = _copy_schemas(tmp_path)
+    src = json.loads((d / "agent.message" / "v1.avsc").read_text())
+    del src["fields"][6]  # causes
+    (d / "agent.message" / "v1.avsc").write_text(json.dumps(src))
+    with pytest.raises(SchemaError, match="envelope"):
+        SchemaRegistry.load(d)
