@@ -76,7 +76,9 @@ class _Agent:
             self.live_hash = state_hash(fold.states.get(self.name, {}))
 
     def _handle(self, log: EventLog, m: Any, fold: Fold, nxt: str) -> None:
-        _, rec = fold.decoder.decode(m.value(), m.offset())
+        writer, rec = fold.decoder.decode(m.value(), m.offset())
+        if writer.event_type != "agent.message":
+            return
         body = rec["payload"]
         if body["kind"] == "done":
             self.done_seen.add(body["body"])

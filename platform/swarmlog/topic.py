@@ -15,6 +15,7 @@ timestamp recorded in the log is monotonic with the offsets; agents may read it
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
@@ -87,7 +88,17 @@ def create_topic(settings: Settings, topic: str | None = None) -> TopicInfo:
         if err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
             raise ServiceUnavailable(service="Kafka", address=settings.bootstrap_servers, detail=str(err)) from None
         raise SwarmlogError(f"cannot create topic {topic!r}: {err.str()}") from None
-    info = require_single_partition(settings, topic, client=admin)
+    # CreateTopics returns once the controller has the topic; brokers learn of it a
+    # moment later. Wait until metadata shows it, so the caller can use it at once.
+    deadline = time.monotonic() + _TIMEOUT_S
+    while True:
+        try:
+            info = require_single_partition(settings, topic, client=admin)
+            break
+        except TopicNotFound:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
     return TopicInfo(name=info.name, partitions=info.partitions, replication_factor=info.replication_factor,
                      created=True)
 

@@ -1,0 +1,174 @@
+"""The Postgres mirror: equal to the topic, exactly once, through SIGKILLs and garbage."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from swarmlog.codec import Decoder
+from swarmlog.log import EventLog
+from swarmlog.reader import LogReader
+from swarmlog_connectors.postgres_sink import PostgresSink
+
+from .conftest import subprocess_env
+
+
+def _topic_contents(settings, registry) -> list[tuple]:
+    decoder = Decoder(registry)
+    out = []
+    with LogReader(settings=settings) as reader:
+        reader.assign(0)
+        for batch in reader.batches():
+            for m in batch:
+                w, rec = decoder.decode(m.value(), m.offset())
+                out.append((m.offset(), rec["event_id"], rec["agent_id"], w.event_type, rec["to"], rec["causes"],
+                            rec["payload"]))
+    return out
+
+
+def _mirror_contents(db, topic) -> list[tuple]:
+    return [tuple(r) for r in db.execute(
+        "SELECT seq, event_id, agent_id, event_type, recipient, causes, payload FROM events "
+        "WHERE topic = %s ORDER BY seq", (topic,)).fetchall()]
+
+
+def test_mirror_equals_topic_after_the_sink_catches_up(settings, registry, db):
+    with EventLog(settings=settings, run_id="r1") as log:
+        for i in range(500):
+            log.produce("agent.message", {"kind": "k", "body": f"ü-{i}\t\\n"}, agent=f"a{i % 3}",
+                        to=None if i % 7 == 0 else f"a{(i + 1) % 3}", causes=[i - 1] if i else [])
+        log.flush()
+    stats = PostgresSink(settings=settings, registry=registry).run(until_end=True)
+    assert stats.rows == 500 and stats.dead_letters == 0
+    assert _mirror_contents(db, settings.topic) == _topic_contents(settings, registry)
+    run_ids = db.execute("SELECT DISTINCT run_id FROM events WHERE topic = %s", (settings.topic,)).fetchall()
+    assert run_ids == [("r1",)]
+
+
+def test_sink_resumes_without_gap_or_duplicate_after_sigkill(settings, registry, db):
+    """100k events loaded while the sink is SIGKILLed at random points, then restarted."""
+    total = 100_000
+    rng = random.Random(20261130)
+    loaded = threading.Event()
+
+    def load() -> None:
+        with EventLog(settings=settings) as log:
+            for i in range(total):
+                log.produce("agent.message", {"kind": "load", "body": str(i)}, agent=f"a{i % 5}")
+                if i % 5000 == 0:
+                    log.flush()
+                    time.sleep(0.05)  # spread the load over the kills
+            log.flush()
+        loaded.set()
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    env = subprocess_env(settings)
+    kills = 0
+    positions = []
+    while kills < 6:
+        sink = subprocess.Popen([sys.executable, "-m", "swarmlog.cli", "sink"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(rng.uniform(0.8, 2.5))
+        sink.send_signal(signal.SIGKILL)
+        sink.wait()
+        kills += 1
+        positions.append(db.execute("SELECT next_offset FROM sink_positions WHERE topic = %s",
+                                    (settings.topic,)).fetchone())
+    loader.join()
+    assert loaded.is_set()
+    # The killed sinks made progress between kills (they were killed mid-load, not idle).
+    assert len({p for p in positions if p}) >= 3, positions
+    final = subprocess.run([sys.executable, "-m", "swarmlog.cli", "sink", "--until-end"], env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0, final.stderr
+    count, distinct, lo, hi = db.execute(
+        "SELECT count(*), count(DISTINCT seq), min(seq), max(seq) FROM events WHERE topic = %s",
+        (settings.topic,)).fetchone()
+    assert count == distinct == total
+    assert (lo, hi) == (0, total - 1)  # no transactions on this topic: offsets are contiguous here
+    bodies = [r[0] for r in db.execute(
+        "SELECT payload->>'body' FROM events WHERE topic = %s ORDER BY seq", (settings.topic,)).fetchall()]
+    assert sorted(map(int, bodies)) == list(range(total))
+
+
+def test_garbage_lands_in_dead_letters_and_the_sink_keeps_going(settings, registry, db):
+    with EventLog(settings=settings) as log:
+        log.append("agent.message", {"kind": "k", "body": "before"}, agent="a")
+        log.produce_raw(b"\x00garbage that is not avro", key=b"k1", headers=[("x", b"y")])
+        log.produce_raw(b"\xc3\x01" + b"\xee" * 8 + b"unknown schema")
+        log.flush()
+        log.append("agent.message", {"kind": "k", "body": "after"}, agent="a")
+    stats = PostgresSink(settings=settings, registry=registry).run(until_end=True)
+    assert stats.rows == 2 and stats.dead_letters == 2
+    dead = db.execute("SELECT seq, error, raw, key, headers FROM dead_letters WHERE topic = %s ORDER BY seq",
+                      (settings.topic,)).fetchall()
+    assert [d[0] for d in dead] == [1, 2]
+    assert bytes(dead[0][2]) == b"\x00garbage that is not avro" and bytes(dead[0][3]) == b"k1"
+    assert dead[0][4] == {"x": "y"}
+    assert "eeeeeeeeeeeeeeee" in dead[1][1]  # the unknown fingerprint is named
+    assert [r[0] for r in db.execute("SELECT payload->>'body' FROM events WHERE topic = %s ORDER BY seq",
+                                     (settings.topic,))] == ["before", "after"]
+
+
+def test_a_row_postgres_refuses_is_dead_lettered_not_a_stuck_sink(settings, registry, db):
+    # Avro strings may hold NUL; Postgres jsonb cannot. The batch is redone row by row.
+    with EventLog(settings=settings) as log:
+        for i in range(10):
+            log.produce("agent.message", {"kind": "k", "body": "nul\x00" if i == 4 else str(i)}, agent="a")
+        log.flush()
+    stats = PostgresSink(settings=settings, registry=registry).run(until_end=True)
+    assert stats.rows == 9 and stats.dead_letters == 1
+    assert db.execute("SELECT seq FROM dead_letters WHERE topic = %s", (settings.topic,)).fetchall() == [(4,)]
+    assert db.execute("SELECT next_offset FROM sink_positions WHERE topic = %s",
+                      (settings.topic,)).fetchone() == (10,)
+
+
+def test_two_sinks_on_one_topic_still_mirror_exactly_once(settings, registry, db):
+    with EventLog(settings=settings) as log:
+        for i in range(20_000):
+            log.produce("agent.message", {"kind": "k", "body": str(i)}, agent="a")
+        log.flush()
+    sinks = [PostgresSink(settings=settings, registry=registry, batch_size=500) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def run(s):
+        try:
+            s.run(until_end=True)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in sinks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    count, distinct = db.execute("SELECT count(*), count(DISTINCT seq) FROM events WHERE topic = %s",
+                                 (settings.topic,)).fetchone()
+    assert count == distinct == 20_000
+    assert sum(s.stats.rows for s in sinks) == 20_000  # each batch committed by exactly one of them
+
+
+def test_sink_exits_cleanly_on_sigterm_after_its_batch(settings, registry, db):
+    with EventLog(settings=settings) as log:
+        for i in range(1000):
+            log.produce("agent.message", {"kind": "k", "body": str(i)}, agent="a")
+        log.flush()
+    proc = subprocess.Popen([sys.executable, "-m", "swarmlog.cli", "sink"], env=subprocess_env(settings),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        row = db.execute("SELECT next_offset FROM sink_positions WHERE topic = %s", (settings.topic,)).fetchone()
+        if row and row[0] == 1000:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["position"] == 1000
