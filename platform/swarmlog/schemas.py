@@ -53,6 +53,9 @@ class EventSchema:
     parsed: Any = field(repr=False)
     fingerprint: bytes  # 8 bytes, little-endian, as written after the C3 01 marker
     validator: TypeAdapter[Any] = field(repr=False, compare=False)
+    defaults: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    """Payload fields that have Avro defaults, with those defaults."""
+    payload_fields: int = 0
 
     @property
     def fingerprint_hex(self) -> str:
@@ -65,11 +68,17 @@ class EventSchema:
     def validate_payload(self, payload: Any) -> dict[str, Any]:
         """Strictly validate ``payload``; raises :class:`InvalidEvent` naming the field."""
         try:
-            return self.validator.validate_python(payload)  # type: ignore[no-any-return]
+            valid: dict[str, Any] = self.validator.validate_python(payload)
         except ValidationError as exc:
             err = exc.errors()[0]
             loc = ".".join(str(p) for p in err["loc"]) or "payload"
             raise InvalidEvent(event_type=self.event_type, field=f"payload.{loc}", problem=err["msg"]) from None
+        # Fill Avro defaults, so that what a handler wrote compares equal to what a
+        # reader decodes (which always has them).
+        if self.defaults and len(valid) < self.payload_fields:
+            valid = {**self.defaults, **valid}
+        return valid
+
 
     def payload_model(self) -> Any:
         """A frozen pydantic model class for this version's payload (generated, never hand-written)."""
@@ -176,6 +185,8 @@ def load_schema_file(path: Path) -> EventSchema:
         parsed=parsed,
         fingerprint=fingerprint,
         validator=payload_validator(payload),
+        defaults={f["name"]: f["default"] for f in payload["fields"] if "default" in f},
+        payload_fields=len(payload["fields"]),
     )
 
 
