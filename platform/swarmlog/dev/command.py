@@ -1,0 +1,84 @@
+"""``swarmlog dev up | down | status | env``: the command line of the local dev cluster."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from swarmlog.dev import cluster
+from swarmlog.errors import SwarmlogError
+
+# `status` exits with 3 when the cluster is not running, like `pg_ctl status` and LSB init scripts.
+EXIT_NOT_RUNNING = 3
+
+
+def run(argv: list[str]) -> int:
+    """Run ``swarmlog dev`` with ``argv`` (the words after ``dev``); return the exit code."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error (argparse has printed it)
+        return exc.code if isinstance(exc.code, int) else 2
+    ports = {
+        "kafka_port": args.kafka_port,
+        "controller_port": args.controller_port,
+        "postgres_port": args.postgres_port,
+    }
+    try:
+        if args.action == "up":
+            info = cluster.up(home=args.home, **ports)
+            print(f"Kafka:      {info.bootstrap_servers} (pid {info.kafka_pid}, log {info.kafka_log})",
+                  file=sys.stderr)
+            print(f"PostgreSQL: {info.database_url} (pid {info.postgres_pid}, log {info.postgres_log})",
+                  file=sys.stderr)
+            return 0
+        if args.action == "down":
+            cluster.down(home=args.home, purge=args.purge)
+            return 0
+        if args.action == "status":
+            found = cluster.status(home=args.home, **ports)
+            print(f"home: {found.home}")
+            for service in (found.kafka, found.postgres):
+                state = ("running" if service.healthy
+                         else "not answering" if service.running else "stopped")
+                pid = f"pid {service.pid}" if service.pid is not None else "no pid"
+                print(f"{service.name:<9} {state:<14} {service.address:<16} {pid:<12} log {service.log}")
+            return 0 if found.running else EXIT_NOT_RUNNING
+        # env
+        found = cluster.status(home=args.home, **ports)
+        if not found.running:
+            print("# the swarmlog dev cluster is not running; start it with `swarmlog dev up`",
+                  file=sys.stderr)
+        print(cluster.env_lines(found.info))
+        return 0
+    except SwarmlogError as exc:
+        print(f"swarmlog dev {args.action}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--home", type=Path, default=None,
+                        help="where the cluster keeps its files (env SWARMLOG_DEV_HOME; default "
+                             "/var/tmp/swarmlog-dev as root, else ~/.cache/swarmlog/dev)")
+    common.add_argument("--kafka-port", type=int, default=None,
+                        help="Kafka's client port on 127.0.0.1 (env SWARMLOG_DEV_KAFKA_PORT; default 19092)")
+    common.add_argument("--controller-port", type=int, default=None,
+                        help="Kafka's KRaft controller port "
+                             "(env SWARMLOG_DEV_CONTROLLER_PORT; default 19093)")
+    common.add_argument("--postgres-port", type=int, default=None,
+                        help="PostgreSQL's port on 127.0.0.1 (env SWARMLOG_DEV_POSTGRES_PORT; default 15432)")
+    parser = argparse.ArgumentParser(
+        prog="swarmlog dev",
+        description="A local single-node Kafka and PostgreSQL for development, without Docker.",
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="{up,down,status,env}")
+    actions.add_parser("up", parents=[common], help="start the cluster, or reuse the running one")
+    down = actions.add_parser("down", parents=[common], help="stop the cluster (data is kept)")
+    down.add_argument("--purge", action="store_true", help="also delete its topics and databases")
+    actions.add_parser("status", parents=[common],
+                       help="show whether it runs (exit 3 if not)")
+    actions.add_parser("env", parents=[common],
+                       help='print the variables that point swarmlog at it: eval "$(swarmlog dev env)"')
+    return parser
