@@ -65,7 +65,7 @@ def test_replay_stops_at_an_offset(settings, registry):
 
 
 def test_group_replay_after_kafka_tools_reset_matches_a_fresh_replay(settings, registry):
-    from swarmlog.dev import kafka_tool
+    from swarmlog.dev import kafka_tool_argv
 
     _fill(settings)
     fresh = replay(settings=settings, registry=registry)
@@ -76,9 +76,10 @@ def test_group_replay_after_kafka_tools_reset_matches_a_fresh_replay(settings, r
     with pytest.raises(GroupNotAtStart):
         replay(settings=settings, registry=registry, group=group, reset=False)
     # Reset with Kafka's own tool, as an operator would, then replay without resetting.
-    proc = kafka_tool("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-                      "--bootstrap-server", settings.bootstrap_servers, "--group", group,
-                      "--topic", settings.topic, "--reset-offsets", "--to-earliest", "--execute")
+    argv = kafka_tool_argv("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                           "--bootstrap-server", settings.bootstrap_servers, "--group", group,
+                           "--topic", settings.topic, "--reset-offsets", "--to-earliest", "--execute")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     second = replay(settings=settings, registry=registry, group=group, reset=False)
     assert second.agents == fresh.agents and second.stream_hash == fresh.stream_hash
