@@ -1,0 +1,476 @@
+"""The Helm chart deploys a swarm in the shape swarmlog's guarantees depend on.
+
+Rendered with the real ``helm`` (``make tools`` builds it into ``.tools/bin``): one
+single-replica, never-overlapping workload per agent (an agent's transactional.id must not
+be live twice), exactly one sink per topic, the topic created by a hook before anything
+runs, replay only on request and never while its group's consumers run, and credentials
+always referenced from Secrets, never written into manifests.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "helm" / "swarmlog"
+DOCKERFILE = REPO / "helm" / "Dockerfile"
+PROD_VALUES = REPO / "tests" / "fixtures" / "helm-values-prod.yaml"
+RELEASE = "research"
+
+Manifest = dict[str, Any]
+
+
+# --- running helm ----------------------------------------------------------------------
+
+
+def _find_helm() -> str:
+    local = REPO / ".tools" / "bin" / "helm"
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    found = shutil.which("helm")
+    if found:
+        return found
+    pytest.fail(
+        f"helm is not installed (looked for {local} and on PATH): run `make tools`, "
+        f"which builds it with helm/install-helm.sh",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def helm() -> list[str]:
+    return [_find_helm()]
+
+
+@pytest.fixture(scope="session")
+def helm_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """helm's config, cache and data kept out of the user's home."""
+    home = tmp_path_factory.mktemp("helm-home")
+    env = dict(os.environ)
+    for var in ("HELM_CONFIG_HOME", "HELM_CACHE_HOME", "HELM_DATA_HOME"):
+        env[var] = str(home / var.lower())
+    return env
+
+
+def run_helm(helm: list[str], env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*helm, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def template_args(*values_files: Path) -> list[str]:
+    args = ["template", RELEASE, str(CHART), "--namespace", "swarms"]
+    for path in values_files:
+        args += ["-f", str(path)]
+    return args
+
+
+def values_file(directory: Path, overrides: dict[str, Any]) -> Path:
+    """Overrides as a values file: typed, unlike --set, and deep-merged by helm."""
+    path = directory / "overrides.yaml"
+    path.write_text(yaml.safe_dump(overrides))
+    return path
+
+
+def render(helm: list[str], env: dict[str, str], *args: str) -> list[Manifest]:
+    result = run_helm(helm, env, *args)
+    assert result.returncode == 0, f"helm {' '.join(args)} failed:\n{result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def render_fails(helm: list[str], env: dict[str, str], *args: str) -> str:
+    result = run_helm(helm, env, *args)
+    assert result.returncode != 0, f"helm {' '.join(args)} rendered values it should reject"
+    return result.stderr
+
+
+# --- reading manifests -----------------------------------------------------------------
+
+
+def component(manifests: list[Manifest], kind: str, name: str) -> list[Manifest]:
+    return [
+        m for m in manifests
+        if m["kind"] == kind and m["metadata"]["labels"].get("app.kubernetes.io/component") == name
+    ]
+
+
+def pod_spec(workload: Manifest) -> dict[str, Any]:
+    return workload["spec"]["template"]["spec"]
+
+
+def container(workload: Manifest) -> dict[str, Any]:
+    (only,) = pod_spec(workload)["containers"]
+    return only
+
+
+def env_of(workload: Manifest) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container(workload).get("env", [])}
+
+
+def arg_after(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def pod_workloads(manifests: list[Manifest]) -> list[Manifest]:
+    return [m for m in manifests if m["kind"] in ("Deployment", "StatefulSet", "Job")]
+
+
+@pytest.fixture(scope="session")
+def default_manifests(helm: list[str], helm_env: dict[str, str]) -> list[Manifest]:
+    return render(helm, helm_env, *template_args())
+
+
+@pytest.fixture(scope="session")
+def prod_manifests(helm: list[str], helm_env: dict[str, str]) -> list[Manifest]:
+    return render(helm, helm_env, *template_args(PROD_VALUES))
+
+
+@pytest.fixture(scope="session")
+def prod_values() -> dict[str, Any]:
+    return yaml.safe_load(PROD_VALUES.read_text())
+
+
+@pytest.fixture(scope="session")
+def replay_manifests(
+    helm: list[str], helm_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> list[Manifest]:
+    overrides = values_file(tmp_path_factory.mktemp("replay"), {
+        "agents": {"replicas": 0}, "replay": {"enabled": True, "to": 120000, "json": True}})
+    return render(helm, helm_env, *template_args(PROD_VALUES, overrides))
+
+
+@pytest.fixture(params=["default", "prod"])
+def manifests(request: pytest.FixtureRequest) -> list[Manifest]:
+    return request.getfixturevalue(f"{request.param}_manifests")
+
+
+@pytest.fixture
+def configured_agents(request: pytest.FixtureRequest, manifests: list[Manifest]) -> list[str]:
+    """The agent names of the values `manifests` was rendered from."""
+    path = PROD_VALUES if request.node.callspec.params["manifests"] == "prod" else CHART / "values.yaml"
+    return yaml.safe_load(path.read_text())["swarm"]["agents"]
+
+
+# --- lint ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [[], [PROD_VALUES]], ids=["default", "prod"])
+def test_chart_passes_strict_lint(helm: list[str], helm_env: dict[str, str], values: list[Path]) -> None:
+    args = ["lint", "--strict", str(CHART)] + [a for p in values for a in ("-f", str(p))]
+    result = run_helm(helm, helm_env, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- agents ----------------------------------------------------------------------------
+
+
+def test_every_agent_runs_in_its_own_single_replica_workload_that_never_overlaps(
+    manifests: list[Manifest], configured_agents: list[str]
+) -> None:
+    agents = component(manifests, "Deployment", "agent")
+    named = sorted(arg_after(container(d)["args"], "--agent") for d in agents)
+    assert named == sorted(configured_agents)
+    assert len({d["metadata"]["name"] for d in agents}) == len(agents)
+    for deployment in agents:
+        assert deployment["spec"]["replicas"] == 1
+        # Recreate: the old pod is gone before the new one starts, so an agent's
+        # transactional.id is never live in two pods during a rollout.
+        assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+        assert container(deployment)["args"][0] == "run"
+        assert pod_spec(deployment)["terminationGracePeriodSeconds"] >= 60
+
+
+def test_five_production_agents_get_their_names_run_id_and_integer_seed(
+    prod_manifests: list[Manifest], prod_values: dict[str, Any]
+) -> None:
+    swarm = prod_values["swarm"]
+    agents = component(prod_manifests, "Deployment", "agent")
+    assert len(agents) == 5
+    by_agent = {arg_after(container(d)["args"], "--agent"): d for d in agents}
+    # Kubernetes names take a lowercased, `-`-joined form; --agent keeps the real name.
+    assert by_agent["summarizer_v2"]["metadata"]["name"] == f"{RELEASE}-swarmlog-agent-summarizer-v2"
+    for deployment in agents:
+        args = container(deployment)["args"]
+        assert args[1] == swarm["app"]
+        assert arg_after(args, "--run-id") == swarm["runId"]
+        # A values-file number reaches the template as a float; it must not print as 2.0240611e+07.
+        assert arg_after(args, "--seed") == str(swarm["seed"])
+        assert pod_spec(deployment)["terminationGracePeriodSeconds"] == 180
+
+
+def test_agent_names_that_collide_as_kubernetes_names_are_rejected(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    overrides = values_file(tmp_path, {"swarm": {"agents": ["web_search", "web-search"]}})
+    stderr = render_fails(helm, helm_env, *template_args(overrides))
+    assert "rename one" in stderr
+
+
+def test_each_deployment_selects_only_its_own_pods(manifests: list[Manifest]) -> None:
+    deployments = [m for m in manifests if m["kind"] == "Deployment"]
+    selectors = []
+    for deployment in deployments:
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items()
+        selectors.append(selector)
+    # No Deployment's selector matches another's pods: two agents never fight over one pod.
+    for i, selector in enumerate(selectors):
+        for j, other in enumerate(deployments):
+            if i != j:
+                assert not selector.items() <= other["spec"]["template"]["metadata"]["labels"].items()
+
+
+# --- sink ------------------------------------------------------------------------------
+
+
+def test_exactly_one_sink_with_one_replica_that_never_overlaps(manifests: list[Manifest]) -> None:
+    (sink,) = component(manifests, "Deployment", "sink")
+    assert sink["spec"]["replicas"] == 1
+    assert sink["spec"]["strategy"] == {"type": "Recreate"}
+    assert container(sink)["args"] == ["sink"]
+    assert pod_spec(sink)["terminationGracePeriodSeconds"] >= 30
+
+
+# --- topic -----------------------------------------------------------------------------
+
+
+def test_topic_is_created_by_a_hook_before_any_agent_starts(manifests: list[Manifest]) -> None:
+    (job,) = component(manifests, "Job", "topic")
+    annotations = job["metadata"]["annotations"]
+    assert set(annotations["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade"}
+    assert container(job)["args"] == ["topic", "create"]
+    # Hooks run before the release's ConfigMap exists: the Job carries its env inline.
+    env = env_of(job)
+    assert "envFrom" not in container(job)
+    (configmap,) = [m for m in manifests if m["kind"] == "ConfigMap"]
+    for name, value in configmap["data"].items():
+        assert env[name]["value"] == value
+    # A chart-made Secret the Job reads must be a hook that runs earlier.
+    for secret in (m for m in manifests if m["kind"] == "Secret"):
+        assert int(secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+            annotations["helm.sh/hook-weight"])
+
+
+# --- configuration and secrets ---------------------------------------------------------
+
+
+def test_env_carries_topic_and_durability_settings(
+    prod_manifests: list[Manifest], prod_values: dict[str, Any]
+) -> None:
+    (configmap,) = [m for m in prod_manifests if m["kind"] == "ConfigMap"]
+    data = configmap["data"]
+    assert data["SWARMLOG_TOPIC"] == prod_values["kafka"]["topic"]
+    assert data["SWARMLOG_BOOTSTRAP_SERVERS"] == prod_values["kafka"]["bootstrapServers"]
+    assert data["SWARMLOG_REPLICATION_FACTOR"] == "3"
+    assert data["SWARMLOG_MIN_INSYNC_REPLICAS"] == "2"
+    assert data["SWARMLOG_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
+    assert data["SWARMLOG_KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
+    assert data["SWARMLOG_KAFKA_LINGER_MS"] == "5"
+    assert data["SWARMLOG_KAFKA_MESSAGE_MAX_BYTES"] == "4194304"
+    for workload in component(prod_manifests, "Deployment", "agent") + component(
+        prod_manifests, "Deployment", "sink"
+    ):
+        refs = [e["configMapRef"]["name"] for e in container(workload)["envFrom"]]
+        assert refs == [configmap["metadata"]["name"]]
+
+
+def test_default_topic_is_named_after_the_release(default_manifests: list[Manifest]) -> None:
+    (configmap,) = [m for m in default_manifests if m["kind"] == "ConfigMap"]
+    assert configmap["data"]["SWARMLOG_TOPIC"] == f"swarmlog.{RELEASE}"
+
+
+def test_production_secrets_are_referenced_not_inlined(prod_manifests: list[Manifest]) -> None:
+    assert not [m for m in prod_manifests if m["kind"] == "Secret"]
+    existing = {"research-swarm-kafka-user", "research-swarm-pg-app", "research-swarm-llm"}
+    for workload in pod_workloads(prod_manifests):
+        for name, entry in env_of(workload).items():
+            if name in ("SWARMLOG_KAFKA_SASL_USERNAME", "SWARMLOG_KAFKA_SASL_PASSWORD",
+                        "SWARMLOG_DATABASE_URL", "OPENAI_API_KEY"):
+                assert entry["valueFrom"]["secretKeyRef"]["name"] in existing, (name, entry)
+                assert "value" not in entry
+    (agent, *_) = component(prod_manifests, "Deployment", "agent")
+    password = env_of(agent)["SWARMLOG_KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert password == {"name": "research-swarm-kafka-user", "key": "password"}
+    (sink,) = component(prod_manifests, "Deployment", "sink")
+    assert env_of(sink)["SWARMLOG_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "research-swarm-pg-app", "key": "uri"}
+
+
+def test_kafka_ca_is_mounted_as_the_file_librdkafka_is_pointed_at(prod_manifests: list[Manifest]) -> None:
+    (configmap,) = [m for m in prod_manifests if m["kind"] == "ConfigMap"]
+    ca_location = Path(configmap["data"]["SWARMLOG_KAFKA_SSL_CA_LOCATION"])
+    for workload in pod_workloads(prod_manifests):
+        (volume,) = [v for v in pod_spec(workload)["volumes"] if v["name"] == "kafka-ca"]
+        assert volume["secret"]["secretName"] == "kafka-cluster-ca-cert"
+        assert volume["secret"]["items"] == [{"key": "ca.crt", "path": ca_location.name}]
+        (mount,) = [m for m in container(workload)["volumeMounts"] if m["name"] == "kafka-ca"]
+        assert Path(mount["mountPath"]) == ca_location.parent
+
+
+def test_inline_credentials_land_in_a_secret_never_in_the_configmap_or_pods(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    password, url = "s3cr3t-kafka", "postgresql://swarmlog:s3cr3t-pg@pg:5432/swarmlog"
+    manifests = render(helm, helm_env, *template_args(values_file(tmp_path, {
+        "kafka": {"securityProtocol": "SASL_SSL",
+                  "sasl": {"username": "research", "password": password}},
+        "database": {"url": url},
+    })))
+    (secret,) = [m for m in manifests if m["kind"] == "Secret"]
+    assert secret["stringData"] == {"kafka-sasl-password": password, "database-url": url}
+    others = yaml.safe_dump_all([m for m in manifests if m["kind"] != "Secret"])
+    assert "s3cr3t" not in others
+    (configmap,) = [m for m in manifests if m["kind"] == "ConfigMap"]
+    assert configmap["data"]["SWARMLOG_KAFKA_SASL_USERNAME"] == "research"
+
+
+def test_only_the_sink_and_replay_receive_the_database_url(replay_manifests: list[Manifest]) -> None:
+    for workload in pod_workloads(replay_manifests):
+        gets_db = "SWARMLOG_DATABASE_URL" in env_of(workload)
+        role = workload["metadata"]["labels"]["app.kubernetes.io/component"]
+        assert gets_db == (role in ("sink", "replay")), role
+
+
+# --- replay ----------------------------------------------------------------------------
+
+
+def test_no_replay_job_unless_enabled(manifests: list[Manifest]) -> None:
+    assert component(manifests, "Job", "replay") == []
+
+
+def test_replay_job_resets_the_configured_group(
+    replay_manifests: list[Manifest], prod_values: dict[str, Any]
+) -> None:
+    (job,) = component(replay_manifests, "Job", "replay")
+    assert container(job)["args"] == [
+        "replay", "--group", prod_values["replay"]["group"], "--to", "120000", "--json"]
+    assert pod_spec(job)["restartPolicy"] == "Never"
+    # Not a hook: a long replay must not hold `helm upgrade --wait` hostage.
+    assert "helm.sh/hook" not in job["metadata"].get("annotations", {})
+    for agent in component(replay_manifests, "Deployment", "agent"):
+        assert agent["spec"]["replicas"] == 0
+
+
+def test_replay_is_refused_while_agents_run(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    overrides = values_file(tmp_path, {"replay": {"enabled": True}})
+    stderr = render_fails(helm, helm_env, *template_args(PROD_VALUES, overrides))
+    assert "agents.replicas=0" in stderr
+
+
+@pytest.fixture(scope="session")
+def notes_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the chart whose NOTES.txt also renders into a ConfigMap.
+
+    `helm template` does not print NOTES, and `helm install --dry-run` needs a cluster.
+    """
+    chart = tmp_path_factory.mktemp("notes") / "swarmlog"
+    shutil.copytree(CHART, chart)
+    notes = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "NOTES.txt").unlink()
+    (chart / "templates" / "_notes.tpl").write_text(
+        '{{- define "notes" -}}\n' + notes + "\n{{- end }}\n")
+    (chart / "templates" / "notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        'data:\n  notes: {{ include "notes" . | quote }}\n')
+    return chart
+
+
+def render_notes(helm: list[str], env: dict[str, str], chart: Path, *values: Path) -> str:
+    args = ["template", RELEASE, str(chart), "-n", "swarms", "--show-only", "templates/notes.yaml"]
+    for path in values:
+        args += ["-f", str(path)]
+    (configmap,) = render(helm, env, *args)
+    return configmap["data"]["notes"]
+
+
+def test_notes_say_to_scale_agents_to_zero_before_a_replay(
+    helm: list[str], helm_env: dict[str, str], notes_chart: Path, tmp_path: Path
+) -> None:
+    before = render_notes(helm, helm_env, notes_chart, PROD_VALUES)
+    assert "--set agents.replicas=0" in before
+    assert "no active members" in before
+    replay = values_file(tmp_path, {"agents": {"replicas": 0}, "replay": {"enabled": True}})
+    during = render_notes(helm, helm_env, notes_chart, PROD_VALUES, replay)
+    assert f"job/{RELEASE}-swarmlog-replay-1" in during
+    assert "scaled to 0" in during
+    assert "--set replay.enabled=false --set agents.replicas=1" in during
+
+
+# --- what the chart rejects ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"sink": {"replicas": 2}}, "/sink/replicas"),
+        ({"agents": {"replicas": 2}}, "/agents/replicas"),
+        ({"swarm": {"agents": []}}, "/swarm/agents"),
+        ({"swarm": {"agents": ["planner", "planner"]}}, "/swarm/agents"),
+        ({"swarm": {"agents": ["has space"]}}, "/swarm/agents"),
+        ({"image": {"tag": 1.1}}, "/image/tag"),
+        ({"sink": {"replica": 1}}, "replica"),
+        ({"kafka": {"replicationFactor": 0}}, "/kafka/replicationFactor"),
+        ({"kafka": {"securityProtocol": "TLS"}}, "/kafka/securityProtocol"),
+        ({"kafka": {"bootstrapServers": "kafka"}}, "/kafka/bootstrapServers"),
+        ({"replay": {"enabled": True, "group": ""}}, "/replay/group"),
+        ({"swarm": {"app": "my_swarm.Swarm"}}, "/swarm/app"),
+    ],
+    ids=["sink-replicas-2", "agent-replicas-2", "no-agents", "repeated-agent", "agent-name",
+         "numeric-tag", "typo", "replication-0", "protocol", "no-port", "replay-no-group",
+         "app-not-module-colon-class"],
+)
+def test_values_schema_rejects(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path, overrides: dict[str, Any],
+    message: str,
+) -> None:
+    stderr = render_fails(helm, helm_env, *template_args(values_file(tmp_path, overrides)))
+    assert "schema" in stderr and message in stderr, stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"kafka": {"replicationFactor": 1, "minInsyncReplicas": 2}}, "NOT_ENOUGH_REPLICAS"),
+        ({"kafka": {"securityProtocol": "SASL_SSL"}}, "kafka.sasl.existingSecret"),
+        ({"kafka": {"securityProtocol": "SASL_SSL",
+                    "sasl": {"existingSecret": "s", "password": "p"}}}, "not both"),
+        ({"kafka": {"tls": {"caSecret": "kafka-ca"}}}, "does not use TLS"),
+        ({"kafka": {"extraConfig": {"sasl.password": "p"}}}, "is a credential"),
+        ({"kafka": {"extraConfig": {"security.protocol": "SSL"}}}, "its own value"),
+        ({"database": {"url": ""}}, "database.existingSecret"),
+        ({"database": {"existingSecret": "pg"}}, "not both"),
+    ],
+    ids=["min-isr-above-rf", "sasl-without-credentials", "sasl-secret-and-password",
+         "ca-without-tls", "password-in-configmap", "shadowed-setting", "no-database",
+         "database-twice"],
+)
+def test_templates_reject_inconsistent_values(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path, overrides: dict[str, Any],
+    message: str,
+) -> None:
+    stderr = render_fails(helm, helm_env, *template_args(values_file(tmp_path, overrides)))
+    assert message in stderr, stderr
+
+
+# --- the image -------------------------------------------------------------------------
+
+
+def test_image_runs_swarmlog_as_the_non_root_user_the_chart_expects() -> None:
+    dockerfile = DOCKERFILE.read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    uid = values["podSecurityContext"]["runAsUser"]
+    assert re.search(rf"^USER {uid}(:\d+)?$", dockerfile, re.MULTILINE)
+    assert re.search(r'^ENTRYPOINT \["swarmlog"\]$', dockerfile, re.MULTILINE)
+    schema_dir = re.search(r"SWARMLOG_SCHEMA_DIR=(\S+)", dockerfile)
+    assert schema_dir
+    assert re.search(rf"^COPY schemas/ {re.escape(schema_dir.group(1))}/?$", dockerfile, re.MULTILINE)
+    assert re.search(r"^FROM python:3\.11-slim\b", dockerfile, re.MULTILINE)
