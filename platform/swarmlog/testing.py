@@ -1,0 +1,241 @@
+"""Tools for testing swarms: the same ones swarmlog tests itself with.
+
+* :class:`ScriptedLLM` (re-exported from :mod:`swarmlog.llm`): a deterministic in-process
+  model that counts its calls, for asserting that a replay never called the model.
+* :class:`StubServer`: a tiny OpenAI-compatible HTTP server on the loopback interface, for
+  exercising a real HTTP client (:class:`swarmlog.llm.OpenAIChat`) without a real model::
+
+      from swarmlog.llm import OpenAIChat
+      from swarmlog.testing import StubServer
+
+      with StubServer(lambda request: "hello") as server:
+          server.fail_next(2)                      # two 503s, then answers
+          chat = OpenAIChat(base_url=server.base_url, api_key="sk-test", backoff=0.01)
+          chat.complete({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+          assert server.request_count == 3
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from .llm import Reply, ScriptedLLM
+
+__all__ = ["ScriptedLLM", "StubRequest", "StubServer"]
+
+# Loopback only, by construction: a test server must never be reachable from the network.
+_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class StubRequest:
+    """One HTTP request the stub received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    """Header names lower-cased."""
+    body: Any
+    """The parsed JSON body, or the raw text if it was not JSON."""
+
+
+@dataclass(slots=True)
+class _Fault:
+    remaining: int
+    status: int
+    body: dict[str, Any]
+    retry_after: float | None
+
+
+def _echo(request: dict[str, Any]) -> str:
+    users = [m for m in request.get("messages", ()) if isinstance(m, dict) and m.get("role") == "user"]
+    return f"echo: {users[-1].get('content', '')}" if users else "echo:"
+
+
+class StubServer:
+    """An OpenAI-compatible ``/chat/completions`` endpoint on ``127.0.0.1`` (a free port).
+
+    ``reply`` answers each valid request: a :class:`ScriptedLLM`, or a function
+    ``request -> str | dict`` (wrapped in one); by default it echoes the last user message.
+    The server answers like OpenAI does: 401 if ``api_key`` is set and the request's bearer
+    token differs, 404 for other paths, 400 for a body that is not a JSON object with a
+    ``messages`` list, 500 if ``reply`` raises. Use it as a context manager, or call
+    :meth:`start` and :meth:`stop`; after :meth:`stop` the port refuses connections.
+
+    Responses close the connection (HTTP/1.0), so stopping never waits on an idle client.
+    """
+
+    def __init__(self, reply: ScriptedLLM | Callable[[dict[str, Any]], Reply] | None = None, *,
+                 api_key: str | None = None) -> None:
+        if reply is None:
+            reply = _echo
+        self.llm = reply if isinstance(reply, ScriptedLLM) else ScriptedLLM(reply, model="stub")
+        self.api_key = api_key
+        self.requests: list[StubRequest] = []
+        self._faults: list[_Fault] = []
+        self._stall: tuple[int, float] = (0, 0.0)
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._port: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> StubServer:
+        """Bind a free loopback port and serve from a daemon thread."""
+        if self._httpd is not None:
+            return self
+        handler = type("_BoundHandler", (_Handler,), {"stub": self})
+        httpd = _QuietServer((_HOST, 0), handler)
+        self._port = httpd.server_address[1]
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"swarmlog-stub-llm:{self._port}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the port (connections to it are then refused)."""
+        httpd, thread, self._httpd, self._thread = self._httpd, self._thread, None, None
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> StubServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- addresses and observations -------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("StubServer has not been started; use `with StubServer() as server:`")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """What to pass as ``OpenAIChat(base_url=...)``; it keeps its port after :meth:`stop`."""
+        return f"http://{_HOST}:{self.port}/v1"
+
+    @property
+    def request_count(self) -> int:
+        """Every HTTP request received, answered or failed."""
+        with self._lock:
+            return len(self.requests)
+
+    # -- fault injection ------------------------------------------------------------------
+
+    def fail_next(self, n: int, *, status: int = 503, message: str = "injected failure",
+                  retry_after: float | None = None) -> None:
+        """Answer the next ``n`` requests with ``status`` (an OpenAI-style error body), optionally
+        with a ``Retry-After`` header; queued after failures already pending."""
+        if n < 1:
+            raise ValueError("n must be at least 1")
+        body = {"error": {"message": message, "type": "server_error" if status >= 500 else "invalid_request_error",
+                          "code": status}}
+        with self._lock:
+            self._faults.append(_Fault(n, status, body, retry_after))
+
+    def stall_next(self, n: int, *, seconds: float) -> None:
+        """Wait ``seconds`` before answering each of the next ``n`` requests (to test timeouts)."""
+        with self._lock:
+            self._stall = (n, seconds)
+
+    # -- used by the handler thread -------------------------------------------------------
+
+    def _record(self, request: StubRequest) -> tuple[float, _Fault | None]:
+        with self._lock:
+            self.requests.append(request)
+            stall = 0.0
+            n, seconds = self._stall
+            if n > 0:
+                self._stall, stall = (n - 1, seconds), seconds
+            fault = None
+            if self._faults:
+                fault = self._faults[0]
+                fault.remaining -= 1
+                if fault.remaining == 0:
+                    del self._faults[0]
+            return stall, fault
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client that timed out and hung up is expected in tests; nothing else happens here.
+        pass
+
+
+def _error(message: str, kind: str, code: object) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": code}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    stub: StubServer
+    server_version = "swarmlog-stub"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length).decode("utf-8", "replace")
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = raw
+        stub = self.stub
+        stall, fault = stub._record(StubRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()},
+                                                body))
+        if stall:
+            time.sleep(stall)
+        if fault is not None:
+            headers = {} if fault.retry_after is None else {"Retry-After": f"{fault.retry_after:g}"}
+            self._send(fault.status, fault.body, headers)
+            return
+        if stub.api_key is not None:
+            given = self.headers.get("Authorization", "")
+            if given != f"Bearer {stub.api_key}":
+                # OpenAI echoes (part of) the key it rejected; clients must not repeat it.
+                token = given.removeprefix("Bearer ") or "none"
+                self._send(401, _error(f"Incorrect API key provided: {token}", "invalid_request_error",
+                                       "invalid_api_key"))
+                return
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send(404, _error(f"no route for POST {self.path}", "invalid_request_error", None))
+            return
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            self._send(400, _error("'messages' is a required property (a list of messages)",
+                                   "invalid_request_error", None))
+            return
+        try:
+            answer = stub.llm.complete(body)
+        except Exception as exc:  # the script failed: report it like a server bug
+            self._send(500, _error(f"{type(exc).__name__}: {exc}", "server_error", None))
+            return
+        self._send(200, answer)
+
+    def _send(self, status: int, payload: object, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a timeout test)
