@@ -80,6 +80,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from .replay import replay
 
     settings = _settings(args)
+    if args.swarm:
+        return _replay_swarm(args, settings)
     reducer = _load_object(args.reducer) if args.reducer else None
     bar = _progress_bar("replay", unit="ev")
     try:
@@ -99,6 +101,70 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"  {agent:<20} {h}")
         print(f"stream hash {result.stream_hash}")
     return 3 if (args.strict and result.undecodable) else 0
+
+
+def _replay_swarm(args: argparse.Namespace, settings: Settings) -> int:
+    from .replay import replay_swarm
+    from .runner import load_swarm
+
+    if args.group:
+        raise SwarmlogError("--swarm replays the code against the log without a consumer group; to rebuild a "
+                            "live agent, reset its group (swarmlog.<topic>.<agent>) and restart it: it always "
+                            "rebuilds from offset zero")
+    bar = _progress_bar("replay", unit="ev")
+    try:
+        result = replay_swarm(settings=settings, swarm=load_swarm(args.swarm), to=args.to,
+                              progress=bar.update_to if bar else None)
+    finally:
+        if bar:
+            bar.close()
+    doc = result.to_json()
+    if args.json:
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        print(f"replayed {result.events} events of {args.swarm} up to offset {result.end_offset} (exclusive)")
+        for agent, h in sorted(result.agents.items()):
+            print(f"  {agent:<20} {h}  ({result.steps.get(agent, 0)} steps)")
+        print(f"stream hash {result.stream_hash}")
+        first = result.first_divergence
+        if first is None:
+            print("no divergence: the code does exactly what the log recorded")
+        else:
+            print(f"DIVERGED first at offset {first.offset} (agent {first.agent}): {first.detail}")
+            print(f"  recorded: {json.dumps(first.recorded, default=str)}")
+            print(f"  now:      {json.dumps(first.replayed, default=str)}")
+            if len(result.divergences) > 1:
+                print(f"  ({len(result.divergences) - 1} more divergence(s) after it)")
+    return 4 if result.divergences else 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .runner import load_swarm, result_json, run_agents, start_run
+
+    settings = _settings(args)
+    swarm = load_swarm(args.swarm)
+    if args.agent is None or args.start:
+        if args.run_id is None or args.seed is None:
+            raise SwarmlogError("starting a run needs --run-id and --seed (they are recorded in run.started)")
+        info = start_run(settings=settings, swarm=swarm, run_id=args.run_id, seed=args.seed)
+        print(f"run {info.run_id} {'started' if info.created else 'already started'} at offset {info.offset}",
+              file=sys.stderr)
+        if args.start and args.agent is None:
+            return 0
+    results = run_agents(settings=settings, swarm=swarm, agents=[args.agent] if args.agent else None,
+                         until_quiet=args.until_quiet)
+    print(json.dumps(result_json(results)))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .causality import check_causality
+
+    count, violations = check_causality(settings=_settings(args))
+    for v in violations:
+        print(v)
+    print(f"checked {count} events: {len(violations)} causality violation(s)")
+    return 1 if violations else 0
 
 
 def cmd_dev(argv: list[str]) -> int:
@@ -165,7 +231,25 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--reducer", help="module:object folding events into agent state (default: the ledger)")
     r.add_argument("--json", action="store_true")
     r.add_argument("--strict", action="store_true", help="exit 3 if any message could not be read")
+    r.add_argument("--swarm", help="module:swarm — re-run this code against the log and report divergences "
+                                    "(exit 4 if it diverges)")
     r.set_defaults(func=cmd_replay)
+
+    run = sub.add_parser("run", help="run a swarm's agents live (all in this process, or one with --agent)")
+    run.add_argument("swarm", help="module:swarm")
+    run.add_argument("--run-id")
+    run.add_argument("--seed", type=int)
+    run.add_argument("--agent", help="run only this agent (one pod per agent)")
+    run.add_argument("--start", action="store_true", help="write run.started (if missing); alone: only that")
+    run.add_argument("--until-quiet", type=float, metavar="SECONDS",
+                     help="stop once the log has not grown for SECONDS and no timeout is pending")
+    run.add_argument("--topic")
+    run.set_defaults(func=cmd_run)
+
+    c = sub.add_parser("check", help="check a whole log")
+    c.add_argument("what", choices=["causality"])
+    c.add_argument("--topic")
+    c.set_defaults(func=cmd_check)
 
     d = sub.add_parser("demo", help="run a small swarm, mirror it, replay it")
     d.add_argument("--topic")

@@ -10,7 +10,7 @@ the writer schema by the fingerprint and resolves it into the newest version the
 process knows (defaults, promotions, then upcasters).
 
 Routing fields also travel as Kafka headers (``sl.type``, ``sl.v``, ``sl.agent``,
-``sl.to``) so that a consumer can skip an event it does not care about without
+``sl.to``, and ``sl.step`` on the agent runtime's outputs) so that a consumer can skip an event it does not care about without
 decoding it.
 
 Hot path: an :class:`Encoder` and the decoder's plan per fingerprint are built
@@ -37,6 +37,8 @@ H_TYPE = "sl.type"
 H_VERSION = "sl.v"
 H_AGENT = "sl.agent"
 H_TO = "sl.to"
+H_STEP = "sl.step"
+"""On runtime outputs: the offset of the step that wrote it (so readers know an agent's reach without decoding)."""
 
 Headers = list[tuple[str, bytes]]
 

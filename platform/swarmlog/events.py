@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, NamedTuple
 
 
@@ -31,6 +32,20 @@ class Event(NamedTuple):
                     timestamp_ms: int | None = None) -> Event:
         return cls(offset, event_type, version, record["event_id"], record["run_id"], record["agent_id"],
                    record["to"], record["causes"], record["payload"], timestamp_ms)
+
+    @property
+    def kind(self) -> str | None:
+        """An ``agent.message``'s kind (``None`` for other event types)."""
+        return self.payload.get("kind") if self.event_type == "agent.message" else None
+
+    @property
+    def body(self) -> str | None:
+        """An ``agent.message``'s body as sent (a string)."""
+        return self.payload.get("body") if self.event_type == "agent.message" else None
+
+    def json(self) -> Any:
+        """An ``agent.message``'s body parsed as JSON (what ``ctx.send`` made of a non-string body)."""
+        return json.loads(self.payload["body"])
 
     def addressed_to(self, agent: str) -> bool:
         """True for a message to ``agent`` or a broadcast from another agent."""

@@ -155,3 +155,25 @@ class LogReader:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def high_watermark(settings: Settings, topic: str, *, consumer: Consumer | None = None) -> int:
+    """The partition's high watermark: the end of the log *including* open transactions.
+
+    Not what a read_committed reader can read (that stops at the last stable offset);
+    it is for telling whether a swarm is quiet. An open transaction pins the last stable
+    offset, and a swarm blocked behind one (a killed agent's, until its restart aborts it)
+    must not look finished.
+    """
+    own = consumer is None
+    if consumer is None:
+        consumer = Consumer(settings.kafka_config(
+            {"group.id": f"swarmlog-watermark-{uuid.uuid4().hex}", "isolation.level": "read_uncommitted",
+             "enable.auto.commit": False}))
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1])
+    except KafkaException as exc:
+        raise ServiceUnavailable(service="Kafka", address=settings.bootstrap_servers, detail=str(exc)) from None
+    finally:
+        if own:
+            consumer.close()

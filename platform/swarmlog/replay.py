@@ -183,3 +183,31 @@ def committed_offset(admin: AdminClient, *, group: str, topic: str) -> int | Non
         if tp.topic == topic and tp.partition == 0:
             return tp.offset if tp.offset >= 0 else None
     return None
+
+
+def replay_swarm(
+    *,
+    settings: Settings,
+    swarm: Any,
+    topic: str | None = None,
+    to: int | None = None,
+    strict: bool = False,
+    registry: SchemaRegistry | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Any:
+    """Re-run ``swarm``'s handlers over the recorded log (writing nothing).
+
+    Returns a :class:`swarmlog._replayer.SwarmReplayResult`: per-agent hashes of
+    ``agent.state``, the stream hash, and every divergence between what the code
+    does now and what the log recorded (``first_divergence`` says where a changed
+    program first departs from the run). ``strict=True`` raises
+    :class:`~swarmlog.errors.NondeterminismError` at the first divergence instead.
+    """
+    from ._replayer import replay_swarm_log
+
+    topic = topic or settings.topic
+    registry = registry or SchemaRegistry.load(settings.schema_dir)
+    with LogReader(settings=settings, topic=topic):
+        pass  # refuses a missing or multi-partition topic with a clear error
+    return replay_swarm_log(settings=settings, swarm=swarm, topic=topic, registry=registry, to=to, strict=strict,
+                            progress=progress)

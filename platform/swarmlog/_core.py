@@ -1,0 +1,362 @@
+"""One agent's fold over the log: routing, steps, timers, and checking against the record.
+
+Internal. Both the live worker (``_worker``) and the swarm replayer
+(``_replayer``) drive an :class:`AgentCore` message by message, in offset order.
+
+**Live or replayed.** Every step is either *live* (its outputs go into the
+agent's Kafka transaction) or *replayed* (its outputs are checked against what
+the log recorded, and effects are served from it). A step at offset X is
+replayed when the log already holds outputs of this agent for a step at or
+after X: an earlier life of the agent got that far, so everything up to there
+is history to reproduce, not to write again.
+
+**Checking without lookahead.** A step's recorded outputs come *after* its
+input in the log. So a replayed step's outputs wait in ``pending`` until the
+recorded outputs arrive (``<agent>@<step>#<i>`` says which is which); they must
+match one for one. Because an agent's transactions commit in order, a recorded
+output of a later step proves every earlier step's outputs have all arrived, so
+whatever is still pending for an earlier step was never written: a divergence.
+Effects and LLM calls cannot wait (the handler needs their result at once); they
+come from an index built by a first pass over the agent's own events.
+
+**Timers.** A timer counts from its ``timer.set`` *as read from the log*, so the
+counting is the same in every replay. A logical timer fires as an output of the
+step during which the N-th event after it is read. A wall-clock timeout's due
+time is the set event's recorded broker timestamp plus the timeout; the live
+worker appends its firing (``<agent>@timer<set offset>``) when due. Either way
+the handler runs when the ``timer.fired`` event is read back from the log, at
+its fixed place in the total order.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .agent import Agent
+from .codec import H_AGENT, H_TO, H_TYPE, Decoder
+from .context import Context, Output, OutputSink
+from .errors import NondeterminismError, SwarmlogError
+from .events import Event
+from .guard import guarded
+from .state import state_hash
+
+RECORD_TYPES = frozenset({"effect.recorded", "llm.call", "timer.set", "timer.cancelled", "handler.failed"})
+"""Events an agent writes about itself; never dispatched to handlers."""
+WALL_TIMER_MARK = "@timer"
+
+
+@dataclass(slots=True)
+class Timer:
+    name: str
+    set_offset: int
+    due_count: int | None  # logical: fires when events_seen reaches this
+    due_wall_ms: int | None  # wall clock: fires when the clock passes this
+    firing: bool = False  # a timer.fired was written, not yet read back
+
+
+@dataclass(slots=True)
+class Divergence:
+    offset: int
+    agent: str
+    detail: str
+    recorded: Any = None
+    replayed: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offset": self.offset, "agent": self.agent, "detail": self.detail,
+                "recorded": self.recorded, "replayed": self.replayed}
+
+
+@dataclass(slots=True)
+class OwnIndex:
+    """What the first pass learns about one agent's own events."""
+
+    last_step: int = -1  # highest step with recorded outputs (wall-clock firings excluded)
+    effects: dict[str, Event] = field(default_factory=dict)  # event_id -> effect.recorded / llm.call
+
+
+def parse_step(event_id: str) -> tuple[int, int] | None:
+    """``agent@step#i`` -> (step, i); None for a wall-clock firing or a foreign id."""
+    _, _, tail = event_id.rpartition("@")
+    step, sep, index = tail.partition("#")
+    if not sep or not step.isdigit():
+        return None
+    return int(step), int(index)
+
+
+def route(headers: list[tuple[str, bytes]] | None) -> tuple[str, str, str | None]:
+    """(event type, writing agent, recipient) from the routing headers, without decoding."""
+    t = a = ""
+    to = None
+    for k, v in headers or ():
+        if k == H_TYPE:
+            t = v.decode()
+        elif k == H_AGENT:
+            a = v.decode()
+        elif k == H_TO:
+            to = v.decode()
+    return t, a, to
+
+
+class _Unreached(Exception):
+    """A replayed step needs a record the live agent never made: it never got this far."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+
+class _VerifySink:
+    """Replayed steps: outputs wait for their recorded counterparts; effects come from the index."""
+
+    __slots__ = ("core",)
+
+    def __init__(self, core: AgentCore) -> None:
+        self.core = core
+
+    def write(self, out: Output, *, locate: bool) -> int | None:
+        core = self.core
+        rec = core.index.effects.get(out.event_id) if locate else None
+        if locate:
+            if rec is None:
+                raise NondeterminismError(offset=core.ctx.now(), agent=core.name,
+                                          detail=f"the step now makes a {out.event_type} the log does not have",
+                                          replayed=out.payload)
+            core.check(out, rec)
+            return rec.offset
+        core.pending.setdefault(core.ctx.now(), {})[out.event_id] = out
+        return None
+
+    def recorded(self, event_id: str) -> Event | None:
+        rec = self.core.index.effects.get(event_id)
+        if rec is None:
+            step = self.core.ctx.now()
+            if self.core.reach is not None and step >= self.core.reach:
+                raise _Unreached(step)
+            raise NondeterminismError(offset=self.core.ctx.now(), agent=self.core.name,
+                                      detail="the step now calls an effect or LLM the log has no record of")
+        return rec
+
+
+class AgentCore:
+    """The deterministic part of an agent: everything but Kafka."""
+
+    def __init__(self, *, agent: Agent, decoder: Decoder, index: OwnIndex, live_sink: OutputSink | None,
+                 llm_client: Any = None, strict: bool = True,
+                 on_divergence: Callable[[Divergence], None] | None = None) -> None:
+        self.agent = agent
+        self.name = agent.name
+        self.decoder = decoder
+        self.index = index
+        self.ctx = Context(agent=agent.name, registry=decoder.registry, llm_client=llm_client)
+        self.live_sink = live_sink
+        self.verify_sink = _VerifySink(self)
+        self.strict = strict
+        self.on_divergence = on_divergence
+        self.divergences: list[Divergence] = []
+        self.pending: dict[int, dict[str, Output]] = {}
+        self.timers: dict[str, Timer] = {}
+        self.events_seen = 0
+        self.position = 0  # next offset to read
+        self.steps = 0
+        self.last_recorded_step = -1
+        self.unverified: int | None = None  # first step past what the live agent ever reached
+        self.reach: int | None = None
+        """Replay only: the live agent is known to have got to here (exclusive); see finish()."""
+        self.stopped = False  # a non-strict replay that could not go on (an effect it cannot serve)
+        self._handled = agent.handled_types()
+
+    # -- the fold -----------------------------------------------------------------------
+
+    def process(self, msg: Any, etype: str, writer: str, to: str | None) -> None:
+        """Fold one message (headers already parsed by the caller)."""
+        off = msg.offset()
+        self.position = off + 1
+        self.events_seen += 1
+        if self.stopped:
+            return
+        me = self.name
+        event: Event | None = None
+        if writer == me:
+            event = self._decode(msg)
+            if event is not None:
+                self._own(event)
+                if event.event_type == "timer.fired" and event.to == me:
+                    self._step(off, event)
+                    return
+        elif etype == "run.started" or (etype in self._handled and (to == me or (to is None and etype not in RECORD_TYPES))):
+            event = self._decode(msg)
+            if event is not None:
+                if event.event_type == "run.started":
+                    self.ctx.set_run(run_id=event.run_id, seed=event.payload["seed"])
+                if event.event_type in self._handled and (event.to in (None, me)):
+                    self._step(off, event)
+                    return
+        if self._logical_due():
+            self._step(off, None)
+
+    def live(self, offset: int) -> bool:
+        return self.live_sink is not None and offset > self.index.last_step
+
+    def _step(self, off: int, event: Event | None) -> None:
+        sink = self.live_sink if self.live(off) else self.verify_sink
+        ctx = self.ctx
+        ctx.begin(step=off, event=event, sink=sink)  # type: ignore[arg-type]
+        try:
+            if event is not None:
+                handler = self.agent.handler_for(event)
+                if handler is not None:
+                    self.steps += 1
+                    try:
+                        with guarded(agent=self.name, offset=off):
+                            handler(ctx, event)
+                    except NondeterminismError:
+                        raise
+                    except Exception as exc:  # recorded: replay expects the same failure here
+                        print(f"swarmlog: {self.name} handler failed at offset {off}:\n"
+                              f"{''.join(traceback.format_exception(exc))}", file=sys.stderr)
+                        ctx.emit("handler.failed", {"error_type": type(exc).__name__, "message": str(exc)},
+                                 to=self.name)
+            self._fire_logical(off)
+        except NondeterminismError as exc:
+            self._diverge(exc)
+        except _Unreached as exc:
+            self.unverified = exc.step
+            self.stopped = True  # nothing after this can be served from the log
+        finally:
+            ctx.end()
+
+    # -- own events: timers, and checking replayed outputs ----------------------------------
+
+    def _own(self, event: Event) -> None:
+        t = event.event_type
+        p = event.payload
+        if t == "timer.set":
+            after_events, after_ms = p["after_events"], p["after_ms"]
+            self.timers[p["name"]] = Timer(
+                name=p["name"], set_offset=event.offset,
+                due_count=self.events_seen + after_events if after_events is not None else None,
+                due_wall_ms=(event.timestamp_ms or 0) + after_ms if after_ms is not None else None)
+        elif t == "timer.cancelled":
+            self.timers.pop(p["name"], None)
+        elif t == "timer.fired":
+            timer = self.timers.get(p["name"])
+            if timer is not None and timer.set_offset == p["set_offset"]:
+                del self.timers[p["name"]]
+        parsed = parse_step(event.event_id)
+        if parsed is None:
+            return  # a wall-clock firing: a recorded fact, nothing to check
+        step = parsed[0]
+        if step > self.last_recorded_step:
+            self.last_recorded_step = step
+        if not self.pending:
+            if step <= self.index.last_step and not self.live(step) and event.event_type not in ("effect.recorded",
+                                                                                               "llm.call"):
+                self._diverge(NondeterminismError(offset=step, agent=self.name, recorded=_brief(event),
+                                                  detail="the log has an output this step no longer writes"))
+            return
+        # Everything still pending for an earlier step was never written.
+        for earlier in [s for s in self.pending if s < step]:
+            for out in self.pending.pop(earlier).values():
+                self._diverge(NondeterminismError(offset=earlier, agent=self.name, replayed=_brief_out(out),
+                                                  detail="the step now writes an event the log does not have"))
+        outs = self.pending.get(step)
+        out = outs.pop(event.event_id, None) if outs is not None else None
+        if outs is not None and not outs:
+            del self.pending[step]
+        if out is None:
+            if event.event_type not in ("effect.recorded", "llm.call"):
+                self._diverge(NondeterminismError(offset=step, agent=self.name, recorded=_brief(event),
+                                                  detail="the log has an output this step no longer writes"))
+            return
+        self.check(out, event)
+
+    def check(self, out: Output, rec: Event) -> None:
+        if (out.event_type, out.to, out.payload, out.causes) != (rec.event_type, rec.to, rec.payload, rec.causes):
+            step = parse_step(out.event_id)
+            self._diverge(NondeterminismError(offset=step[0] if step else rec.offset, agent=self.name,
+                                              detail=f"output {out.event_id} differs from the log",
+                                              recorded=_brief(rec), replayed=_brief_out(out)))
+
+    def finish(self, *, reached: int | None = None) -> None:
+        """End of a replay: outputs still pending were never written.
+
+        ``reached`` is how far the live agent is known to have got (its group's committed
+        offset). A step past both that and its last recorded output may simply never have
+        run live (an unfinished run, a stopped agent): its outputs are not divergences, and
+        ``unverified`` says from where on nothing could be checked.
+        """
+        bound = max(reached if reached is not None else -1, self.last_recorded_step + 1, self.reach or -1)
+        for step, outs in sorted(self.pending.items()):
+            if step >= bound:
+                self.unverified = step if self.unverified is None else min(self.unverified, step)
+                continue
+            for out in outs.values():
+                self._diverge(NondeterminismError(offset=step, agent=self.name, replayed=_brief_out(out),
+                                                  detail="the step now writes an event the log does not have"))
+        self.pending.clear()
+
+    # -- timers ---------------------------------------------------------------------------
+
+    def _logical_due(self) -> bool:
+        n = self.events_seen
+        for t in self.timers.values():
+            if t.due_count is not None and not t.firing and t.due_count <= n:
+                return True
+        return False
+
+    def _fire_logical(self, off: int) -> None:
+        n = self.events_seen
+        for t in sorted(self.timers.values(), key=lambda t: t.set_offset):
+            if t.due_count is not None and not t.firing and t.due_count <= n:
+                t.firing = True
+                self.ctx.output_timer_fired(name=t.name, set_offset=t.set_offset, clock="events",
+                                            causes=[t.set_offset, off])
+
+    def due_wall_timers(self, now_ms: int) -> list[Timer]:
+        return [t for t in self.timers.values()
+                if t.due_wall_ms is not None and not t.firing and t.due_wall_ms <= now_ms]
+
+    def next_wall_due_ms(self) -> int | None:
+        dues = [t.due_wall_ms for t in self.timers.values() if t.due_wall_ms is not None and not t.firing]
+        return min(dues) if dues else None
+
+    # -- results --------------------------------------------------------------------------
+
+    def state_hash(self) -> str:
+        return state_hash(self.agent.state)
+
+    def _decode(self, msg: Any) -> Event | None:
+        try:
+            writer, rec = self.decoder.decode(msg.value(), msg.offset())
+        except SwarmlogError:
+            return None  # not an event: the sink dead-letters it; replay reports it
+        ts = msg.timestamp()
+        return Event.from_record(msg.offset(), writer.event_type, writer.version, rec, ts[1] if ts[0] else None)
+
+    def _diverge(self, exc: NondeterminismError) -> None:
+        if getattr(exc, "_swarmlog_seen", False):  # already recorded where it was detected
+            if self.strict:
+                raise exc
+            return
+        exc._swarmlog_seen = True  # type: ignore[attr-defined]
+        d = Divergence(offset=exc.offset if exc.offset is not None else -1, agent=self.name, detail=exc.detail,
+                       recorded=exc.recorded, replayed=exc.replayed)
+        self.divergences.append(d)
+        if self.on_divergence is not None:
+            self.on_divergence(d)
+        if self.strict:
+            raise exc
+        if "effect" in exc.detail or "LLM" in exc.detail:
+            self.stopped = True  # cannot serve what the log does not have: stop this agent here
+
+
+def _brief(event: Event) -> dict[str, Any]:
+    return {"event_type": event.event_type, "to": event.to, "payload": event.payload, "causes": event.causes}
+
+
+def _brief_out(out: Output) -> dict[str, Any]:
+    return {"event_type": out.event_type, "to": out.to, "payload": out.payload, "causes": out.causes}

@@ -1,0 +1,137 @@
+"""Agents and swarms: what users write.
+
+An agent is a set of handlers over the events addressed to it, and a state that
+is nothing but the fold of those handlers over the log::
+
+    from swarmlog import Agent, Swarm, on, on_message, on_timer
+
+    class Worker(Agent):
+        def initial_state(self):
+            return {"done": 0}
+
+        @on_message("task")
+        def task(self, ctx, event):
+            answer = ctx.llm({"model": "m", "messages": [{"role": "user", "content": event.body}]})
+            self.state["done"] += 1
+            ctx.send("coordinator", "result", answer["choices"][0]["message"]["content"])
+
+    swarm = Swarm(name="demo", agents=lambda: [Coordinator("coordinator"), Worker("w1")])
+
+Rules that make replay exact (the determinism guard enforces the first two):
+
+* A handler touches the world only through ``ctx``: ``ctx.now()`` for time,
+  ``ctx.random()`` for randomness, ``ctx.llm()`` / ``ctx.effect()`` for I/O,
+  ``ctx.timer()`` / ``ctx.timeout()`` for waiting.
+* All state lives in ``self.state`` and is JSON-serialisable (it is hashed to
+  compare a replay with the live run).
+* Handlers run one at a time per agent, in log order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .errors import ConfigurationError
+from .events import Event
+
+Handler = Callable[[Any, Any, Event], None]
+
+_HANDLES = "__swarmlog_handles__"
+MESSAGE = "agent.message"
+TIMER_FIRED = "timer.fired"
+
+
+def on(event_type: str) -> Callable[[Handler], Handler]:
+    """Handle every event of ``event_type`` addressed to this agent (or broadcast)."""
+    return _mark((event_type, None))
+
+
+def on_message(kind: str) -> Callable[[Handler], Handler]:
+    """Handle ``agent.message`` events of one ``kind`` (``ctx.send(to, kind, body)``)."""
+    return _mark((MESSAGE, kind))
+
+
+def on_timer(name: str) -> Callable[[Handler], Handler]:
+    """Handle the firing of the timer or timeout called ``name``."""
+    return _mark((TIMER_FIRED, name))
+
+
+def _mark(key: tuple[str, str | None]) -> Callable[[Handler], Handler]:
+    def decorate(fn: Handler) -> Handler:
+        keys = list(getattr(fn, _HANDLES, ()))
+        keys.append(key)
+        setattr(fn, _HANDLES, tuple(keys))
+        return fn
+
+    return decorate
+
+
+class Agent:
+    """Base class of agents: subclass it and declare handlers with :func:`on` & co."""
+
+    _handlers: dict[tuple[str, str | None], str] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        handlers: dict[tuple[str, str | None], str] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, value in vars(klass).items():
+                for key in getattr(value, _HANDLES, ()):
+                    handlers[key] = attr
+        cls._handlers = handlers
+
+    def __init__(self, name: str) -> None:
+        if not name or any(c in name for c in "@#:/ "):
+            raise ConfigurationError(f"agent name {name!r} must be non-empty without '@#:/' or spaces")
+        self.name = name
+        self.state: dict[str, Any] = self.initial_state()
+
+    def initial_state(self) -> dict[str, Any]:
+        """The state before the first event; override to add fields."""
+        return {}
+
+    def handler_for(self, event: Event) -> Callable[[Any, Event], None] | None:
+        """The bound handler for ``event``, most specific first (message kind, timer name)."""
+        handlers = self._handlers
+        if not handlers:
+            return None
+        sub = None
+        if event.event_type == MESSAGE:
+            sub = event.payload.get("kind")
+        elif event.event_type == TIMER_FIRED:
+            sub = event.payload.get("name")
+        attr = handlers.get((event.event_type, sub)) if sub is not None else None
+        if attr is None:
+            attr = handlers.get((event.event_type, None))
+        return getattr(self, attr) if attr is not None else None
+
+    def handled_types(self) -> frozenset[str]:
+        return frozenset(t for t, _ in self._handlers)
+
+
+class Swarm:
+    """A named set of agents, built fresh for every run or replay by ``agents()``."""
+
+    def __init__(self, *, name: str, agents: Callable[[], Sequence[Agent]], llm: Any = None,
+                 code_version: str = "") -> None:
+        self.name = name
+        self._factory = agents
+        self.llm = llm
+        """The LLM client ``ctx.llm`` calls live (never on replay); see ``swarmlog.llm``."""
+        self.code_version = code_version
+        names = [a.name for a in agents()]
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"swarm {name!r} has duplicate agent names: {names}")
+        self.agent_names = names
+
+    def agents(self) -> list[Agent]:
+        """Fresh agent instances (initial state)."""
+        return list(self._factory())
+
+    def agent(self, name: str) -> Agent:
+        for a in self._factory():
+            if a.name == name:
+                return a
+        raise ConfigurationError(f"swarm {self.name!r} has no agent {name!r} (agents: {', '.join(self.agent_names)})")
+

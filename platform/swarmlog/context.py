@@ -1,0 +1,270 @@
+"""``ctx``: a handler's only door to the world.
+
+Everything a handler can learn or do that is not a pure function of its state
+and its input goes through here, and is either *derived from the log* (time,
+randomness) or *recorded in the log* (messages, timers, effects, LLM calls):
+
+* ``ctx.now()`` is the offset being handled: logical time. ``ctx.log_time_ms()``
+  is the broker's append time as recorded in the log, never a clock reading.
+* ``ctx.random()`` is derived from (the run's seed, the agent, the offset, the
+  call's index within this step), never from a stream: adding a random call to
+  one handler cannot shift the numbers any other step sees.
+* ``ctx.llm()`` and ``ctx.effect()`` run live once, and their results are
+  appended to the log; on replay they are served from the log and the model is
+  never called again. A request that differs from the recorded one is a
+  divergence.
+
+Every output of a step gets the id ``<agent>@<offset>#<index>``: deterministic,
+so the runtime can tell, for each input, which outputs an earlier life of the
+agent already wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid as _uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .errors import NondeterminismError, SwarmlogError
+from .events import Event
+from .guard import allowed
+from .schemas import SchemaRegistry
+
+
+class EffectFailed(SwarmlogError):
+    """A recorded effect raised; replay raises the same failure at the same place."""
+
+    def __init__(self, *, name: str, error: str) -> None:
+        self.name = name
+        self.error = error
+        super().__init__(f"effect {name!r} failed: {error}")
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One event a step wrote (or would write)."""
+
+    event_id: str
+    event_type: str
+    payload: dict[str, Any]
+    to: str | None
+    causes: list[int]
+
+
+class OutputSink(Protocol):
+    """Where a step's outputs go: the live transaction, or the verifier."""
+
+    def write(self, out: Output, *, locate: bool) -> int | None:
+        """Write (or check) one output; with ``locate`` return its offset in the log."""
+
+    def recorded(self, event_id: str) -> Event | None:
+        """The recorded event with this id (replay), or None when running live."""
+
+
+def canonical(value: Any) -> str:
+    """Canonical JSON text: sorted keys, no whitespace; what requests and results are compared by."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class Context:
+    """One per agent, reused for every step (so the hot path allocates little)."""
+
+    __slots__ = ("agent", "registry", "llm_client", "_sink", "_event", "_step", "_index", "_rand_index",
+                 "_effects", "_rand_prefix", "seed", "run_id")
+
+    def __init__(self, *, agent: str, registry: SchemaRegistry, llm_client: Any = None) -> None:
+        self.agent = agent
+        self.registry = registry
+        self.llm_client = llm_client
+        self.seed: int | None = None
+        self.run_id = ""
+        self._rand_prefix = b""
+        self._sink: OutputSink | None = None
+        self._event: Event | None = None
+        self._step = -1
+        self._index = 0
+        self._rand_index = 0
+        self._effects: list[int] = []
+
+    # -- driven by the runtime -----------------------------------------------------------
+
+    def set_run(self, *, run_id: str, seed: int) -> None:
+        self.run_id = run_id
+        self.seed = seed
+        self._rand_prefix = f"{seed}\x1f{self.agent}\x1f".encode()
+
+    def begin(self, *, step: int, event: Event | None, sink: OutputSink) -> None:
+        self._step = step
+        self._event = event
+        self._sink = sink
+        self._index = 0
+        self._rand_index = 0
+        self._effects = []
+
+    def end(self) -> int:
+        """Close the step; return how many outputs it wrote."""
+        n = self._index
+        self._sink = None
+        self._event = None
+        return n
+
+    # -- time and randomness --------------------------------------------------------------
+
+    def now(self) -> int:
+        """Logical time: the offset of the event being handled."""
+        return self._step
+
+    def log_time_ms(self) -> int | None:
+        """The broker's append time of the event being handled, as recorded in the log."""
+        return self._event.timestamp_ms if self._event is not None else None
+
+    def _draw(self, domain: bytes) -> bytes:
+        if self.seed is None:
+            raise SwarmlogError("no run.started event precedes this step, so there is no seed to derive "
+                                "randomness from; start runs with `swarmlog run` (it writes run.started)")
+        i = self._rand_index
+        self._rand_index = i + 1
+        return hashlib.sha256(self._rand_prefix + domain + f"{self._step}\x1f{i}".encode()).digest()
+
+    def random(self) -> float:
+        """A float in [0, 1) derived from (seed, agent, offset, call index)."""
+        return (int.from_bytes(self._draw(b"f")[:8], "big") >> 11) * (1.0 / (1 << 53))
+
+    def randint(self, a: int, b: int) -> int:
+        """An integer in [a, b], derived like :meth:`random` (unbiased)."""
+        span = b - a + 1
+        if span <= 0:
+            raise ValueError(f"empty range [{a}, {b}]")
+        return a + int.from_bytes(self._draw(b"i"), "big") % span  # 256 bits: bias < 2**-200
+
+    def choice(self, seq: Sequence[Any]) -> Any:
+        return seq[self.randint(0, len(seq) - 1)]
+
+    def uuid(self) -> str:
+        """A UUID (version 4 layout) derived like :meth:`random`."""
+        return str(_uuid.UUID(bytes=self._draw(b"u")[:16], version=4))
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def send(self, to: str, kind: str, body: Any = "") -> None:
+        """Send an ``agent.message`` to one agent. A non-string body is sent as canonical JSON."""
+        self.emit("agent.message", {"kind": kind, "body": body if isinstance(body, str) else canonical(body)}, to=to)
+
+    def broadcast(self, kind: str, body: Any = "") -> None:
+        """Send an ``agent.message`` to every other agent."""
+        self.emit("agent.message", {"kind": kind, "body": body if isinstance(body, str) else canonical(body)},
+                  to=None)
+
+    def emit(self, event_type: str, payload: dict[str, Any], *, to: str | None = None) -> None:
+        """Write an event of any type in ``schemas/`` (validated before anything is written)."""
+        self._output(event_type, payload, to)
+
+    # -- timers -----------------------------------------------------------------------------
+
+    def timer(self, name: str, *, after_events: int) -> None:
+        """Fire ``name`` once ``after_events`` more events have been appended to the log."""
+        if after_events < 1:
+            raise ValueError("after_events must be at least 1")
+        self._output("timer.set", {"name": name, "after_events": after_events, "after_ms": None}, self.agent)
+
+    def timeout(self, name: str, *, seconds: float) -> None:
+        """Fire ``name`` after a wall-clock timeout. The firing is appended to the log, so once
+        fired its place in the total order is fixed and every replay sees it there."""
+        if seconds < 0:
+            raise ValueError("seconds must be >= 0")
+        self._output("timer.set", {"name": name, "after_events": None, "after_ms": int(seconds * 1000)}, self.agent)
+
+    def cancel_timer(self, name: str) -> None:
+        self._output("timer.cancelled", {"name": name}, self.agent)
+
+    # -- recorded I/O -----------------------------------------------------------------------
+
+    def effect(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` live once and record its (JSON) result; on replay, serve the record.
+
+        Returns the result as it reads back from JSON, live and on replay alike.
+        Raises :class:`EffectFailed` if ``fn`` raised (live) or the record says it did (replay).
+        """
+        args_json = canonical(list(args))
+        event_id, recorded = self._next_recorded()
+        if recorded is None:
+            error = None
+            result_json: str | None
+            with allowed():
+                try:
+                    result_json = canonical(fn(*args))
+                except Exception as exc:  # recorded, then raised to the handler as EffectFailed
+                    result_json, error = None, f"{type(exc).__name__}: {exc}"
+            payload = {"name": name, "args_json": args_json, "result_json": result_json, "error": error}
+        else:
+            payload = recorded.payload
+            if recorded.event_type != "effect.recorded" or payload["name"] != name \
+                    or payload["args_json"] != args_json:
+                self._diverged(f"effect {name!r} with args {args_json} is not what the log recorded here",
+                               recorded=_describe(recorded), replayed={"effect": name, "args": args_json})
+        self._effects.append(self._output("effect.recorded", payload, self.agent, locate=True, event_id=event_id))
+        if payload["error"] is not None:
+            raise EffectFailed(name=name, error=payload["error"])
+        return json.loads(payload["result_json"])
+
+    def llm(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Call the swarm's LLM live once and record request and response; on replay, serve the
+        recorded response. A request that differs from the recorded one is a divergence."""
+        request_json = canonical(request)
+        event_id, recorded = self._next_recorded()
+        if recorded is None:
+            if self.llm_client is None:
+                raise SwarmlogError("ctx.llm() needs an LLM client: Swarm(..., llm=OpenAIChat(...))")
+            with allowed():
+                response = self.llm_client.complete(request)
+            payload = {"model": str(request.get("model", "")), "request_json": request_json,
+                       "response_json": canonical(response)}
+        else:
+            payload = recorded.payload
+            if recorded.event_type != "llm.call" or payload["request_json"] != request_json:
+                self._diverged("the LLM request differs from the recorded one",
+                               recorded=_describe(recorded), replayed={"llm.call": request_json})
+        self._effects.append(self._output("llm.call", payload, self.agent, locate=True, event_id=event_id))
+        return json.loads(payload["response_json"])  # type: ignore[no-any-return]
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _next_recorded(self) -> tuple[str, Event | None]:
+        sink = self._require_sink()
+        event_id = f"{self.agent}@{self._step}#{self._index}"
+        return event_id, sink.recorded(event_id)
+
+    def _require_sink(self) -> OutputSink:
+        if self._sink is None:
+            raise SwarmlogError("ctx can only be used inside a handler, while a step runs")
+        return self._sink
+
+    def _output(self, event_type: str, payload: dict[str, Any], to: str | None, *, locate: bool = False,
+                event_id: str | None = None) -> int:
+        sink = self._require_sink()
+        payload = self.registry.latest(event_type).validate_payload(payload)
+        if event_id is None:
+            event_id = f"{self.agent}@{self._step}#{self._index}"
+        self._index += 1
+        causes = [self._step, *self._effects] if self._step >= 0 else list(self._effects)
+        offset = sink.write(Output(event_id, event_type, payload, to, causes), locate=locate)
+        return -1 if offset is None else offset
+
+    def output_timer_fired(self, *, name: str, set_offset: int, clock: str, causes: list[int]) -> None:
+        """The runtime's own output: a logical timer fired during this step."""
+        sink = self._require_sink()
+        event_id = f"{self.agent}@{self._step}#{self._index}"
+        self._index += 1
+        payload = {"name": name, "set_offset": set_offset, "clock": clock}
+        sink.write(Output(event_id, "timer.fired", payload, self.agent, causes), locate=False)
+
+    def _diverged(self, detail: str, *, recorded: Any, replayed: Any) -> None:
+        raise NondeterminismError(offset=self._step, agent=self.agent, detail=detail,
+                                  recorded=recorded, replayed=replayed)
+
+
+def _describe(event: Event) -> dict[str, Any]:
+    return {"event_type": event.event_type, "to": event.to, "payload": event.payload, "offset": event.offset}

@@ -1,0 +1,184 @@
+"""Running a swarm live: ``swarmlog run module:swarm``.
+
+A run begins with one ``run.started`` event recording the swarm, its seed (every
+``ctx.random()`` derives from it) and the code version. One topic holds one run:
+a second, different ``run.started`` is refused, because agents rebuilding from
+offset zero would otherwise mix two runs' histories.
+
+All agents in one process (one thread each), or one agent per process with
+``--agent NAME`` (one pod per agent on Kubernetes); the code path is the same
+:class:`swarmlog._worker.AgentWorker` either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer
+
+from ._worker import AgentWorker, WorkerResult
+from .agent import Swarm
+from .codec import Decoder
+from .errors import ConfigurationError, SwarmlogError
+from .log import EventLog
+from .reader import LogReader, high_watermark
+from .schemas import SchemaRegistry
+from .settings import Settings
+
+
+def load_swarm(spec: str) -> Swarm:
+    """``package.module:name`` -> the :class:`Swarm` it names (or a function returning one)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigurationError(f"expected module:swarm, got {spec!r}")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"cannot load swarm {spec!r}: {exc}") from None
+    if callable(obj) and not isinstance(obj, Swarm):
+        obj = obj()
+    if not isinstance(obj, Swarm):
+        raise ConfigurationError(f"{spec!r} is a {type(obj).__name__}, not a swarmlog.Swarm")
+    return obj
+
+
+def code_version(swarm: Swarm) -> str:
+    """The swarm's declared code version, else a hash of the source of its agents' modules."""
+    if swarm.code_version:
+        return swarm.code_version
+    h = hashlib.sha256()
+    modules = sorted({type(a).__module__ for a in swarm.agents()})
+    for name in modules:
+        module = importlib.import_module(name)
+        try:
+            h.update(inspect.getsource(module).encode())
+        except (OSError, TypeError):
+            h.update(name.encode())
+    return "src-" + h.hexdigest()[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    run_id: str
+    seed: int
+    offset: int
+    created: bool
+
+
+def find_run(settings: Settings, topic: str, registry: SchemaRegistry) -> RunInfo | None:
+    """The topic's ``run.started``, if any (read by header, decoded only it)."""
+    decoder = Decoder(registry)
+    with LogReader(settings=settings, topic=topic) as reader:
+        reader.assign(0)
+        for batch in reader.batches():
+            for m in batch:
+                if ("sl.type", b"run.started") in (m.headers() or ()):
+                    _, rec = decoder.decode(m.value(), m.offset())
+                    return RunInfo(run_id=rec["run_id"], seed=rec["payload"]["seed"], offset=m.offset(),
+                                   created=False)
+    return None
+
+
+def start_run(*, settings: Settings, swarm: Swarm, run_id: str, seed: int, topic: str | None = None,
+              registry: SchemaRegistry | None = None) -> RunInfo:
+    """Append ``run.started`` unless the topic already has it (idempotent for the same run)."""
+    topic = topic or settings.topic
+    registry = registry or SchemaRegistry.load(settings.schema_dir)
+    existing = find_run(settings, topic, registry)
+    if existing is not None:
+        if existing.run_id != run_id or existing.seed != seed:
+            raise SwarmlogError(
+                f"topic {topic!r} already holds run {existing.run_id!r} (seed {existing.seed}); one topic holds "
+                f"one run, so that replay from offset zero rebuilds exactly one history. Use a new topic.")
+        return existing
+    with EventLog(settings=settings, registry=registry, topic=topic, run_id=run_id) as log:
+        offset = log.append("run.started", {"swarm": swarm.name, "seed": seed, "code_version": code_version(swarm),
+                                            "agents": swarm.agent_names}, agent="swarmlog", event_id=f"run@{run_id}")
+    return RunInfo(run_id=run_id, seed=seed, offset=offset, created=True)
+
+
+def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = None, topic: str | None = None,
+               registry: SchemaRegistry | None = None, until_quiet: float | None = None,
+               stop: threading.Event | None = None,
+               on_started: Callable[[list[AgentWorker]], None] | None = None) -> list[WorkerResult]:
+    """Run the named agents (default: all) live, one thread each, until ``stop`` is set,
+    SIGTERM/SIGINT arrives (in the main thread), or — with ``until_quiet`` — the log has not
+    grown for that many seconds and no agent has a timeout pending."""
+    topic = topic or settings.topic
+    registry = registry or SchemaRegistry.load(settings.schema_dir)
+    names = agents or swarm.agent_names
+    workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic) for n in names]
+    stop = stop or threading.Event()
+    results: dict[str, WorkerResult] = {}
+    errors: dict[str, BaseException] = {}
+
+    def work(w: AgentWorker) -> None:
+        try:
+            results[w.agent.name] = w.run()
+        except BaseException as exc:  # surfaced below, after every agent stopped
+            errors[w.agent.name] = exc
+            stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    threads = [threading.Thread(target=work, args=(w,), name=f"agent-{w.agent.name}") for w in workers]
+    for t in threads:
+        t.start()
+    if on_started is not None:
+        on_started(workers)
+    watcher = _QuietWatcher(settings, topic) if until_quiet else None
+    while not stop.wait(0.2):
+        if watcher is not None and watcher.quiet(until_quiet, workers):  # type: ignore[arg-type]
+            break
+        if errors:
+            break
+    for w in workers:
+        w.stop()
+    for t in threads:
+        t.join()
+    if errors:
+        name, exc = next(iter(errors.items()))
+        raise exc
+    return [results[n] for n in names]
+
+
+class _QuietWatcher:
+    """"Quiet": the log end has not moved for a while, every agent has read to it, no timeout pending."""
+
+    def __init__(self, settings: Settings, topic: str) -> None:
+        self._settings = settings
+        self._topic = topic
+        self._consumer = Consumer(settings.kafka_config(
+            {"group.id": f"swarmlog-quiet-{topic}", "isolation.level": "read_uncommitted"}))
+        self._high = -1
+        self._since = time.monotonic()
+
+    def quiet(self, seconds: float, workers: list[AgentWorker]) -> bool:
+        high = high_watermark(self._settings, self._topic, consumer=self._consumer)
+        now = time.monotonic()
+        if high != self._high:
+            self._high, self._since = high, now
+            return False
+        if now - self._since < seconds:
+            return False
+        for w in workers:
+            core = w.core
+            if core is None or not w.caught_up.is_set() or core.next_wall_due_ms() is not None \
+                    or w.eof_at < high:
+                return False
+        self._consumer.close()
+        return True
+
+
+def result_json(results: list[WorkerResult]) -> dict[str, Any]:
+    return {"agents": {r.agent: r.state_hash for r in results}, "positions": {r.agent: r.position for r in results},
+            "steps": {r.agent: r.steps for r in results}}

@@ -1,0 +1,91 @@
+"""Swarms the runtime tests run live and then replay."""
+
+from __future__ import annotations
+
+from swarmlog import Agent, Swarm, on, on_message, on_timer
+
+N_AGENTS = 5
+CHAINS = 4
+TTL = 12
+
+
+def _names(n: int = N_AGENTS) -> list[str]:
+    return [f"r{i}" for i in range(n)]
+
+
+class Relay(Agent):
+    """Passes tokens to random peers; uses every door of ctx: random, effects, timers, broadcasts."""
+
+    ttl = TTL
+
+    def initial_state(self):
+        return {"hops": 0, "total": 0, "draws": [], "finished": [], "ticks": 0, "lookups": {}}
+
+    @on("run.started")
+    def start(self, ctx, event):
+        ctx.timer("tick", after_events=25)
+        if self.name == "r0":
+            for chain in range(CHAINS):
+                ctx.send(ctx.choice(_names()[1:]), "hop", {"chain": chain, "ttl": self.ttl})
+
+    @on_message("hop")
+    def hop(self, ctx, event):
+        msg = event.json()
+        draw = ctx.randint(0, 1000)
+        self.state["hops"] += 1
+        self.state["total"] += draw
+        self.state["draws"] = (self.state["draws"] + [draw])[-5:]
+        if msg["chain"] % 2 == 0:
+            # Recorded I/O: runs live once, is served from the log on replay.
+            looked_up = ctx.effect("lookup", _lookup, msg["chain"], msg["ttl"])
+            self.state["lookups"][str(msg["chain"])] = looked_up
+        if msg["ttl"] > 0:
+            peers = [n for n in _names() if n != self.name]
+            ctx.send(ctx.choice(peers), "hop", {"chain": msg["chain"], "ttl": msg["ttl"] - 1})
+        else:
+            ctx.broadcast("finished", {"chain": msg["chain"], "by": self.name})
+            self.state["finished"].append(msg["chain"])
+
+    @on_message("finished")
+    def finished(self, ctx, event):
+        self.state["finished"].append(event.json()["chain"])
+
+    @on_timer("tick")
+    def tick(self, ctx, event):
+        self.state["ticks"] += 1
+        if self.state["ticks"] < 3:
+            ctx.timer("tick", after_events=25)
+
+
+CALLS = {"lookup": 0}
+
+
+def _lookup(chain: int, ttl: int) -> dict:
+    CALLS["lookup"] += 1
+    return {"chain": chain, "ttl": ttl, "square": chain * chain + ttl}
+
+
+relay = Swarm(name="relay", agents=lambda: [Relay(n) for n in _names()], code_version="relay-1")
+
+
+class LongRelay(Relay):
+    ttl = 150
+
+
+relay_long = Swarm(name="relay-long", agents=lambda: [LongRelay(n) for n in _names()], code_version="long-1")
+
+
+class RelayChanged(Relay):
+    """The same swarm with one changed decision: replaying its log must diverge, and say where."""
+
+    @on_message("hop")
+    def hop(self, ctx, event):
+        msg = event.json()
+        if msg["ttl"] == TTL - 3 and msg["chain"] == 1:
+            self.state["hops"] += 1
+            ctx.broadcast("finished", {"chain": msg["chain"], "by": self.name})  # gives up early
+            return
+        super().hop(ctx, event)
+
+
+relay_changed = Swarm(name="relay", agents=lambda: [RelayChanged(n) for n in _names()], code_version="relay-2")
