@@ -201,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     sub.add_parser("dev", help="local single-node Kafka + Postgres: up | down | status | env", add_help=False)
+    sub.add_parser("schema", help="check | list the event schemas (compatibility across versions)", add_help=False)
 
     t = sub.add_parser("topic", help="create or describe the swarm's single-partition topic")
     t.add_argument("action", choices=["create", "describe"])
@@ -264,6 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv and argv[0] == "dev":
             return cmd_dev(argv[1:])
+        if argv and argv[0] == "schema":
+            from .schema_check import run as schema_run
+
+            return schema_run(argv[1:])
         args = build_parser().parse_args(argv)
         return int(args.func(args))
     except SwarmlogError as exc:
