@@ -250,6 +250,13 @@ class AgentWorker:
                     self._commit(producer, consumer, sink, read_to)
                     committed_position = core.position
                     last_commit = now
+            # A clean stop records how far this life read, so the group's lag (and replay's
+            # notion of how far the live agent got) is exact.
+            read_to = max(core.position, self.eof_at)
+            if read_to > 0 and core.position != committed_position:
+                producer.begin_transaction()
+                sink.in_txn = True
+                self._commit(producer, consumer, sink, read_to)
         except BaseException:
             if sink.in_txn:
                 try:

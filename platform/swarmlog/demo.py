@@ -162,7 +162,50 @@ def main(*, settings: Settings, agents: int = 3, rounds: int = 200) -> int:
     print(f'  psql "{settings.database_url}" -c "SELECT seq, agent_id, recipient, payload->>\'kind\' AS kind '
           f"FROM events WHERE topic = '{topic}' ORDER BY seq LIMIT 20\"")
     print(f"replay it yourself:\n  swarmlog replay --topic {topic}")
+    ok &= _case_study(settings.model_copy(update={"topic": settings.topic.rsplit(".demo-", 1)[0]}))
     return 0 if ok else 1
+
+
+def _case_study(settings: Settings) -> bool:
+    """The seed document's case study: find a deadlock live, replay it, verify the fix."""
+    import sys
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    if not (examples / "case_study.py").is_file():
+        print("\n(case study skipped: examples/ is not next to this installation)")
+        return True
+    sys.path.insert(0, str(examples))
+    import case_study as cs  # noqa: PLC0415 - the example lives outside the package
+
+    print("\n== the case study: 5 agents; the worker's task_complete races the reviewer's timeout ==")
+    for attempt in range(1, 31):
+        run = cs.live_run(settings, cs.buggy, seed=attempt)
+        print(f"live run {attempt}: {'DEADLOCK' if run.deadlocked else 'finished'}"
+              f"  (reviewer: {run.states['reviewer']['phase']}, ignored {run.states['reviewer']['ignored']})")
+        if run.deadlocked:
+            break
+    else:
+        print("no deadlock in 30 live runs")
+        return False
+    print(f"found a deadlock after {attempt} live run(s): topic {run.settings.topic}")
+    same = True
+    for i in range(3):
+        r = cs.replay_deadlock(run)
+        equal = r.agents == run.hashes and not r.divergences
+        same &= equal and cs.deadlocked(r.states)
+        print(f"  replay {i + 1} with the same code: {'deadlock' if cs.deadlocked(r.states) else 'no deadlock'}, "
+              f"state {'identical to the live run' if equal else 'DIFFERENT'}")
+    what_if = cs.replay_deadlock(run, cs.fixed)
+    first = what_if.first_divergence
+    if first is not None:
+        print(f"the fix (accept late messages) replayed against the same log first diverges at offset "
+              f"{first.offset}: {first.agent} now sends "
+              f"{first.replayed['payload']['kind']!r} to {first.replayed['to']} where the run wrote nothing")
+    print(f"  try it: PYTHONPATH=examples swarmlog replay --topic {run.settings.topic} --swarm case_study:fixed")
+    runs = [cs.live_run(settings, cs.fixed, seed=100 + i) for i in range(3)]
+    print(f"new live runs with the fix: {sum(not r.deadlocked for r in runs)}/{len(runs)} finished")
+    return same and first is not None and not any(r.deadlocked for r in runs)
 
 
 def _wait_for_sink(sink: Any, end_offset: int, timeout: float = 60.0) -> None:
