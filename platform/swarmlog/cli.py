@@ -78,32 +78,65 @@ def cmd_sink(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from .replay import replay
+    from .runner import find_run
+    from .schemas import SchemaRegistry
+    from .token import ReplayToken, mismatches, token_from
 
+    expected = None
+    if args.verify:
+        expected = ReplayToken.load(args.verify)
+        expected.check_signature(Settings.from_env().token_key_bytes())
+        args.topic = expected.topic
+        args.to = expected.end_offset if args.to is None else args.to
+        if expected.reducer.startswith("swarm:") and not args.swarm:
+            raise SwarmlogError(f"this token holds the states of swarm {expected.reducer[6:]!r}: "
+                                f"pass --swarm module:swarm to verify it")
     settings = _settings(args)
     if args.swarm:
-        return _replay_swarm(args, settings)
-    reducer = _load_object(args.reducer) if args.reducer else None
-    bar = _progress_bar("replay", unit="ev")
-    try:
-        result = replay(settings=settings, to=args.to, group=args.group, reset=not args.no_reset,
-                        reducer=reducer, progress=bar.update_to if bar else None)
-    finally:
-        if bar:
-            bar.close()
-    for u in result.undecodable:
-        print(f"warning: offset {u.offset} is not a readable event and was not replayed: {u.error}",
-              file=sys.stderr)
-    if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        result, reducer = _replay_swarm(args, settings)
+        status = 4 if result.divergences else 0
     else:
-        print(f"replayed {result.events} events up to offset {result.end_offset} (exclusive)")
-        for agent, h in sorted(result.agents.items()):
-            print(f"  {agent:<20} {h}")
-        print(f"stream hash {result.stream_hash}")
-    return 3 if (args.strict and result.undecodable) else 0
+        reducer_obj = _load_object(args.reducer) if args.reducer else None
+        reducer = f"reducer:{args.reducer}" if args.reducer else "ledger"
+        bar = _progress_bar("replay", unit="ev")
+        try:
+            result = replay(settings=settings, to=args.to, group=args.group, reset=not args.no_reset,
+                            reducer=reducer_obj, progress=bar.update_to if bar else None)
+        finally:
+            if bar:
+                bar.close()
+        for u in result.undecodable:
+            print(f"warning: offset {u.offset} is not a readable event and was not replayed: {u.error}",
+                  file=sys.stderr)
+        if args.json:
+            print(json.dumps(result.to_json(), indent=2))
+        else:
+            print(f"replayed {result.events} events up to offset {result.end_offset} (exclusive)")
+            for agent, h in sorted(result.agents.items()):
+                print(f"  {agent:<20} {h}")
+            print(f"stream hash {result.stream_hash}")
+        status = 3 if (args.strict and result.undecodable) else 0
+    if args.token_out or expected is not None:
+        run = find_run(settings, settings.topic, SchemaRegistry.load(settings.schema_dir))
+        token = token_from(result, topic=settings.topic, run=run, code_version=run.code_version if run else None,
+                           reducer=reducer)
+        if args.token_out:
+            token.signed(settings.token_key_bytes()).save(args.token_out)
+            print(f"replay token written to {args.token_out}", file=sys.stderr)
+        if expected is not None:
+            diff = mismatches(expected, token)
+            if diff:
+                print(f"the replay does NOT match the token {args.verify}:")
+                for line in diff:
+                    print(f"  {line}")
+                return 5
+            print(f"the replay matches the token {args.verify}: {token.events} events, offsets "
+                  f"[{token.start_offset}, {token.end_offset}), stream {token.stream_hash[:16]}, "
+                  f"{len(token.agents)} agent state(s)")
+    return status
 
 
-def _replay_swarm(args: argparse.Namespace, settings: Settings) -> int:
+def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[Any, str]:
     from .replay import replay_swarm
     from .runner import load_swarm
 
@@ -112,8 +145,9 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> int:
                             "live agent, reset its group (swarmlog.<topic>.<agent>) and restart it: it always "
                             "rebuilds from offset zero")
     bar = _progress_bar("replay", unit="ev")
+    swarm = load_swarm(args.swarm)
     try:
-        result = replay_swarm(settings=settings, swarm=load_swarm(args.swarm), to=args.to,
+        result = replay_swarm(settings=settings, swarm=swarm, to=args.to,
                               progress=bar.update_to if bar else None)
     finally:
         if bar:
@@ -135,7 +169,7 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> int:
             print(f"  now:      {json.dumps(first.replayed, default=str)}")
             if len(result.divergences) > 1:
                 print(f"  ({len(result.divergences) - 1} more divergence(s) after it)")
-    return 4 if result.divergences else 0
+    return result, f"swarm:{swarm.name}"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -232,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--reducer", help="module:object folding events into agent state (default: the ledger)")
     r.add_argument("--json", action="store_true")
     r.add_argument("--strict", action="store_true", help="exit 3 if any message could not be read")
+    r.add_argument("--token-out", metavar="FILE", help="write a replay token (run, seed, offsets, hashes)")
+    r.add_argument("--verify", metavar="FILE", help="replay the token's range and check it matches (exit 5 if not)")
     r.add_argument("--swarm", help="module:swarm — re-run this code against the log and report divergences "
                                     "(exit 4 if it diverges)")
     r.set_defaults(func=cmd_replay)

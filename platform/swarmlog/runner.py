@@ -71,6 +71,7 @@ class RunInfo:
     seed: int
     offset: int
     created: bool
+    code_version: str = ""
 
 
 def find_run(settings: Settings, topic: str, registry: SchemaRegistry) -> RunInfo | None:
@@ -83,7 +84,7 @@ def find_run(settings: Settings, topic: str, registry: SchemaRegistry) -> RunInf
                 if ("sl.type", b"run.started") in (m.headers() or ()):
                     _, rec = decoder.decode(m.value(), m.offset())
                     return RunInfo(run_id=rec["run_id"], seed=rec["payload"]["seed"], offset=m.offset(),
-                                   created=False)
+                                   created=False, code_version=rec["payload"]["code_version"])
     return None
 
 
@@ -102,7 +103,7 @@ def start_run(*, settings: Settings, swarm: Swarm, run_id: str, seed: int, topic
     with EventLog(settings=settings, registry=registry, topic=topic, run_id=run_id) as log:
         offset = log.append("run.started", {"swarm": swarm.name, "seed": seed, "code_version": code_version(swarm),
                                             "agents": swarm.agent_names}, agent="swarmlog", event_id=f"run@{run_id}")
-    return RunInfo(run_id=run_id, seed=seed, offset=offset, created=True)
+    return RunInfo(run_id=run_id, seed=seed, offset=offset, created=True, code_version=code_version(swarm))
 
 
 def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = None, topic: str | None = None,

@@ -14,6 +14,7 @@ Variables:
 ``SWARMLOG_REPLICATION_FACTOR``  replication factor for topics swarmlog creates
                                  (default -1: the broker's ``default.replication.factor``).
 ``SWARMLOG_MIN_INSYNC_REPLICAS`` ``min.insync.replicas`` for topics swarmlog creates (default: broker's).
+``SWARMLOG_TOKEN_KEY``           key that signs and checks replay tokens (HMAC-SHA256); optional.
 ``SWARMLOG_KAFKA_<KEY>``         any librdkafka property, ``_`` standing for ``.``:
                                  ``SWARMLOG_KAFKA_SECURITY_PROTOCOL=SASL_SSL``,
                                  ``SWARMLOG_KAFKA_SASL_MECHANISM=SCRAM-SHA-512``,
@@ -26,7 +27,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:19092"
 DEFAULT_DATABASE_URL = "postgresql://swarmlog@127.0.0.1:15432/swarmlog"
@@ -53,6 +54,7 @@ class Settings(BaseModel):
     schema_dir: Path = Field(default_factory=_repo_schema_dir)
     replication_factor: int = -1
     min_insync_replicas: int | None = None
+    token_key: SecretStr | None = None
     kafka: Mapping[str, str] = Field(default_factory=dict)
     """Extra librdkafka properties (security, SASL, TLS, tuning) applied to every client."""
 
@@ -68,6 +70,7 @@ class Settings(BaseModel):
             "SWARMLOG_SCHEMA_DIR": "schema_dir",
             "SWARMLOG_REPLICATION_FACTOR": "replication_factor",
             "SWARMLOG_MIN_INSYNC_REPLICAS": "min_insync_replicas",
+            "SWARMLOG_TOKEN_KEY": "token_key",
         }
         for var, field in simple.items():
             if env.get(var):
@@ -79,6 +82,9 @@ class Settings(BaseModel):
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(values)
+
+    def token_key_bytes(self) -> bytes | None:
+        return self.token_key.get_secret_value().encode() if self.token_key else None
 
     def kafka_config(
         self,

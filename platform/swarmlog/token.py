@@ -1,0 +1,107 @@
+"""Replay tokens: a small, versioned record that pins a replay down.
+
+A token bundles what identifies a run's history and what replaying it must give:
+the topic, the run id and seed from ``run.started``, the code version that ran, the
+offsets replayed (``[start_offset, end_offset)``), the hash of the event stream over
+that range, and each agent's state hash. ``swarmlog replay --token-out t.json``
+writes one; ``swarmlog replay --verify t.json`` replays the same range and says
+exactly what differs. Keep tokens beside the log (in the incident ticket, in git):
+a token plus the topic is a reproducible bug report.
+
+With ``SWARMLOG_TOKEN_KEY`` set, tokens are signed (HMAC-SHA256 over their
+canonical JSON) and verification refuses a token whose signature does not match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import SwarmlogError
+
+TOKEN_VERSION = 1
+
+
+class InvalidToken(SwarmlogError):
+    """A token file that cannot be used: unreadable, of an unknown version, or badly signed."""
+
+
+@dataclass(frozen=True)
+class ReplayToken:
+    topic: str
+    run_id: str | None
+    seed: int | None
+    code_version: str | None
+    start_offset: int
+    end_offset: int
+    events: int
+    stream_hash: str
+    agents: dict[str, str]
+    reducer: str
+    """What the agent hashes are of: ``ledger`` (plain replay) or ``swarm:<name>`` (agents' state)."""
+    version: int = TOKEN_VERSION
+    signature: str | None = field(default=None, compare=False)
+
+    def body(self) -> bytes:
+        doc = asdict(self)
+        doc.pop("signature")
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+    def signed(self, key: bytes | None) -> ReplayToken:
+        if not key:
+            return self
+        sig = hmac.new(key, self.body(), hashlib.sha256).hexdigest()
+        return ReplayToken(**{**asdict(self), "signature": sig})
+
+    def check_signature(self, key: bytes | None) -> None:
+        if not key:
+            return
+        if self.signature is None:
+            raise InvalidToken("the token is not signed, but SWARMLOG_TOKEN_KEY is set: refusing an unsigned token")
+        expected = hmac.new(key, self.body(), hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(expected, self.signature):
+            raise InvalidToken("the token's signature does not match SWARMLOG_TOKEN_KEY: it was altered or "
+                               "signed with another key")
+
+    def save(self, path: Path | str) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: Path | str) -> ReplayToken:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise InvalidToken(f"cannot read replay token {path}: {exc}") from None
+        if doc.get("version") != TOKEN_VERSION:
+            raise InvalidToken(f"replay token {path} has version {doc.get('version')!r}; this swarmlog reads "
+                               f"version {TOKEN_VERSION}")
+        try:
+            return cls(**doc)
+        except TypeError as exc:
+            raise InvalidToken(f"replay token {path} is malformed: {exc}") from None
+
+
+def mismatches(expected: ReplayToken, actual: ReplayToken) -> list[str]:
+    """What differs between a token and a fresh replay of its range (empty: they agree)."""
+    out = []
+    for name in ("topic", "run_id", "seed", "start_offset", "end_offset", "events", "stream_hash", "reducer"):
+        a, b = getattr(expected, name), getattr(actual, name)
+        if a != b:
+            out.append(f"{name}: token has {a!r}, the log now gives {b!r}")
+    for agent in sorted(set(expected.agents) | set(actual.agents)):
+        a, b = expected.agents.get(agent), actual.agents.get(agent)
+        if a != b:
+            out.append(f"agent {agent}: token has state {a}, replay gives {b}")
+    return out
+
+
+def token_from(result: Any, *, topic: str, run: Any, code_version: str | None, reducer: str,
+               start_offset: int = 0) -> ReplayToken:
+    return ReplayToken(topic=topic, run_id=run.run_id if run else None, seed=run.seed if run else None,
+                       code_version=code_version, start_offset=start_offset, end_offset=result.end_offset,
+                       events=result.events, stream_hash=result.stream_hash, agents=dict(result.agents),
+                       reducer=reducer)
