@@ -17,10 +17,13 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import psycopg
 import pytest
 
+from swarmlog.codec import Decoder
+from swarmlog.reader import LogReader
 from swarmlog.schemas import SchemaRegistry
 from swarmlog.settings import Settings
 from swarmlog.topic import create_topic
@@ -67,6 +70,26 @@ def settings(base_settings: Settings, topic: str) -> Settings:
 def db(base_settings: Settings) -> Iterator[psycopg.Connection]:
     with psycopg.connect(base_settings.database_url, autocommit=True) as conn:
         yield conn
+
+
+class LogRecord(NamedTuple):
+    offset: int
+    event_type: str
+    record: dict[str, Any]
+    headers: list[tuple[str, bytes]]
+
+
+def read_log(settings: Settings, registry: SchemaRegistry) -> list[LogRecord]:
+    """Every event of the settings' topic, decoded, in offset order (read_committed)."""
+    decoder = Decoder(registry)
+    out = []
+    with LogReader(settings=settings) as reader:
+        reader.assign(0)
+        for batch in reader.batches():
+            for m in batch:
+                writer, rec = decoder.decode(m.value(), m.offset())
+                out.append(LogRecord(m.offset(), writer.event_type, rec, m.headers() or []))
+    return out
 
 
 def subprocess_env(settings: Settings) -> dict[str, str]:

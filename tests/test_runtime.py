@@ -19,15 +19,14 @@ from confluent_kafka import TopicPartition
 from swarmlog import Agent, Swarm, on
 from swarmlog._core import parse_step
 from swarmlog.causality import check_causality
-from swarmlog.codec import Decoder
 from swarmlog.errors import NondeterminismError
 from swarmlog.log import EventLog
-from swarmlog.reader import LogReader, high_watermark
+from swarmlog.reader import high_watermark
 from swarmlog.replay import replay_swarm
 from swarmlog.runner import run_agents, start_run
 
 from . import swarms
-from .conftest import REPO, new_topic_name, subprocess_env
+from .conftest import REPO, new_topic_name, read_log, subprocess_env
 
 AGENTS = [f"r{i}" for i in range(swarms.N_AGENTS)]
 
@@ -109,15 +108,7 @@ def _stop(procs: dict[str, subprocess.Popen]) -> dict[str, str]:
 
 
 def _events(settings, registry):
-    decoder = Decoder(registry)
-    out = []
-    with LogReader(settings=settings) as reader:
-        reader.assign(0)
-        for batch in reader.batches():
-            for m in batch:
-                w, rec = decoder.decode(m.value(), m.offset())
-                out.append((m.offset(), w.event_type, rec))
-    return out
+    return [(r.offset, r.event_type, r.record) for r in read_log(settings, registry)]
 
 
 def _assert_no_duplicate_and_no_lost_step(settings, registry) -> None:

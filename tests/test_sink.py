@@ -10,25 +10,15 @@ import sys
 import threading
 import time
 
-from swarmlog.codec import Decoder
 from swarmlog.log import EventLog
-from swarmlog.reader import LogReader
 from swarmlog_connectors.postgres_sink import PostgresSink
 
-from .conftest import subprocess_env
+from .conftest import read_log, subprocess_env
 
 
 def _topic_contents(settings, registry) -> list[tuple]:
-    decoder = Decoder(registry)
-    out = []
-    with LogReader(settings=settings) as reader:
-        reader.assign(0)
-        for batch in reader.batches():
-            for m in batch:
-                w, rec = decoder.decode(m.value(), m.offset())
-                out.append((m.offset(), rec["event_id"], rec["agent_id"], w.event_type, rec["to"], rec["causes"],
-                            rec["payload"]))
-    return out
+    return [(r.offset, r.record["event_id"], r.record["agent_id"], r.event_type, r.record["to"], r.record["causes"],
+             r.record["payload"]) for r in read_log(settings, registry)]
 
 
 def _mirror_contents(db, topic) -> list[tuple]:
