@@ -538,3 +538,26 @@ def test_the_guard_yields_to_an_installed_profiler(monkeypatch: pytest.MonkeyPat
     finally:
         sys.setprofile(None)
     assert "c_call" in events
+
+
+def test_a_gc_callback_that_reads_the_clock_is_not_blamed_on_the_handler() -> None:
+    """Libraries (hypothesis, profilers) time garbage collections from gc callbacks, which run
+    inside whatever handler allocated at that moment. That is not the handler reading the clock."""
+    import gc
+    import time
+
+    seen = []
+
+    def timing_callback(phase, info):
+        seen.append(time.perf_counter())
+
+    gc.callbacks.append(timing_callback)
+    try:
+        with guarded(agent="a", offset=1):
+            gc.collect()
+        with pytest.raises(ForbiddenCall):
+            with guarded(agent="a", offset=2):
+                time.perf_counter()  # the handler itself still may not
+    finally:
+        gc.callbacks.remove(timing_callback)
+    assert len(seen) >= 2  # the callback ran, start and stop, inside the guarded block

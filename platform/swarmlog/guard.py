@@ -42,6 +42,7 @@ handler returns normally, so a swallowed violation still fails the handler.
 from __future__ import annotations
 
 import _random
+import gc
 import importlib
 import random
 import sys
@@ -489,10 +490,14 @@ def _hook(frame: types.FrameType, event: str, fn: object) -> None:
 def _violation(frame: types.FrameType, entry: Forbidden, intercepted: str) -> None:
     """Raise ForbiddenCall for a denied C call, unless exempt; name what the handler called."""
     call = entry.call
+    # A gc callback runs wherever a collection happens to start, in whatever thread allocated;
+    # it is not the handler's logic and nothing it does flows into the handler's state
+    # (hypothesis, for one, times collections with perf_counter from such a callback).
+    gc_codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
     f: types.FrameType | None = frame
     while f is not None:  # rare path: cost does not matter here
         module = f.f_globals.get("__name__", "")
-        if module.partition(".")[0] in _EXEMPT_MODULES:
+        if module.partition(".")[0] in _EXEMPT_MODULES or f.f_code in gc_codes:
             return
         for code, self_, named in _named.get(id(f.f_code), ()):
             if code is f.f_code and (self_ is None or _first_arg(f) is self_):
