@@ -40,7 +40,7 @@ demo: up
 	$(BIN)/swarmlog demo
 
 schema-check: $(STAMP)
-	$(BIN)/swarmlog schema check
+	$(BIN)/swarmlog schema check --property
 
 test: $(STAMP) tools up schema-check
 	$(BIN)/python -m pytest -q -p no:cacheprovider

@@ -27,6 +27,7 @@ import fastavro
 
 from .errors import SchemaNotFound, UndecodableMessage
 from .schemas import EventSchema, SchemaRegistry
+from .upcasting import upcasters_for
 
 MAGIC = b"\xc3\x01"
 """Avro single-object encoding marker, version 1."""
@@ -102,7 +103,9 @@ class Decoder:
 
     def __init__(self, registry: SchemaRegistry, *, upcasters: dict[tuple[str, int], Upcaster] | None = None) -> None:
         self.registry = registry
-        self.upcasters = dict(upcasters or {})
+        # By default the upcasters beside the schemas (schemas/<type>/upcasters.py) apply;
+        # an explicit {} means none.
+        self.upcasters = dict(upcasters if upcasters is not None else upcasters_for(registry))
         self._plans: dict[bytes, _Plan] = {}
 
     def decode(self, value: bytes | None, offset: int | None = None) -> tuple[EventSchema, dict[str, Any]]:
