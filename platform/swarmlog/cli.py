@@ -1,4 +1,4 @@
-"""``swarmlog`` command line.
+"""swarmlog: a clock-free Kafka event log that gives agent swarms deterministic replay.
 
 Every command reads its settings from the environment (see ``swarmlog.settings``);
 ``--topic`` overrides ``SWARMLOG_TOPIC``. Errors swarmlog raises on purpose are
