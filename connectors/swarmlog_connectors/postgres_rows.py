@@ -66,6 +66,10 @@ class RowBuilder:
         json_for = self._encoders
         rows: list[tuple[Any, ...]] = []
         dead: list[tuple[Any, ...]] = []
+        # LogAppendTime: the broker stamps a whole batch with one timestamp, so one
+        # datetime serves runs of consecutive rows.
+        last_ts: int | None = None
+        logged_at: datetime | None = None
         for m in msgs:
             off = m.offset()
             value = m.value()
@@ -77,12 +81,20 @@ class RowBuilder:
                 dead.append(dead_letter(topic, m, str(exc)))
                 continue
             ts_type, ts = m.timestamp()
+            if ts != last_ts:
+                last_ts = ts
+                logged_at = datetime.fromtimestamp(ts / 1000, UTC) if ts_type else None
             rows.append((
                 topic, off, rec["event_id"], rec["run_id"], rec["agent_id"], writer.event_type,
-                writer.version, rec["to"], rec["causes"], payload,
-                datetime.fromtimestamp(ts / 1000, UTC) if ts_type else None,
+                writer.version, rec["to"], array_literal(rec["causes"]), payload,
+                logged_at if ts_type else None,
             ))
         return rows, dead
+
+
+def array_literal(values: list[int]) -> str:
+    """A bigint[] as Postgres array text (``{}``, ``{3,17}``): psycopg's list dumper costs ~1.5 µs a row."""
+    return "{" + ",".join(map(str, values)) + "}" if values else "{}"
 
 
 def dead_letter(topic: str, msg: Any, error: str) -> tuple[Any, ...]:

@@ -83,7 +83,7 @@ class PostgresSink:
     """Mirrors ``topic`` into Postgres. ``run()`` until stopped or, with ``until_end``, caught up."""
 
     def __init__(self, *, settings: Settings, topic: str | None = None, registry: SchemaRegistry | None = None,
-                 poll_timeout: float = 0.1, batch_size: int = 5000) -> None:
+                 poll_timeout: float = 0.02, batch_size: int = 5000) -> None:
         self.settings = settings
         self.topic = topic or settings.topic
         self.registry = registry or SchemaRegistry.load(settings.schema_dir)

@@ -20,7 +20,7 @@ once; per event there is one buffer write and one fastavro call.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import fastavro
@@ -47,7 +47,8 @@ Headers = list[tuple[str, bytes]]
 class Encoder:
     """Encodes records of one schema version; reuse one per (type, version)."""
 
-    __slots__ = ("schema", "_prefix", "_parsed", "_buf", "_type_headers")
+    __slots__ = ("schema", "_prefix", "_parsed", "_buf", "_type_headers", "_type_version", "_payload_parsed",
+                 "_strings", "_out")
 
     def __init__(self, schema: EventSchema) -> None:
         self.schema = schema
@@ -58,6 +59,16 @@ class Encoder:
             (H_TYPE, schema.event_type.encode()),
             (H_VERSION, str(schema.version).encode()),
         ]
+        # encode_event: the envelope's fields are fixed (schemas._check_envelope), so they are
+        # written here; the payload record, whatever its schema, goes through fastavro.
+        self._type_version = _avro_string(schema.event_type) + _avro_long(schema.version)
+        payload = schema.payload_schema
+        namespace = schema.schema.get("namespace")
+        if namespace and "namespace" not in payload and "." not in payload["name"]:
+            payload = {**payload, "namespace": namespace}  # as nested in the envelope
+        self._payload_parsed = fastavro.parse_schema(payload, named_schemas={})
+        self._strings: dict[str, bytes] = {}
+        self._out = _Capture()
 
     def encode(self, record: dict[str, Any]) -> bytes:
         buf = self._buf
@@ -67,11 +78,87 @@ class Encoder:
         fastavro.schemaless_writer(buf, self._parsed, record)
         return buf.getvalue()
 
+    def encode_event(self, event_id: str, run_id: str, agent: str, to: str | None, causes: Sequence[int],
+                     payload: dict[str, Any]) -> bytes:
+        """The same bytes as :meth:`encode` of the envelope record, about twice as fast.
+
+        Avro binary: a string is its UTF-8 length (zigzag varint) then the bytes; the
+        union ``to`` is the branch index (0 null, 1 string) then the value; the array
+        ``causes`` is one block (count, items) then 0. Run ids and agent names repeat,
+        so their encodings are kept.
+        """
+        strings = self._strings
+        run_b = strings.get(run_id)
+        if run_b is None:
+            run_b = self._remember(run_id)
+        agent_b = strings.get(agent)
+        if agent_b is None:
+            agent_b = self._remember(agent)
+        if to is None:
+            to_b = b"\x00"
+        else:
+            to_b = strings.get(to)
+            if to_b is None:
+                to_b = self._remember(to)
+            to_b = b"\x02" + to_b
+        causes_b = _avro_long(len(causes)) + b"".join(map(_avro_long, causes)) + b"\x00" if causes else b"\x00"
+        out = self._out
+        fastavro.schemaless_writer(out, self._payload_parsed, payload)
+        return b"".join((self._prefix, _avro_string(event_id), run_b, agent_b, self._type_version, to_b, causes_b,
+                         out.take()))
+
     def headers(self, agent: bytes, to: bytes | None) -> Headers:
         h = self._type_headers + [(H_AGENT, agent)]
         if to is not None:
             h.append((H_TO, to))
         return h
+
+    def _remember(self, s: str) -> bytes:
+        if len(self._strings) >= 4096:  # names repeat; anything else must not grow this forever
+            self._strings.clear()
+        b = self._strings[s] = _avro_string(s)
+        return b
+
+
+class _Capture:
+    """A file for fastavro.schemaless_writer that keeps what it writes (in one call, today;
+    any number of calls stay correct)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(data)
+
+    def take(self) -> bytes:
+        parts = self.parts
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        return data
+
+
+def _avro_long(n: int) -> bytes:
+    """Avro int/long: zigzag, then 7 bits a byte, low first."""
+    n = (n << 1) ^ (n >> 63)
+    if n < 0x80:
+        return _SMALL[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SMALL = [bytes([i]) for i in range(0x80)]
+
+
+def _avro_string(s: str) -> bytes:
+    b = s.encode()
+    n = len(b)
+    return (_SMALL[n << 1] if n < 0x40 else _avro_long(n)) + b
 
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]

@@ -105,20 +105,18 @@ class EventLog:
         if event_id is None:
             self._counter += 1
             event_id = self._id_prefix + str(self._counter)
-        value = enc.encode({
-            "event_id": event_id,
-            "run_id": self.run_id if run_id is None else run_id,
-            "agent_id": agent,
-            "event_type": event_type,
-            "schema_version": enc.schema.version,
-            "to": to,
-            "causes": causes,
-            "payload": payload,
-        })
-        agent_b = self._agent_bytes.get(agent)
+        value = enc.encode_event(event_id, self.run_id if run_id is None else run_id, agent, to, causes, payload)
+        names = self._agent_bytes
+        agent_b = names.get(agent)
         if agent_b is None:
-            agent_b = self._agent_bytes[agent] = agent.encode()
-        self._send(value, agent_b, enc.headers(agent_b, None if to is None else to.encode()))
+            agent_b = names[agent] = agent.encode()
+        if to is None:
+            to_b = None
+        else:
+            to_b = names.get(to)
+            if to_b is None:
+                to_b = names[to] = to.encode()
+        self._send(value, agent_b, enc.headers(agent_b, to_b))
 
     def produce_raw(self, value: bytes, *, key: bytes | None = None,
                     headers: list[tuple[str, bytes]] | None = None) -> None:

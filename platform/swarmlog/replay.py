@@ -82,18 +82,24 @@ class Fold:
         apply = self.reducer.apply
         states = self.states
         hasher = self.hasher
+        update = hasher.update
+        events = 0
         for m in msgs:
             off = m.offset()
             value = m.value()
-            hasher.update(off, value)
+            update(off, value)
             try:
                 writer, record = decode(value, off)
             except SwarmlogError as exc:
                 self.undecodable.append(Undecodable(offset=off, error=str(exc)))
                 continue
-            ts = m.timestamp()
-            apply(states, Event.from_record(off, writer.event_type, writer.version, record, ts[1] if ts[0] else None))
-            self.events += 1
+            ts_type, ts = m.timestamp()
+            # Event.from_record, inlined: this loop runs once per event of the log.
+            apply(states, Event(off, writer.event_type, writer.version, record["event_id"], record["run_id"],
+                                record["agent_id"], record["to"], record["causes"], record["payload"],
+                                ts if ts_type else None))
+            events += 1
+        self.events += events
 
     def result(self, end_offset: int) -> ReplayResult:
         return ReplayResult(
