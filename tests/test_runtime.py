@@ -8,13 +8,10 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition
 
 from swarmlog import Agent, Swarm, on
 from swarmlog._core import parse_step

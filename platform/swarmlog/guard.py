@@ -41,7 +41,6 @@ handler returns normally, so a swallowed violation still fails the handler.
 
 from __future__ import annotations
 
-import _random
 import gc
 import importlib
 import random
