@@ -109,11 +109,7 @@ class _LiveSink:
         enc = self._encoders.get(out.event_type)
         if enc is None:
             enc = self._encoders[out.event_type] = Encoder(self.registry.latest(out.event_type))
-        value = enc.encode({
-            "event_id": out.event_id, "run_id": self.run_id(), "agent_id": self.agent,
-            "event_type": out.event_type, "schema_version": enc.schema.version, "to": out.to,
-            "causes": out.causes, "payload": out.payload,
-        })
+        value = enc.encode_event(out.event_id, self.run_id(), self.agent, out.to, out.causes, out.payload)
         headers = enc.headers(self.agent_b, None if out.to is None else out.to.encode())
         step = parse_step(out.event_id)
         if step is not None:
