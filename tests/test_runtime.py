@@ -243,3 +243,28 @@ def test_sigterm_finishes_the_transaction_and_exits_cleanly(settings, registry):
     # The run is unfinished (hops were in flight), but what was committed replays exactly.
     result = replay_swarm(settings=settings, swarm=swarms.relay_long, registry=registry)
     assert result.divergences == []
+
+
+def test_a_swarm_is_not_quiet_while_an_agent_holds_an_open_transaction(settings, registry):
+    """Found by CI on a just-started broker: the coordinator's first outputs were held back by a
+    transaction coordinator still loading, the log end stood still for over a second, and the
+    swarm was called quiet (and 'deadlocked') before its first step was even on the broker."""
+    import threading
+    from types import SimpleNamespace
+
+    from swarmlog.runner import _QuietWatcher
+
+    with EventLog(settings=settings) as log:
+        log.append("agent.message", {"kind": "k", "body": "first step"}, agent="a")
+    end = high_watermark(settings, settings.topic)
+    caught_up = threading.Event()
+    caught_up.set()
+    worker = SimpleNamespace(core=SimpleNamespace(next_wall_due_ms=lambda: None), caught_up=caught_up,
+                             eof_at=end, in_transaction=True)
+    watcher = _QuietWatcher(settings, settings.topic)
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        assert not watcher.quiet(0.2, [worker]), "quiet while a transaction is open"
+        time.sleep(0.05)
+    worker.in_transaction = False
+    assert watcher.quiet(0.2, [worker])

@@ -168,12 +168,20 @@ class AgentWorker:
         self.caught_up = threading.Event()
         """Set once the agent has rebuilt up to the end of the log it found at start."""
         self.core: AgentCore | None = None
+        self._sink: _LiveSink | None = None
         self.eof_at = -1
         """The log end (exclusive) the agent last read up to; transaction markers make it differ
         from the last event's offset + 1."""
 
     def stop(self) -> None:
         self.stop_event.set()
+
+    @property
+    def in_transaction(self) -> bool:
+        """A transaction is open: outputs may be written but not yet on the broker (a
+        coordinator still loading holds them back) or a commit is in flight."""
+        sink = self._sink
+        return sink is not None and sink.in_txn
 
     def run(self) -> WorkerResult:
         name = self.agent.name
@@ -187,7 +195,7 @@ class AgentWorker:
             raise ServiceUnavailable(service="Kafka", address=self.settings.bootstrap_servers,
                                      detail=f"init_transactions for agent {name}: {exc}") from None
         index, start_end = build_index(settings=self.settings, topic=self.topic, agent=name, decoder=self.decoder)
-        sink = _LiveSink(producer=producer, topic=self.topic, registry=self.registry, agent=name,
+        sink = self._sink = _LiveSink(producer=producer, topic=self.topic, registry=self.registry, agent=name,
                          run_id=lambda: core.ctx.run_id)
         core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, index=index, live_sink=sink,
                                      llm_client=self.swarm.llm, strict=True)

@@ -173,9 +173,14 @@ class _QuietWatcher:
             return False
         for w in workers:
             core = w.core
-            if core is None or not w.caught_up.is_set() or core.next_wall_due_ms() is not None \
+            # An open transaction may hold outputs the broker has not seen yet (its
+            # coordinator still loading, a commit in flight): the log end says nothing then.
+            if core is None or not w.caught_up.is_set() or w.in_transaction or core.next_wall_due_ms() is not None \
                     or w.eof_at < high:
                 return False
+        # A step that committed while the workers were being looked at moved the end.
+        if high_watermark(self._settings, self._topic, consumer=self._consumer) != high:
+            return False
         self._consumer.close()
         return True
 
