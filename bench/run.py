@@ -2,7 +2,7 @@
 
 Usage::
 
-    PYTHONPATH=platform:connectors .venv/bin/python -m bench.run [--only append,replay,sink] [--out DIR]
+    PYTHONPATH=platform:connectors .venv/bin/python -m bench.run [--only append,replay,sink,swarm] [--out DIR]
 
 Knobs (environment): ``BENCH_REPS`` (repetitions), ``BENCH_QUICK=1`` (a tenth of
 the events, fewer repetitions: a smoke run), ``BENCH_BIG=1`` (also the 5M-event
@@ -32,7 +32,7 @@ from . import common
 from .replay import start_probe_server
 
 BENCH_DIR = Path(__file__).resolve().parent
-BENCHMARKS = ("append", "replay", "sink")
+BENCHMARKS = ("append", "replay", "sink", "swarm")
 
 # (column title, key, format)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
@@ -45,7 +45,7 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("ratio", "ratio", lambda v: "—" if v is None else f"{v:.2f}×"),
 )
 EXTRA_KEYS = ("p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "rss_mb", "baseline_rss_mb",
-              "rss_growth_mb", "rss_growth_within_run_mb", "vm_hwm_mb")
+              "rss_growth_mb", "rss_growth_within_run_mb", "vm_hwm_mb", "processes", "chains_in_flight")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +114,7 @@ def render_md(meta: dict[str, Any], table: str) -> str:
         "(the machine is shared: compare ratios within this run, not absolute numbers across runs).\n\n"
         f"{env}.\n\n"
         "Seconds are medians of the repetitions; ratio = events/s ÷ baseline events/s "
-        "(latency rows: see p50/p99). **Bold**: the headline of each benchmark. "
+        "(latency rows: see p50/p99; swarm rows count steps, and p50/p99 are per hop). **Bold**: the headline of each benchmark. "
         "How each number is measured: bench/README.md. Raw samples: bench/results.json.\n\n"
         f"{table}\n"
     )
