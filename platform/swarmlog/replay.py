@@ -30,7 +30,7 @@ from .events import Event
 from .reader import LogReader
 from .schemas import SchemaRegistry
 from .settings import Settings
-from .state import Ledger, Reducer, StreamHasher, state_hash
+from .state import Ledger, LedgerRow, Reducer, StreamHasher, state_hash
 from .topic import admin_client
 
 _TIMEOUT_S = 30.0
@@ -78,27 +78,34 @@ class Fold:
         self.undecodable: list[Undecodable] = []
 
     def apply_batch(self, msgs: list[Any]) -> None:
+        self.hasher.update_batch(msgs)
         decode = self.decoder.decode
-        apply = self.reducer.apply
+        reducer = self.reducer
+        # The default ledger takes the batch as rows, not one Event per event (no tuple
+        # to build, one call per batch). Exactly Ledger: a subclass may override apply(),
+        # and like any other reducer it is given Events.
+        rows: list[LedgerRow] | None = [] if type(reducer) is Ledger else None
         states = self.states
-        hasher = self.hasher
-        update = hasher.update
+        apply = reducer.apply
         events = 0
         for m in msgs:
             off = m.offset()
-            value = m.value()
-            update(off, value)
             try:
-                writer, record = decode(value, off)
+                writer, record = decode(m.value(), off)
             except SwarmlogError as exc:
                 self.undecodable.append(Undecodable(offset=off, error=str(exc)))
                 continue
-            ts_type, ts = m.timestamp()
-            # Event.from_record, inlined: this loop runs once per event of the log.
-            apply(states, Event(off, writer.event_type, writer.version, record["event_id"], record["run_id"],
-                                record["agent_id"], record["to"], record["causes"], record["payload"],
-                                ts if ts_type else None))
+            if rows is not None:
+                rows.append((off, writer.event_type, record["agent_id"], record["to"], record["payload"]))
+            else:
+                ts_type, ts = m.timestamp()
+                # Event.from_record, inlined: this loop runs once per event of the log.
+                apply(states, Event(off, writer.event_type, writer.version, record["event_id"], record["run_id"],
+                                    record["agent_id"], record["to"], record["causes"], record["payload"],
+                                    ts if ts_type else None))
             events += 1
+        if rows:
+            reducer.fold_rows(states, rows)  # type: ignore[attr-defined]
         self.events += events
 
     def result(self, end_offset: int) -> ReplayResult:
