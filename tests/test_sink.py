@@ -10,7 +10,10 @@ import sys
 import threading
 import time
 
+from swarmlog.codec import Decoder
 from swarmlog.log import EventLog
+from swarmlog.reader import LogReader
+from swarmlog_connectors.postgres_rows import RowBuilder
 from swarmlog_connectors.postgres_sink import PostgresSink
 
 from .conftest import read_log, subprocess_env
@@ -38,6 +41,32 @@ def test_mirror_equals_topic_after_the_sink_catches_up(settings, registry, db):
     assert _mirror_contents(db, settings.topic) == _topic_contents(settings, registry)
     run_ids = db.execute("SELECT DISTINCT run_id FROM events WHERE topic = %s", (settings.topic,)).fetchall()
     assert run_ids == [("r1",)]
+
+
+def test_binary_copy_writes_every_column_as_the_row_tuples_have_it(settings, registry, db):
+    # The hot path writes rows in Postgres' binary COPY format by hand; the slow path INSERTs
+    # RowBuilder.build's tuples through psycopg. Both must store the same values, including
+    # NULL recipients, multi-element causes, non-ASCII, tabs and backslashes, and logged_at.
+    with EventLog(settings=settings, run_id="rün\t1\\x") as log:
+        for i in range(2000):
+            log.produce("agent.message", {"kind": "k\n", "body": f"ü-{i}\t\\n\r\"'{'x' * (i % 300)}"},
+                        agent=f"ä{i % 3}\\", to=None if i % 7 == 0 else f"a{(i + 1) % 3}",
+                        causes=list(range(max(0, i - i % 4), i)))
+        log.flush()
+    stats = PostgresSink(settings=settings, registry=registry, batch_size=300).run(until_end=True)
+    assert stats.rows == 2000 and stats.dead_letters == 0
+    builder = RowBuilder(topic=settings.topic, decoder=Decoder(registry))
+    expected = []
+    with LogReader(settings=settings) as reader:
+        reader.assign(0)
+        for batch in reader.batches():
+            expected += builder.build(batch)[0]
+    mirrored = db.execute(
+        "SELECT topic, seq, event_id, run_id, agent_id, event_type, schema_version, recipient, causes::text, "
+        "payload, logged_at FROM events WHERE topic = %s ORDER BY seq", (settings.topic,)).fetchall()
+    assert len(mirrored) == len(expected) == 2000
+    for got, want in zip(mirrored, expected, strict=True):
+        assert got == (*want[:9], json.loads(want[9]), want[10])
 
 
 def test_sink_resumes_without_gap_or_duplicate_after_sigkill(settings, registry, db):
@@ -119,6 +148,23 @@ def test_a_row_postgres_refuses_is_dead_lettered_not_a_stuck_sink(settings, regi
     assert db.execute("SELECT seq FROM dead_letters WHERE topic = %s", (settings.topic,)).fetchall() == [(4,)]
     assert db.execute("SELECT next_offset FROM sink_positions WHERE topic = %s",
                       (settings.topic,)).fetchone() == (10,)
+
+
+def test_a_refused_row_among_grouped_batches_costs_only_that_row(settings, registry, db):
+    # Small batches: while one transaction commits, the next ones are decoded and grouped into
+    # one transaction; the row-by-row redo must cover every batch of the group.
+    with EventLog(settings=settings) as log:
+        for i in range(3000):
+            log.produce("agent.message", {"kind": "k", "body": "nul\x00" if i == 2222 else str(i)}, agent="a")
+        log.flush()
+    stats = PostgresSink(settings=settings, registry=registry, batch_size=50).run(until_end=True)
+    assert stats.rows == 2999 and stats.dead_letters == 1
+    assert db.execute("SELECT seq FROM dead_letters WHERE topic = %s", (settings.topic,)).fetchall() == [(2222,)]
+    count, distinct = db.execute("SELECT count(*), count(DISTINCT seq) FROM events WHERE topic = %s",
+                                 (settings.topic,)).fetchone()
+    assert count == distinct == 2999
+    assert db.execute("SELECT next_offset FROM sink_positions WHERE topic = %s",
+                      (settings.topic,)).fetchone() == (3000,)
 
 
 def test_two_sinks_on_one_topic_still_mirror_exactly_once(settings, registry, db):

@@ -4,9 +4,9 @@ Exactly-once, and why it holds under SIGKILL at any instant:
 
 * The sink's position (the next offset to mirror) lives in Postgres, in
   ``sink_positions``, not in Kafka's consumer-group offsets.
-* Each batch is one Postgres transaction: lock the position row, COPY the
-  batch's rows, write its dead letters, advance the position, COMMIT. Either all
-  of it is durable or none of it is.
+* Each batch (or run of consecutive batches) is one Postgres transaction: lock
+  the position row, COPY the rows, write the dead letters, advance the position,
+  COMMIT. Either all of it is durable or none of it is.
 * On start (and after any rollback) the sink reads the position and assigns
   the partition there. A sink killed before COMMIT re-reads that batch; one
   killed after COMMIT starts after it. No gap, no duplicate; the primary key
@@ -21,6 +21,15 @@ are never mirrored.
 A message that does not decode, or a row Postgres refuses (jsonb rejects
 ``\\u0000``, for instance), goes to ``dead_letters`` with its offset, the error
 and the raw bytes, in the same transaction, and the sink keeps going.
+
+Throughput: a transaction runs on a second thread while the main thread consumes
+and decodes the next batches (psycopg waits for Postgres with the GIL released).
+One transaction at a time, and the next is handed over only after the previous
+one committed, so every transaction still checks and advances the position it
+expects, in offset order. Batches decoded while a transaction runs go into the
+next one together (up to ``transaction_size`` messages): when Postgres is the
+slower side, fewer, larger transactions. When a transaction finds itself fenced,
+the batches decoded after it are dropped and the sink re-seeks.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -41,9 +51,20 @@ from swarmlog.reader import LogReader
 from swarmlog.schemas import SchemaRegistry
 from swarmlog.settings import Settings
 
-from .postgres_rows import DEAD_LETTER_COLUMNS, EVENT_COLUMNS, RowBuilder, dead_letter
+from .postgres_rows import (
+    COPY_SIGNATURE,
+    COPY_TRAILER,
+    DEAD_LETTER_COLUMNS,
+    EVENT_COLUMNS,
+    CopyBatch,
+    RowBuilder,
+    dead_letter,
+)
 
-_COPY_EVENTS = sql.SQL("COPY events ({}) FROM STDIN").format(sql.SQL(", ").join(map(sql.Identifier, EVENT_COLUMNS)))
+# Binary: no text escaping to do in Python, no text parsing of integers, arrays and
+# timestamps in Postgres (RowBuilder.build_copy writes the stream).
+_COPY_EVENTS = sql.SQL("COPY events ({}) FROM STDIN (FORMAT binary)").format(
+    sql.SQL(", ").join(map(sql.Identifier, EVENT_COLUMNS)))
 _INSERT_EVENT = sql.SQL("INSERT INTO events ({}) VALUES ({})").format(
     sql.SQL(", ").join(map(sql.Identifier, EVENT_COLUMNS)), sql.SQL(", ").join(sql.Placeholder() * len(EVENT_COLUMNS))
 )
@@ -51,6 +72,9 @@ _INSERT_DEAD = sql.SQL("INSERT INTO dead_letters ({}) VALUES ({}) ON CONFLICT DO
     sql.SQL(", ").join(map(sql.Identifier, DEAD_LETTER_COLUMNS)),
     sql.SQL(", ").join(sql.Placeholder() * len(DEAD_LETTER_COLUMNS)),
 )
+# A grouped transaction also stops growing at this much COPY data, so that large events
+# cannot make the batches decoded ahead of Postgres hold more memory than this.
+_TRANSACTION_BYTES = 64 * 1024 * 1024
 # Serialises concurrent CREATE TABLE IF NOT EXISTS (which is not race-free in Postgres).
 _DDL_LOCK_KEY = 0x5357_4C47  # "SWLG"
 
@@ -80,30 +104,37 @@ def connect(settings: Settings) -> psycopg.Connection[Any]:
 
 
 class PostgresSink:
-    """Mirrors ``topic`` into Postgres. ``run()`` until stopped or, with ``until_end``, caught up."""
+    """Mirrors ``topic`` into Postgres. ``run()`` until stopped or, with ``until_end``, caught up.
+
+    ``batch_size`` messages are consumed and decoded at a time; a transaction holds one
+    batch, or several (up to ``transaction_size`` messages) when Postgres is behind.
+    """
 
     def __init__(self, *, settings: Settings, topic: str | None = None, registry: SchemaRegistry | None = None,
-                 poll_timeout: float = 0.02, batch_size: int = 5000) -> None:
+                 poll_timeout: float = 0.02, batch_size: int = 5000, transaction_size: int = 50_000) -> None:
         self.settings = settings
         self.topic = topic or settings.topic
         self.registry = registry or SchemaRegistry.load(settings.schema_dir)
         self.rows = RowBuilder(topic=self.topic, decoder=Decoder(self.registry))
         self.poll_timeout = poll_timeout
         self.batch_size = batch_size
+        self.transaction_size = transaction_size
         self.stats = SinkStats()
         self._stop = threading.Event()
 
     def stop(self) -> None:
-        """Ask the sink to finish its current batch and return."""
+        """Ask the sink to write what it has consumed so far, then return."""
         self._stop.set()
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT finish the current batch, then ``run()`` returns."""
+        """SIGTERM/SIGINT: the sink writes what it has consumed so far, then ``run()`` returns."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stop())
 
     def run(self, *, until_end: bool = False, on_batch: Callable[[SinkStats], None] | None = None) -> SinkStats:
-        with connect(self.settings) as conn:
+        """Mirror until stopped (or, with ``until_end``, caught up); ``on_batch`` after each commit."""
+        with connect(self.settings) as conn, \
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="swarmlog-sink-db") as db:
             ensure_schema(conn)
             conn.autocommit = False
             position = self._read_position(conn)
@@ -111,69 +142,110 @@ class PostgresSink:
             with LogReader(settings=self.settings, topic=self.topic) as reader:
                 reader.assign(position)
                 self.stats.position = position
-                while not self._stop.is_set():
-                    moved = False
-                    for batch in reader.batches(follow=not until_end, timeout=self.poll_timeout,
-                                                batch_size=self.batch_size):
-                        if batch:
-                            expected = self.stats.position
-                            if not self._write(conn, batch, expected):
-                                # Another sink moved the position: re-seek to where it is now.
-                                position = self._read_position(conn)
-                                conn.commit()
-                                reader.consumer.assign([])
-                                reader.assign(position)
-                                self.stats.position = position
-                                moved = True
+                # The transaction running on the db thread: only one, as the next one's expected
+                # position is this one's end, which holds only once it committed.
+                in_flight: Future[bool] | None = None
+                pending: list[CopyBatch] = []  # decoded batches for the next transaction
+                try:
+                    while not self._stop.is_set():
+                        fenced = False
+                        for batch in reader.batches(follow=not until_end, timeout=self.poll_timeout,
+                                                    batch_size=self.batch_size):
+                            if batch:
+                                pending.append(self.rows.build_copy(batch))
+                            # While the db thread is busy, keep decoding into the next transaction
+                            # (until it is full: see _full); hand over when the db thread is free,
+                            # or at once when the log is idle (latency).
+                            if in_flight is not None and (in_flight.done() or not batch or self._full(pending)):
+                                fenced = not self._settle(in_flight, on_batch)
+                                in_flight = None
+                                if fenced:
+                                    break
+                            if in_flight is None and pending:
+                                in_flight = db.submit(self._write, conn, pending, self.stats.position)
+                                pending = []
+                            if self._stop.is_set():
                                 break
-                            if on_batch is not None:
-                                on_batch(self.stats)
-                        if self._stop.is_set():
+                        if not fenced and in_flight is not None:  # caught up, or stopping
+                            fenced = not self._settle(in_flight, on_batch)
+                            in_flight = None
+                        if not fenced and pending:
+                            fenced = not self._settle(db.submit(self._write, conn, pending, self.stats.position),
+                                                      on_batch)
+                        pending = []
+                        if fenced:
+                            # Another sink moved the position: what was decoded after the fenced
+                            # transaction is dropped; read on from where the position is now.
+                            position = self._read_position(conn)
+                            conn.commit()
+                            reader.consumer.assign([])
+                            reader.assign(position)
+                            self.stats.position = position
+                        elif until_end:
                             break
-                    if not moved and until_end:
-                        break
+                finally:
+                    if in_flight is not None:  # leaving on an error: let the transaction end first
+                        in_flight.exception()
         return self.stats
 
-    # -- one batch, one transaction ------------------------------------------------------
+    def _full(self, pending: list[CopyBatch]) -> bool:
+        return (sum(len(b.messages) for b in pending) >= self.transaction_size
+                or sum(len(b.data) for b in pending) >= _TRANSACTION_BYTES)
 
-    def _write(self, conn: psycopg.Connection[Any], batch: list[Any], expected: int) -> bool:
-        rows, dead = self.rows.build(batch)
-        next_offset = batch[-1].offset() + 1
+    def _settle(self, in_flight: Future[bool], on_batch: Callable[[SinkStats], None] | None) -> bool:
+        """Wait for the db thread's transaction: True if it committed, False if it was fenced."""
+        written = in_flight.result()
+        if written and on_batch is not None:
+            on_batch(self.stats)
+        return written
+
+    # -- one transaction (on the db thread) --------------------------------------------------
+
+    def _write(self, conn: psycopg.Connection[Any], batches: list[CopyBatch], expected: int) -> bool:
+        rows = sum(b.rows for b in batches)
+        dead = [d for b in batches for d in b.dead]
+        next_offset = batches[-1].next_offset
         try:
             with conn.cursor() as cur:
                 if self._lock_position(cur) != expected:
                     conn.rollback()
                     return False
-                with cur.copy(_COPY_EVENTS) as copy:
-                    for row in rows:
-                        copy.write_row(row)
+                if rows:
+                    with cur.copy(_COPY_EVENTS) as copy:
+                        copy.write(b"".join([COPY_SIGNATURE, *(b.data for b in batches), COPY_TRAILER]))
                 if dead:
                     cur.executemany(_INSERT_DEAD, dead)
                 self._set_position(cur, next_offset)
             conn.commit()
+            dead_count = len(dead)
         except psycopg.DataError:
-            # A row Postgres refuses (bad jsonb text, ...): redo the batch row by row,
+            # A row Postgres refuses (bad jsonb text, ...): redo the transaction row by row,
             # dead-lettering the bad ones. A duplicate key is NOT caught: with the
             # position fenced it cannot happen, and if it did, stopping loudly is right.
             conn.rollback()
-            if not self._write_slowly(conn, batch, rows, dead, expected, next_offset):
+            done = self._write_slowly(conn, [m for b in batches for m in b.messages], expected, next_offset)
+            if done is None:
                 return False
+            rows, dead_count = done
         except psycopg.OperationalError as exc:
             raise ServiceUnavailable(service="Postgres", address=_redact(self.settings.database_url),
                                      detail=str(exc).strip()) from None
         self.stats.position = next_offset
-        self.stats.rows += len(rows)
-        self.stats.dead_letters += len(dead)
-        self.stats.batches += 1
+        self.stats.rows += rows
+        self.stats.dead_letters += dead_count
+        self.stats.batches += len(batches)
         return True
 
-    def _write_slowly(self, conn: psycopg.Connection[Any], batch: list[Any], rows: list[tuple[Any, ...]],
-                      dead: list[tuple[Any, ...]], expected: int, next_offset: int) -> bool:
-        by_offset = {m.offset(): m for m in batch}
+    def _write_slowly(self, conn: psycopg.Connection[Any], messages: list[Any], expected: int,
+                      next_offset: int) -> tuple[int, int] | None:
+        """The messages row by row, each in a savepoint: (rows, dead letters), or None if fenced."""
+        # Its own RowBuilder: this runs on the db thread while the main one decodes the next batch.
+        rows, dead = RowBuilder(topic=self.topic, decoder=Decoder(self.registry)).build(messages)
+        by_offset = {m.offset(): m for m in messages}
         with conn.cursor() as cur:
             if self._lock_position(cur) != expected:
                 conn.rollback()
-                return False
+                return None
             refused = []
             for row in rows:
                 try:
@@ -185,9 +257,7 @@ class PostgresSink:
                 cur.execute(_INSERT_DEAD, d)
             self._set_position(cur, next_offset)
         conn.commit()
-        rows[:] = [r for r in rows if r[1] not in {d[1] for d in refused}]
-        dead.extend(refused)
-        return True
+        return len(rows) - len(refused), len(dead) + len(refused)
 
     def _lock_position(self, cur: psycopg.Cursor[Any]) -> int:
         cur.execute("SELECT next_offset FROM sink_positions WHERE topic = %s FOR UPDATE", (self.topic,))
