@@ -41,7 +41,7 @@ from swarmlog.schemas import SchemaRegistry
 from swarmlog.settings import Settings
 from swarmlog.topic import admin_client
 
-from .common import Run, env_int, fresh_topic, log, percentile, quick, reps, row
+from .common import Run, env_int, fresh_topic, log, percentile, reps, row
 
 AGENTS = tuple(f"s{i}" for i in range(5))
 CHAINS = env_int("BENCH_SWARM_CHAINS", 1000, scale=False)
