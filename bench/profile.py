@@ -7,7 +7,7 @@ Paths profiled (each on its own, the I/O-free ones over messages already in memo
 * ``append``: ``EventLog.produce`` x N + ``flush`` (what ``append.swarmlog`` times);
 * ``replay``: ``swarmlog.replay.replay()`` over a topic of N events;
 * ``replay fold``: ``Fold.apply_batch`` over N consumed messages (hash, decode, fold; no I/O);
-* ``sink rows``: ``RowBuilder.build`` over the same messages (decode, JSON, tuples; no I/O);
+* ``sink rows``: ``RowBuilder.build_copy`` over the same messages (decode, JSON, binary COPY bytes; no I/O);
 * ``sink``: ``PostgresSink.run(until_end=True)`` over the topic.
 
 pyinstrument samples Python frames: time inside a C extension (fastavro's
@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(("replay fold: Fold.apply_batch over messages in memory",
                          *profiled(lambda: [fold.apply_batch(b) for b in common.chunks(msgs, 5000)])))
         builder = RowBuilder(topic=topic, decoder=Decoder(registry))
-        sections.append(("sink rows: RowBuilder.build over messages in memory",
-                         *profiled(lambda: [builder.build(list(b)) for b in common.chunks(msgs, 5000)])))
+        sections.append(("sink rows: RowBuilder.build_copy over messages in memory",
+                         *profiled(lambda: [builder.build_copy(list(b)) for b in common.chunks(msgs, 5000)])))
         try:
             sections.append(("sink: PostgresSink.run(until_end=True)",
                              *profiled(lambda: PostgresSink(settings=s, topic=topic, registry=registry)
