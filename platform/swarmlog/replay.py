@@ -16,7 +16,7 @@ that do not decode are reported with their offsets, never silently skipped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,15 +79,35 @@ class Fold:
 
     def apply_batch(self, msgs: list[Any]) -> None:
         self.hasher.update_batch(msgs)
-        decode = self.decoder.decode
         reducer = self.reducer
-        # The default ledger takes the batch as rows, not one Event per event (no tuple
-        # to build, one call per batch). Exactly Ledger: a subclass may override apply(),
-        # and like any other reducer it is given Events.
-        rows: list[LedgerRow] | None = [] if type(reducer) is Ledger else None
-        states = self.states
-        apply = reducer.apply
-        events = 0
+        undecodable = len(self.undecodable)
+        if type(reducer) is Ledger:
+            # The default ledger takes rows, not one Event per event, and takes them as they
+            # are decoded: a batch's 5,000 decoded records never live at once (holding them
+            # cost more than decoding them one by one into the same few freed blocks).
+            # Exactly Ledger: a subclass may override apply(), and like any other reducer
+            # it is given Events.
+            reducer.fold_rows(self.states, self._rows(msgs))
+        else:
+            decode = self.decoder.decode
+            apply = reducer.apply
+            states = self.states
+            for m in msgs:
+                off = m.offset()
+                try:
+                    writer, record = decode(m.value(), off)
+                except SwarmlogError as exc:
+                    self.undecodable.append(Undecodable(offset=off, error=str(exc)))
+                    continue
+                ts_type, ts = m.timestamp()
+                # Event.from_record, inlined: this loop runs once per event of the log.
+                apply(states, Event(off, writer.event_type, writer.version, record["event_id"], record["run_id"],
+                                    record["agent_id"], record["to"], record["causes"], record["payload"],
+                                    ts if ts_type else None))
+        self.events += len(msgs) - (len(self.undecodable) - undecodable)
+
+    def _rows(self, msgs: list[Any]) -> Iterator[LedgerRow]:
+        decode = self.decoder.decode
         for m in msgs:
             off = m.offset()
             try:
@@ -95,18 +115,7 @@ class Fold:
             except SwarmlogError as exc:
                 self.undecodable.append(Undecodable(offset=off, error=str(exc)))
                 continue
-            if rows is not None:
-                rows.append((off, writer.event_type, record["agent_id"], record["to"], record["payload"]))
-            else:
-                ts_type, ts = m.timestamp()
-                # Event.from_record, inlined: this loop runs once per event of the log.
-                apply(states, Event(off, writer.event_type, writer.version, record["event_id"], record["run_id"],
-                                    record["agent_id"], record["to"], record["causes"], record["payload"],
-                                    ts if ts_type else None))
-            events += 1
-        if rows:
-            reducer.fold_rows(states, rows)  # type: ignore[attr-defined]
-        self.events += events
+            yield off, writer.event_type, record["agent_id"], record["to"], record["payload"]
 
     def result(self, end_offset: int) -> ReplayResult:
         return ReplayResult(
