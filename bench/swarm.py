@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -188,11 +189,12 @@ def _collect(s: Settings, topic: str, expected: int, procs: list[subprocess.Pope
 
 
 def _exactly_once(s: Settings, topic: str, expected: int) -> None:
-    """After the agents stopped: exactly the expected hops are committed, none twice."""
+    """After the agents stopped: exactly the expected hops are committed, and no input was answered
+    twice (each hop's ``sl.step`` names its input; only the start step sends many, one per chain)."""
     consumer = Consumer(s.kafka_config({"group.id": f"bench-swarm-check-{topic}", "isolation.level": "read_committed",
                                         "enable.auto.commit": False, "enable.partition.eof": True}))
     consumer.assign([TopicPartition(topic, 0, 0)])
-    hops = 0
+    answers: Counter[int] = Counter()  # input offset -> hops it caused
     try:
         while True:
             msgs = consumer.consume(1000, 10)
@@ -201,14 +203,23 @@ def _exactly_once(s: Settings, topic: str, expected: int) -> None:
             for m in msgs:
                 if m.error() is not None:
                     if m.error().code() == KafkaError._PARTITION_EOF:
-                        if hops != expected:
-                            raise RuntimeError(f"{topic}: {hops} hops committed, expected exactly {expected}")
+                        _check_answers(topic, answers, expected)
                         return
                     raise RuntimeError(m.error().str())
-                if dict(m.headers() or ()).get(H_TYPE) == b"agent.message":
-                    hops += 1
+                h = dict(m.headers() or ())
+                if h.get(H_TYPE) == b"agent.message":
+                    answers[int(h[H_STEP])] += 1
     finally:
         consumer.close()
+
+
+def _check_answers(topic: str, answers: Counter[int], expected: int) -> None:
+    hops = sum(answers.values())
+    start, burst = answers.most_common(1)[0] if answers else (-1, 0)
+    twice = sorted(step for step, n in answers.items() if n > 1 and step != start)
+    if hops != expected or burst != CHAINS or twice:
+        raise RuntimeError(f"{topic}: {hops} hops committed (expected exactly {expected}), {burst} chains "
+                           f"started (expected {CHAINS}); inputs answered more than once: {twice[:10]}")
 
 
 def _measure(collected: dict[int, tuple[int, int]]) -> tuple[float, int, dict[str, float]]:

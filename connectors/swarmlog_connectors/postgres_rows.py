@@ -52,8 +52,12 @@ def _payload_json_bytes(payload: Any) -> bytes:
     return _dumps(payload).encode()
 
 
-def _has_bytes(schema: Any) -> bool:
-    return '"bytes"' in json.dumps(schema) or '"fixed"' in json.dumps(schema)
+def _payload_encoders(schema: Any) -> tuple[Callable[[Any], str], Callable[[Any], bytes]]:
+    """A payload schema's JSON encoders, as text (rows) and as UTF-8 bytes (binary COPY):
+    pydantic-core's unless the payload can hold Avro bytes/fixed (see ``_fast_json``)."""
+    if '"bytes"' in json.dumps(schema) or '"fixed"' in json.dumps(schema):
+        return _dumps, _payload_json_bytes
+    return _fast_json, to_json
 
 
 # --- PostgreSQL's binary COPY format -----------------------------------------------------------
@@ -126,7 +130,7 @@ class RowBuilder:
         enc = self._encoders.get(event_type)
         if enc is None:
             schema = self.decoder.registry.latest(event_type).payload_schema
-            enc = self._encoders[event_type] = _dumps if _has_bytes(schema) else _fast_json
+            enc = self._encoders[event_type] = _payload_encoders(schema)[0]
         return enc
 
     def build(self, msgs: list[Any]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
@@ -208,8 +212,7 @@ class RowBuilder:
                          next_offset=msgs[-1].offset() + 1, messages=msgs)
 
     def _writer_fields(self, writer: EventSchema) -> tuple[bytes, Callable[[Any], bytes]]:
-        payload_schema = self.decoder.registry.latest(writer.event_type).payload_schema
-        dumps = _payload_json_bytes if _has_bytes(payload_schema) else to_json
+        dumps = _payload_encoders(self.decoder.registry.latest(writer.event_type).payload_schema)[1]
         fields = (_text_field(writer.event_type) + struct.pack(">ii", 4, writer.version), dumps)
         self._writers[writer.fingerprint] = fields
         return fields
