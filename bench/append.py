@@ -37,8 +37,9 @@ from confluent_kafka import Producer, TopicPartition
 from psycopg.types.json import Jsonb
 
 from swarmlog.dev import kafka_tool_argv
-from swarmlog.log import PRODUCER_REQUIRED, PRODUCER_TUNING, EventLog
-from swarmlog.schemas import SchemaRegistry
+from swarmlog.kafka.config import PRODUCER_REQUIRED, PRODUCER_TUNING
+from swarmlog.log.append import EventLog
+from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
 from .common import (
@@ -242,7 +243,7 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
 
 
 def _high_watermark(s: Settings, topic: str) -> int:
-    from swarmlog.reader import make_consumer
+    from swarmlog.kafka.config import consumer as make_consumer
 
     c = make_consumer(s)
     try:

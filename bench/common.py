@@ -19,11 +19,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarmlog.codec import Encoder
-from swarmlog.log import EventLog
-from swarmlog.schemas import SchemaRegistry
+from swarmlog.schema.codec import Encoder
+from swarmlog.log.append import EventLog
+from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
-from swarmlog.topic import admin_client, create_topic
+from swarmlog.kafka.config import admin_client
+from swarmlog.kafka.topic import create_topic
 
 EVENT_TYPE = "agent.message"
 AGENTS = tuple(f"agent-{i:02d}" for i in range(10))

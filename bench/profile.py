@@ -26,11 +26,11 @@ from typing import Any
 from pyinstrument import Profiler
 from pyinstrument.renderers import ConsoleRenderer
 
-from swarmlog.codec import Decoder
-from swarmlog.log import EventLog
-from swarmlog.reader import LogReader
+from swarmlog.schema.codec import Decoder
+from swarmlog.log.append import EventLog
+from swarmlog.kafka.reader import LogReader
 from swarmlog.replay import Fold, replay
-from swarmlog.schemas import SchemaRegistry
+from swarmlog.schema.registry import SchemaRegistry
 from swarmlog_connectors.postgres_rows import RowBuilder
 from swarmlog_connectors.postgres_sink import PostgresSink
 

@@ -43,10 +43,11 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from swarmlog.codec import Decoder
-from swarmlog.reader import BATCH, make_consumer
+from swarmlog.schema.codec import Decoder
+from swarmlog.kafka.config import consumer as make_consumer
+from swarmlog.log.base import BATCH
 from swarmlog.replay import replay
-from swarmlog.schemas import SchemaRegistry
+from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
 from .common import Run, env_int, fresh_topic, interleave, log, make_stream, populate, reps, row

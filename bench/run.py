@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from swarmlog.schemas import SchemaRegistry
+from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
 from . import common

@@ -40,15 +40,16 @@ from time import perf_counter
 from typing import Any
 
 import psycopg
-import swarmlog.codec
+import swarmlog
 import swarmlog_connectors
 from confluent_kafka import TopicPartition
 from psycopg import sql
 
-from swarmlog.codec import Decoder
-from swarmlog.log import EventLog
-from swarmlog.reader import LogReader, make_consumer
-from swarmlog.schemas import SchemaRegistry
+from swarmlog.schema.codec import Decoder
+from swarmlog.log.append import EventLog
+from swarmlog.kafka.config import consumer as make_consumer
+from swarmlog.kafka.reader import LogReader
+from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 from swarmlog_connectors.postgres_rows import COPY_SIGNATURE, COPY_TRAILER, EVENT_COLUMNS, RowBuilder
 from swarmlog_connectors.postgres_sink import PostgresSink, connect, ensure_schema
@@ -312,7 +313,7 @@ def _start_sink_process(s: Settings, topic: str, *, poll_timeout: float | None =
     env.update({"SWARMLOG_BOOTSTRAP_SERVERS": s.bootstrap_servers, "SWARMLOG_DATABASE_URL": s.database_url,
                 "SWARMLOG_SCHEMA_DIR": str(s.schema_dir)})
     # The same swarmlog this process runs (which need not be the checkout's: see bench/README.md).
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(swarmlog.codec.__file__).parents[1]),
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(swarmlog.__file__).parents[1]),
                                          str(Path(swarmlog_connectors.__file__).parents[1]), str(REPO),
                                          env.get("PYTHONPATH", "")])
     extra = [] if poll_timeout is None else ["--poll-timeout", str(poll_timeout)]

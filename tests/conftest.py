@@ -22,11 +22,11 @@ from typing import Any, NamedTuple
 import psycopg
 import pytest
 
-from swarmlog.codec import Decoder
-from swarmlog.reader import LogReader
-from swarmlog.schemas import SchemaRegistry
+from swarmlog.schema.codec import Decoder
+from swarmlog.kafka.reader import LogReader
+from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
-from swarmlog.topic import create_topic
+from swarmlog.kafka.topic import create_topic
 
 REPO = Path(__file__).resolve().parents[1]
 

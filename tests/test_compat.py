@@ -22,7 +22,7 @@ from fastavro.validation import validate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarmlog.compat import (
+from swarmlog.schema.compat import (
     DEFAULT_MODE,
     Incompatibility,
     Mode,

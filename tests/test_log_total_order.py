@@ -11,13 +11,14 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from swarmlog.codec import H_AGENT, H_TO, H_TYPE, H_VERSION
+from swarmlog.protocol import H_AGENT, H_TO, H_TYPE, H_VERSION
 from swarmlog.errors import InvalidEvent, TopicNotFound, TopicNotSinglePartition
-from swarmlog.log import EventLog
-from swarmlog.reader import LogReader
+from swarmlog.log.append import EventLog
+from swarmlog.kafka.reader import LogReader
 from swarmlog.replay import replay
 from swarmlog.settings import Settings
-from swarmlog.topic import admin_client, create_topic, topic_config
+from swarmlog.kafka.config import admin_client
+from swarmlog.kafka.topic import create_topic, topic_config
 
 from .conftest import new_topic_name, read_log, subprocess_env
 

@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 
-from swarmlog.log import EventLog
-from swarmlog.runner import run_agents, start_run
+from swarmlog.log.append import EventLog
+from swarmlog.runtime import run_agents, start_run
 
 from . import swarms
 from .conftest import subprocess_env

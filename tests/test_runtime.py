@@ -14,13 +14,13 @@ from collections import Counter
 import pytest
 
 from swarmlog import Agent, Swarm, on
-from swarmlog._core import parse_step
+from swarmlog.protocol import parse_step
 from swarmlog.causality import check_causality
 from swarmlog.errors import NondeterminismError
-from swarmlog.log import EventLog
-from swarmlog.reader import high_watermark
+from swarmlog.log.append import EventLog
+from swarmlog.kafka.reader import high_watermark
 from swarmlog.replay import replay_swarm
-from swarmlog.runner import run_agents, start_run
+from swarmlog.runtime import run_agents, start_run
 
 from . import swarms
 from .conftest import REPO, new_topic_name, read_log, subprocess_env
@@ -47,8 +47,8 @@ def _log_end(settings) -> int:
 
 
 def _committed(settings, agent: str) -> int:
-    from swarmlog.replay import committed_offset
-    from swarmlog.topic import admin_client
+    from swarmlog.kafka.groups import committed_offset
+    from swarmlog.kafka.config import admin_client
 
     got = committed_offset(admin_client(settings), group=f"swarmlog.{settings.topic}.{agent}", topic=settings.topic)
     return -1 if got is None else got
@@ -125,7 +125,7 @@ def test_live_multiprocess_runs_replay_to_identical_state_and_outputs_10_of_10(b
     """Five agents, each its own OS process; ten runs; every run replays exactly."""
     for run in range(10):
         topic = new_topic_name(f"live{run}")
-        from swarmlog.topic import create_topic
+        from swarmlog.kafka.topic import create_topic
 
         create_topic(base_settings, topic)
         settings = base_settings.model_copy(update={"topic": topic})
@@ -252,7 +252,8 @@ def test_a_swarm_is_not_quiet_while_an_agent_holds_an_open_transaction(settings,
     import threading
     from types import SimpleNamespace
 
-    from swarmlog.runner import _QuietWatcher
+    from swarmlog.kafka import KafkaBackend
+    from swarmlog.runtime.runner import _QuietWatcher
 
     with EventLog(settings=settings) as log:
         log.append("agent.message", {"kind": "k", "body": "first step"}, agent="a")
@@ -261,7 +262,7 @@ def test_a_swarm_is_not_quiet_while_an_agent_holds_an_open_transaction(settings,
     caught_up.set()
     worker = SimpleNamespace(core=SimpleNamespace(next_wall_due_ms=lambda: None), caught_up=caught_up,
                              eof_at=end, in_transaction=True)
-    watcher = _QuietWatcher(settings, settings.topic)
+    watcher = _QuietWatcher(KafkaBackend(settings), settings.topic)
     deadline = time.monotonic() + 1.5
     while time.monotonic() < deadline:
         assert not watcher.quiet(0.2, [worker]), "quiet while a transaction is open"

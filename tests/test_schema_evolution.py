@@ -33,18 +33,19 @@ import fastavro
 import pytest
 from fastavro.utils import generate_many
 
-from swarmlog.codec import H_VERSION, Decoder, Encoder
-from swarmlog.compat import Rule
+from swarmlog.protocol import H_VERSION
+from swarmlog.schema.codec import Decoder, Encoder
+from swarmlog.schema.compat import Rule
 from swarmlog.errors import SchemaError, SchemaNotFound
 from swarmlog.events import Event
-from swarmlog.log import EventLog
-from swarmlog.reader import LogReader
+from swarmlog.log.append import EventLog
+from swarmlog.kafka.reader import LogReader
 from swarmlog.replay import replay
-from swarmlog.schema_check import conforms, property_check, run
-from swarmlog.schemas import SchemaRegistry
+from swarmlog.schema.check import conforms, property_check, run
+from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
-from swarmlog.topic import create_topic
-from swarmlog.upcasting import discover_upcasters, upcasters_for
+from swarmlog.kafka.topic import create_topic
+from swarmlog.schema.upcasting import discover_upcasters, upcasters_for
 from swarmlog_connectors.postgres_sink import PostgresSink
 
 from .conftest import REPO, new_topic_name, subprocess_env
@@ -100,12 +101,12 @@ def test_schema_check_passes_on_the_repo_schemas(capsys):
 
 def test_schema_check_runs_as_a_command_and_fails_ci_with_exit_1(tmp_path):
     env = _subprocess_env()
-    ok = subprocess.run([sys.executable, "-m", "swarmlog.schema_check", "check"], env=env,
+    ok = subprocess.run([sys.executable, "-m", "swarmlog.schema.check", "check"], env=env,
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     d = _copy_schemas(tmp_path)
     _break_by_adding_a_field_without_default(d)
-    bad = subprocess.run([sys.executable, "-m", "swarmlog.schema_check", "check", "--schema-dir", str(d)], env=env,
+    bad = subprocess.run([sys.executable, "-m", "swarmlog.schema.check", "check", "--schema-dir", str(d)], env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "reader_field_missing_default" in bad.stdout
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from swarmlog.codec import HEADER_LEN, MAGIC, Decoder, Encoder
+from swarmlog.schema.codec import HEADER_LEN, MAGIC, Decoder, Encoder
 from swarmlog.errors import InvalidEvent, SchemaError, SchemaNotFound, UndecodableMessage, UnknownEventType
-from swarmlog.schemas import SchemaRegistry
+from swarmlog.schema.registry import SchemaRegistry
 
 REPO_SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 

@@ -10,9 +10,9 @@ import sys
 import threading
 import time
 
-from swarmlog.codec import Decoder
-from swarmlog.log import EventLog
-from swarmlog.reader import LogReader
+from swarmlog.schema.codec import Decoder
+from swarmlog.log.append import EventLog
+from swarmlog.kafka.reader import LogReader
 from swarmlog_connectors.postgres_rows import RowBuilder
 from swarmlog_connectors.postgres_sink import PostgresSink
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from swarmlog.codec import Decoder
+from swarmlog.schema.codec import Decoder
 from swarmlog.errors import SwarmlogError
-from swarmlog.schemas import EventSchema
+from swarmlog.schema.registry import EventSchema
 
 EVENT_COLUMNS = (
     "topic", "seq", "event_id", "run_id", "agent_id", "event_type", "schema_version",
@@ -37,13 +37,13 @@ def _json_default(value: Any) -> Any:
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default).encode
 
 
-def payload_json(payload: Any) -> str:
+def jsonb_text(payload: Any) -> str:
     """The payload as JSON text for the ``jsonb`` column (Avro bytes/fixed as standard base64)."""
     return _dumps(payload)
 
 
 def _fast_json(payload: Any) -> str:
-    # pydantic-core's serializer: the same JSON text as `payload_json` for payloads without
+    # pydantic-core's serializer: the same JSON text as `jsonb_text` for payloads without
     # bytes (4x faster per event); it would write bytes as URL-safe base64, hence the check.
     return to_json(payload).decode()
 

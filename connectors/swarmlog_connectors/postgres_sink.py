@@ -45,10 +45,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from swarmlog.codec import Decoder
+from swarmlog.schema.codec import Decoder
 from swarmlog.errors import ServiceUnavailable
-from swarmlog.reader import LogReader
-from swarmlog.schemas import SchemaRegistry
+from swarmlog.kafka.reader import LogReader
+from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
 from .postgres_rows import (

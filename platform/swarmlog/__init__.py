@@ -1,59 +1,93 @@
 """swarmlog: a clock-free, Kafka-backed event log that gives agent swarms deterministic replay.
 
-The public surface; everything else is importable but internal.
+The public surface: the agent API (``Agent``, ``Swarm``, the handler decorators and
+``ctx``), running and replaying a swarm, appending events, the settings and the
+errors. Subpackages have faces of their own (``swarmlog.kafka``, ``swarmlog.log``,
+``swarmlog.runtime``, ``swarmlog.schema``); modules whose names start with ``_`` are
+machinery. ``tests/unit/test_layout.py`` pins this list.
 """
 
 from .agent import Agent, Swarm, on, on_message, on_timer
-from .context import Context, EffectFailed
+from .context import Context
 from .errors import (
+    AgentFenced,
     AppendFailed,
     ConfigurationError,
+    EffectDiverged,
+    EffectFailed,
     GroupHasActiveMembers,
     GroupNotAtStart,
+    GroupResetFailed,
     InvalidEvent,
+    KafkaOperationFailed,
     MissingDependency,
     NondeterminismError,
+    NoRunStarted,
+    OutsideStep,
+    ReadFailed,
+    RunAlreadyRecorded,
     SchemaError,
     SchemaNotFound,
     ServiceUnavailable,
     SwarmlogError,
+    TopicCreateFailed,
     TopicNotFound,
     TopicNotSinglePartition,
+    TransactionAborted,
     UndecodableMessage,
     UnknownEventType,
+    UsageError,
 )
 from .events import Event
-from .log import EventLog
-from .replay import ReplayResult, replay, replay_swarm
+from .log.append import EventLog
+from .log.memory import InMemoryLog
+from .replay import Divergence, ReplayResult, SwarmReplayResult, replay, replay_swarm
+from .runtime import run_agents, start_run
 from .settings import Settings
 
 __all__ = [
     "Agent",
+    "AgentFenced",
     "AppendFailed",
     "ConfigurationError",
     "Context",
+    "Divergence",
+    "EffectDiverged",
     "EffectFailed",
     "Event",
     "EventLog",
     "GroupHasActiveMembers",
     "GroupNotAtStart",
+    "GroupResetFailed",
+    "InMemoryLog",
     "InvalidEvent",
+    "KafkaOperationFailed",
     "MissingDependency",
+    "NoRunStarted",
     "NondeterminismError",
+    "OutsideStep",
+    "ReadFailed",
     "ReplayResult",
+    "RunAlreadyRecorded",
     "SchemaError",
     "SchemaNotFound",
     "ServiceUnavailable",
     "Settings",
     "Swarm",
+    "SwarmReplayResult",
     "SwarmlogError",
+    "TopicCreateFailed",
     "TopicNotFound",
     "TopicNotSinglePartition",
+    "TransactionAborted",
     "UndecodableMessage",
     "UnknownEventType",
+    "UsageError",
     "on",
     "on_message",
     "on_timer",
     "replay",
     "replay_swarm",
+    "run_agents",
+    "start_run",
 ]

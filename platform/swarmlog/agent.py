@@ -34,12 +34,11 @@ from typing import Any
 
 from .errors import ConfigurationError
 from .events import Event
+from .protocol import AGENT_NAME_FORBIDDEN, MESSAGE, TIMER_FIRED
 
 Handler = Callable[[Any, Any, Event], None]
 
 _HANDLES = "__swarmlog_handles__"
-MESSAGE = "agent.message"
-TIMER_FIRED = "timer.fired"
 
 
 def on(event_type: str) -> Callable[[Handler], Handler]:
@@ -82,8 +81,9 @@ class Agent:
         cls._handlers = handlers
 
     def __init__(self, name: str) -> None:
-        if not name or any(c in name for c in "@#:/ "):
-            raise ConfigurationError(f"agent name {name!r} must be non-empty without '@#:/' or spaces")
+        if not name or any(c in name for c in AGENT_NAME_FORBIDDEN):
+            raise ConfigurationError(f"agent name {name!r} must be non-empty, without spaces or any of "
+                                     f"{AGENT_NAME_FORBIDDEN.strip()!r} (they would make its event ids ambiguous)")
         self.name = name
         self.state: dict[str, Any] = self.initial_state()
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ._core import parse_step
-from .codec import Decoder
 from .errors import SwarmlogError
-from .reader import LogReader
-from .schemas import SchemaRegistry
+from .kafka.backend import KafkaBackend
+from .log.base import LogBackend
+from .protocol import RUN_STARTED, TIMER_FIRED, TIMER_SET, parse_step
+from .schema.codec import Decoder
+from .schema.registry import SchemaRegistry
 from .settings import Settings
 
 
@@ -43,14 +44,16 @@ class _Seen:
 
 
 def check_causality(*, settings: Settings, topic: str | None = None, registry: SchemaRegistry | None = None,
-                    progress: Callable[[int], None] | None = None) -> tuple[int, list[Violation]]:
+                    progress: Callable[[int], None] | None = None,
+                    backend: LogBackend | None = None) -> tuple[int, list[Violation]]:
     """Check the whole log; return (events checked, violations in offset order)."""
     topic = topic or settings.topic
     decoder = Decoder(registry or SchemaRegistry.load(settings.schema_dir))
+    backend = backend if backend is not None else KafkaBackend(settings)
     seen: dict[int, _Seen] = {}
     violations: list[Violation] = []
     count = 0
-    with LogReader(settings=settings, topic=topic) as reader:
+    with backend.reader(topic) as reader:
         reader.assign(0)
         for batch in reader.batches():
             for m in batch:
@@ -70,9 +73,9 @@ def check_causality(*, settings: Settings, topic: str | None = None, registry: S
                 step = parse_step(rec["event_id"])
                 if step is not None and causes:
                     first = seen.get(causes[0])
-                    is_logical_timer = etype == "timer.fired" and payload.get("clock") == "events"
+                    is_logical_timer = etype == TIMER_FIRED and payload.get("clock") == "events"
                     if is_logical_timer:
-                        if first is None or first.event_type != "timer.set" or first.agent != agent \
+                        if first is None or first.event_type != TIMER_SET or first.agent != agent \
                                 or first.name != payload["name"]:
                             violations.append(Violation(off, "timer_not_set",
                                                         f"{agent} fired timer {payload['name']!r} not set at "
@@ -87,15 +90,15 @@ def check_causality(*, settings: Settings, topic: str | None = None, registry: S
                                                     f"{first.to or 'everyone'}"))
                 elif step is not None and not causes:
                     violations.append(Violation(off, "step_not_first_cause", "a step's output names no cause"))
-                seen[off] = _Seen(agent, rec["to"], etype, payload.get("name") if etype == "timer.set" else None)
+                seen[off] = _Seen(agent, rec["to"], etype, payload.get("name") if etype == TIMER_SET else None)
             if progress is not None:
                 progress(count)
     return count, violations
 
 
 def _addressed(event: _Seen, agent: str) -> bool:
-    if event.event_type == "run.started":
+    if event.event_type == RUN_STARTED:
         return True
     if event.agent == agent:
-        return event.event_type == "timer.fired" and event.to == agent
+        return event.event_type == TIMER_FIRED and event.to == agent
     return event.to == agent or event.to is None

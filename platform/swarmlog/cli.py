@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import SwarmlogError
+from .errors import SwarmlogError, UsageError
 from .settings import Settings
 
 
@@ -27,7 +27,7 @@ def _load_object(spec: str) -> Any:
 
     module_name, _, attr = spec.partition(":")
     if not attr:
-        raise SwarmlogError(f"expected module:object, got {spec!r}")
+        raise UsageError(f"expected module:object, got {spec!r}")
     obj = getattr(importlib.import_module(module_name), attr)
     return obj() if isinstance(obj, type) else obj
 
@@ -36,7 +36,7 @@ def _load_object(spec: str) -> Any:
 
 
 def cmd_topic(args: argparse.Namespace) -> int:
-    from .topic import create_topic, describe_topic
+    from .kafka.topic import create_topic, describe_topic
 
     settings = _settings(args)
     topic = args.name or settings.topic
@@ -52,13 +52,13 @@ def cmd_topic(args: argparse.Namespace) -> int:
 
 
 def cmd_append(args: argparse.Namespace) -> int:
-    from .log import EventLog
+    from .log.append import EventLog
 
     settings = _settings(args)
     try:
         payload = json.loads(args.payload)
     except json.JSONDecodeError as exc:
-        raise SwarmlogError(f"payload is not JSON: {exc}") from None
+        raise UsageError(f"payload is not JSON: {exc}") from None
     with EventLog(settings=settings, run_id=args.run_id) as log:
         offset = log.append(args.event_type, payload, agent=args.agent, to=args.to,
                             causes=[int(c) for c in args.cause])
@@ -78,8 +78,8 @@ def cmd_sink(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from .replay import replay
-    from .runner import find_run
-    from .schemas import SchemaRegistry
+    from .runtime import find_run
+    from .schema.registry import SchemaRegistry
     from .token import ReplayToken, mismatches, token_from
 
     expected = None
@@ -89,7 +89,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         args.topic = expected.topic
         args.to = expected.end_offset if args.to is None else args.to
         if expected.reducer.startswith("swarm:") and not args.swarm:
-            raise SwarmlogError(f"this token holds the states of swarm {expected.reducer[6:]!r}: "
+            raise UsageError(f"this token holds the states of swarm {expected.reducer[6:]!r}: "
                                 f"pass --swarm module:swarm to verify it")
     settings = _settings(args)
     if args.swarm:
@@ -138,10 +138,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[Any, str]:
     from .replay import replay_swarm
-    from .runner import load_swarm
+    from .runtime import load_swarm
 
     if args.group:
-        raise SwarmlogError("--swarm replays the code against the log without a consumer group; to rebuild a "
+        raise UsageError("--swarm replays the code against the log without a consumer group; to rebuild a "
                             "live agent, reset its group (swarmlog.<topic>.<agent>) and restart it: it always "
                             "rebuilds from offset zero")
     bar = _progress_bar("replay", unit="ev")
@@ -173,13 +173,13 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[Any, st
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .runner import load_swarm, result_json, run_agents, start_run
+    from .runtime import load_swarm, result_json, run_agents, start_run
 
     settings = _settings(args)
     swarm = load_swarm(args.swarm)
     if args.agent is None or args.start:
         if args.run_id is None or args.seed is None:
-            raise SwarmlogError("starting a run needs --run-id and --seed (they are recorded in run.started)")
+            raise UsageError("starting a run needs --run-id and --seed (they are recorded in run.started)")
         info = start_run(settings=settings, swarm=swarm, run_id=args.run_id, seed=args.seed)
         print(f"run {info.run_id} {'started' if info.created else 'already started'} at offset {info.offset}",
               file=sys.stderr)
@@ -302,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv and argv[0] == "dev":
             return cmd_dev(argv[1:])
         if argv and argv[0] == "schema":
-            from .schema_check import run as schema_run
+            from .schema.check import run as schema_run
 
             return schema_run(argv[1:])
         args = build_parser().parse_args(argv)

@@ -14,9 +14,9 @@ randomness) or *recorded in the log* (messages, timers, effects, LLM calls):
   never called again. A request that differs from the recorded one is a
   divergence.
 
-Every output of a step gets the id ``<agent>@<offset>#<index>``: deterministic,
-so the runtime can tell, for each input, which outputs an earlier life of the
-agent already wrote.
+Every output of a step gets the id ``<agent>@<offset>#<index>``
+(:func:`swarmlog.protocol.output_id`): deterministic, so the runtime can tell, for
+each input, which outputs an earlier life of the agent already wrote.
 """
 
 from __future__ import annotations
@@ -28,19 +28,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .errors import NondeterminismError, SwarmlogError
+from .errors import ConfigurationError, EffectDiverged, EffectFailed, NoRunStarted, OutsideStep
 from .events import Event
 from .guard import allowed
-from .schemas import SchemaRegistry
-
-
-class EffectFailed(SwarmlogError):
-    """A recorded effect raised; replay raises the same failure at the same place."""
-
-    def __init__(self, *, name: str, error: str) -> None:
-        self.name = name
-        self.error = error
-        super().__init__(f"effect {name!r} failed: {error}")
+from .hashing import canonical
+from .protocol import (
+    EFFECT_RECORDED,
+    LLM_CALL,
+    MESSAGE,
+    TIMER_CANCELLED,
+    TIMER_FIRED,
+    TIMER_SET,
+    output_id,
+)
+from .schema.registry import SchemaRegistry
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,16 +63,6 @@ class OutputSink(Protocol):
 
     def recorded(self, event_id: str) -> Event | None:
         """The recorded event with this id (replay), or None when running live."""
-
-
-def canonical(value: Any) -> str:
-    """Canonical JSON text: sorted keys, no whitespace; what requests and results are compared by."""
-    return _canonical_encode(value)
-
-
-# Built once: json.dumps with non-default options builds a JSONEncoder per call, which
-# costs more than encoding a small message body. Same text as json.dumps(value, ...).
-_canonical_encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
 class Context:
@@ -128,8 +119,7 @@ class Context:
 
     def _draw(self, domain: bytes) -> bytes:
         if self.seed is None:
-            raise SwarmlogError("no run.started event precedes this step, so there is no seed to derive "
-                                "randomness from; start runs with `swarmlog run` (it writes run.started)")
+            raise NoRunStarted(agent=self.agent, offset=self._step)
         i = self._rand_index
         self._rand_index = i + 1
         return hashlib.sha256(self._rand_prefix + domain + f"{self._step}\x1f{i}".encode()).digest()
@@ -156,12 +146,11 @@ class Context:
 
     def send(self, to: str, kind: str, body: Any = "") -> None:
         """Send an ``agent.message`` to one agent. A non-string body is sent as canonical JSON."""
-        self.emit("agent.message", {"kind": kind, "body": body if isinstance(body, str) else canonical(body)}, to=to)
+        self.emit(MESSAGE, {"kind": kind, "body": body if isinstance(body, str) else canonical(body)}, to=to)
 
     def broadcast(self, kind: str, body: Any = "") -> None:
         """Send an ``agent.message`` to every other agent."""
-        self.emit("agent.message", {"kind": kind, "body": body if isinstance(body, str) else canonical(body)},
-                  to=None)
+        self.emit(MESSAGE, {"kind": kind, "body": body if isinstance(body, str) else canonical(body)}, to=None)
 
     def emit(self, event_type: str, payload: dict[str, Any], *, to: str | None = None) -> None:
         """Write an event of any type in ``schemas/`` (validated before anything is written)."""
@@ -173,17 +162,17 @@ class Context:
         """Fire ``name`` once ``after_events`` more events have been appended to the log."""
         if after_events < 1:
             raise ValueError("after_events must be at least 1")
-        self._output("timer.set", {"name": name, "after_events": after_events, "after_ms": None}, self.agent)
+        self._output(TIMER_SET, {"name": name, "after_events": after_events, "after_ms": None}, self.agent)
 
     def timeout(self, name: str, *, seconds: float) -> None:
         """Fire ``name`` after a wall-clock timeout. The firing is appended to the log, so once
         fired its place in the total order is fixed and every replay sees it there."""
         if seconds < 0:
             raise ValueError("seconds must be >= 0")
-        self._output("timer.set", {"name": name, "after_events": None, "after_ms": int(seconds * 1000)}, self.agent)
+        self._output(TIMER_SET, {"name": name, "after_events": None, "after_ms": int(seconds * 1000)}, self.agent)
 
     def cancel_timer(self, name: str) -> None:
-        self._output("timer.cancelled", {"name": name}, self.agent)
+        self._output(TIMER_CANCELLED, {"name": name}, self.agent)
 
     # -- recorded I/O -----------------------------------------------------------------------
 
@@ -206,11 +195,11 @@ class Context:
             payload = {"name": name, "args_json": args_json, "result_json": result_json, "error": error}
         else:
             payload = recorded.payload
-            if recorded.event_type != "effect.recorded" or payload["name"] != name \
+            if recorded.event_type != EFFECT_RECORDED or payload["name"] != name \
                     or payload["args_json"] != args_json:
                 self._diverged(f"effect {name!r} with args {args_json} is not what the log recorded here",
                                recorded=_describe(recorded), replayed={"effect": name, "args": args_json})
-        self._effects.append(self._output("effect.recorded", payload, self.agent, locate=True, event_id=event_id))
+        self._effects.append(self._output(EFFECT_RECORDED, payload, self.agent, locate=True, event_id=event_id))
         if payload["error"] is not None:
             raise EffectFailed(name=name, error=payload["error"])
         return json.loads(payload["result_json"])
@@ -222,29 +211,29 @@ class Context:
         event_id, recorded = self._next_recorded()
         if recorded is None:
             if self.llm_client is None:
-                raise SwarmlogError("ctx.llm() needs an LLM client: Swarm(..., llm=OpenAIChat(...))")
+                raise ConfigurationError("ctx.llm() needs an LLM client: Swarm(..., llm=OpenAIChat(...))")
             with allowed():
                 response = self.llm_client.complete(request)
             payload = {"model": str(request.get("model", "")), "request_json": request_json,
                        "response_json": canonical(response)}
         else:
             payload = recorded.payload
-            if recorded.event_type != "llm.call" or payload["request_json"] != request_json:
+            if recorded.event_type != LLM_CALL or payload["request_json"] != request_json:
                 self._diverged("the LLM request differs from the recorded one",
-                               recorded=_describe(recorded), replayed={"llm.call": request_json})
-        self._effects.append(self._output("llm.call", payload, self.agent, locate=True, event_id=event_id))
+                               recorded=_describe(recorded), replayed={LLM_CALL: request_json})
+        self._effects.append(self._output(LLM_CALL, payload, self.agent, locate=True, event_id=event_id))
         return json.loads(payload["response_json"])  # type: ignore[no-any-return]
 
     # -- internals --------------------------------------------------------------------------
 
     def _next_recorded(self) -> tuple[str, Event | None]:
         sink = self._require_sink()
-        event_id = f"{self.agent}@{self._step}#{self._index}"
+        event_id = output_id(self.agent, self._step, self._index)
         return event_id, sink.recorded(event_id)
 
     def _require_sink(self) -> OutputSink:
         if self._sink is None:
-            raise SwarmlogError("ctx can only be used inside a handler, while a step runs")
+            raise OutsideStep(agent=self.agent)
         return self._sink
 
     def _output(self, event_type: str, payload: dict[str, Any], to: str | None, *, locate: bool = False,
@@ -252,7 +241,7 @@ class Context:
         sink = self._require_sink()
         payload = self.registry.latest(event_type).validate_payload(payload)
         if event_id is None:
-            event_id = f"{self.agent}@{self._step}#{self._index}"
+            event_id = output_id(self.agent, self._step, self._index)
         self._index += 1
         causes = [self._step, *self._effects] if self._step >= 0 else list(self._effects)
         offset = sink.write(Output(event_id, event_type, payload, to, causes), locate=locate)
@@ -261,14 +250,15 @@ class Context:
     def output_timer_fired(self, *, name: str, set_offset: int, clock: str, causes: list[int]) -> None:
         """The runtime's own output: a logical timer fired during this step."""
         sink = self._require_sink()
-        event_id = f"{self.agent}@{self._step}#{self._index}"
+        event_id = output_id(self.agent, self._step, self._index)
         self._index += 1
         payload = {"name": name, "set_offset": set_offset, "clock": clock}
-        sink.write(Output(event_id, "timer.fired", payload, self.agent, causes), locate=False)
+        sink.write(Output(event_id, TIMER_FIRED, payload, self.agent, causes), locate=False)
 
     def _diverged(self, detail: str, *, recorded: Any, replayed: Any) -> None:
-        raise NondeterminismError(offset=self._step, agent=self.agent, detail=detail,
-                                  recorded=recorded, replayed=replayed)
+        # A recorded effect the handler cannot be served: it cannot go on from here.
+        raise EffectDiverged(offset=self._step, agent=self.agent, detail=detail, recorded=recorded,
+                             replayed=replayed)
 
 
 def _describe(event: Event) -> dict[str, Any]:

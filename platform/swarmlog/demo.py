@@ -17,13 +17,15 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from .log import EventLog
-from .reader import LogReader
-from .replay import Fold, replay
-from .schemas import SchemaRegistry
+from .fold import Fold
+from .hashing import state_hash
+from .kafka.reader import LogReader
+from .kafka.topic import create_topic
+from .log.append import EventLog
+from .protocol import MESSAGE, RUN_STARTED
+from .replay import replay
+from .schema.registry import SchemaRegistry
 from .settings import Settings
-from .state import state_hash
-from .topic import create_topic
 
 _TASKS_PER_AGENT = 5
 
@@ -56,7 +58,7 @@ class _Agent:
                 LogReader(settings=self.settings, topic=self.topic) as reader:
             for t in range(_TASKS_PER_AGENT):
                 task = f"{self.name}-{t}"
-                log.produce("agent.message", {"kind": "task", "body": json.dumps({"task": task, "hops": self.hops})},
+                log.produce(MESSAGE, {"kind": "task", "body": json.dumps({"task": task, "hops": self.hops})},
                             agent=self.name, to=nxt)
                 self.sent += 1
             log.flush()
@@ -77,7 +79,7 @@ class _Agent:
 
     def _handle(self, log: EventLog, m: Any, fold: Fold, nxt: str) -> None:
         writer, rec = fold.decoder.decode(m.value(), m.offset())
-        if writer.event_type != "agent.message":
+        if writer.event_type != MESSAGE:
             return
         body = rec["payload"]
         if body["kind"] == "done":
@@ -89,10 +91,10 @@ class _Agent:
         causes = [m.offset()]
         if task["hops"] > 0:
             task["hops"] -= 1
-            log.produce("agent.message", {"kind": "task", "body": json.dumps(task)}, agent=self.name, to=nxt,
+            log.produce(MESSAGE, {"kind": "task", "body": json.dumps(task)}, agent=self.name, to=nxt,
                         causes=causes)
         else:
-            log.produce("agent.message", {"kind": "done", "body": task["task"]}, agent=self.name, causes=causes)
+            log.produce(MESSAGE, {"kind": "done", "body": task["task"]}, agent=self.name, causes=causes)
         self.sent += 1
 
 
@@ -116,7 +118,7 @@ def main(*, settings: Settings, agents: int = 3, rounds: int = 200) -> int:
     sink_thread.start()
 
     with EventLog(settings=settings, registry=registry, run_id=run_id) as log:
-        log.append("run.started", {"swarm": "demo-ring", "seed": 0, "code_version": "demo", "agents": names},
+        log.append(RUN_STARTED, {"swarm": "demo-ring", "seed": 0, "code_version": "demo", "agents": names},
                    agent="demo")
     hops = max(1, rounds // (agents * _TASKS_PER_AGENT))
     swarm = [_Agent(name=n, peers=names, settings=settings, topic=topic, registry=registry, run_id=run_id,

@@ -1,9 +1,10 @@
 """swarmlog's typed errors.
 
-Every error carries the facts as fields and says what to do in its message.
-Driver exceptions (librdkafka's ``KafkaException``, psycopg's errors) are
-translated into these at one seam each (``swarmlog.log``, the sink) rather
-than caught all over.
+Every error carries the facts as fields and says what to do in its message;
+callers (and the runtime itself) decide by the error's type and fields, never by
+its text. Driver exceptions are translated into these at one seam per driver:
+librdkafka's ``KafkaException`` in :mod:`swarmlog.kafka.errors`, psycopg's in the
+sink (:mod:`swarmlog_connectors`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ class SwarmlogError(Exception):
 
 class ConfigurationError(SwarmlogError):
     """A setting is missing or wrong."""
+
+
+class UsageError(ConfigurationError):
+    """A command was called wrongly (arguments that do not fit together)."""
 
 
 class MissingDependency(SwarmlogError):
@@ -43,6 +48,18 @@ class ServiceUnavailable(SwarmlogError):
         )
 
 
+class KafkaOperationFailed(SwarmlogError):
+    """Kafka refused an operation for a reason none of the more specific errors covers."""
+
+    def __init__(self, *, operation: str, code: int, name: str, detail: str, retriable: bool = False) -> None:
+        self.operation = operation
+        self.code = code
+        self.name = name
+        self.detail = detail
+        self.retriable = retriable
+        super().__init__(f"{operation} failed: Kafka error {name}: {detail}")
+
+
 # --- topics --------------------------------------------------------------------------
 
 
@@ -63,6 +80,23 @@ class TopicNotSinglePartition(SwarmlogError):
             f"offsets of a single partition are the swarm's only clock (a total order). "
             f"Create a new topic with `swarmlog topic create` and move the swarm there."
         )
+
+
+class TopicCreateFailed(SwarmlogError):
+    def __init__(self, *, topic: str, detail: str) -> None:
+        self.topic = topic
+        self.detail = detail
+        super().__init__(f"cannot create topic {topic!r}: {detail}; check the broker's log and that this "
+                         f"principal may create topics (Kafka ACL: CREATE on the topic or the cluster)")
+
+
+class ReadFailed(SwarmlogError):
+    """Reading the log failed with an error that retrying will not cure."""
+
+    def __init__(self, *, topic: str, detail: str) -> None:
+        self.topic = topic
+        self.detail = detail
+        super().__init__(f"reading {topic!r} failed: {detail}")
 
 
 # --- events and schemas ----------------------------------------------------------------
@@ -127,6 +161,71 @@ class AppendFailed(SwarmlogError):
         super().__init__(f"append to {topic!r} failed: {detail}")
 
 
+class TransactionAborted(SwarmlogError):
+    """An agent's transaction did not commit: none of its outputs became visible.
+
+    Nothing is lost: the inputs of the aborted batch are re-run by the agent's next life.
+    """
+
+    def __init__(self, *, agent: str, detail: str) -> None:
+        self.agent = agent
+        self.detail = detail
+        super().__init__(f"agent {agent!r}: its transaction was aborted ({detail}); none of the batch's outputs "
+                         f"became visible, and its next start re-runs those steps")
+
+
+class AgentFenced(TransactionAborted):
+    """Another life of the same agent started (same transactional id): this one may write nothing more."""
+
+    def __init__(self, *, agent: str, detail: str) -> None:
+        super().__init__(agent=agent, detail=f"fenced by a newer instance of the agent: {detail}")
+
+
+# --- runs ---------------------------------------------------------------------------
+
+
+class RunAlreadyRecorded(SwarmlogError):
+    """The topic holds another run: one topic holds one run."""
+
+    def __init__(self, *, topic: str, run_id: str, seed: int, requested_run_id: str, requested_seed: int) -> None:
+        self.topic = topic
+        self.run_id = run_id
+        self.seed = seed
+        self.requested_run_id = requested_run_id
+        self.requested_seed = requested_seed
+        super().__init__(
+            f"topic {topic!r} already holds run {run_id!r} (seed {seed}), not {requested_run_id!r} (seed "
+            f"{requested_seed}); one topic holds one run, so that replay from offset zero rebuilds exactly one "
+            f"history. Use a new topic for a new run.")
+
+
+class NoRunStarted(SwarmlogError):
+    """A handler drew randomness, but no ``run.started`` precedes its step: there is no seed."""
+
+    def __init__(self, *, agent: str, offset: int) -> None:
+        self.agent = agent
+        self.offset = offset
+        super().__init__(f"agent {agent!r} at offset {offset}: no run.started event precedes this step, so there is "
+                         f"no seed to derive randomness from; start runs with `swarmlog run` (it writes run.started)")
+
+
+class OutsideStep(SwarmlogError):
+    """``ctx`` was used outside a handler."""
+
+    def __init__(self, *, agent: str) -> None:
+        self.agent = agent
+        super().__init__(f"ctx of agent {agent!r} can only be used inside a handler, while a step runs")
+
+
+class EffectFailed(SwarmlogError):
+    """A recorded effect raised; replay raises the same failure at the same place."""
+
+    def __init__(self, *, name: str, error: str) -> None:
+        self.name = name
+        self.error = error
+        super().__init__(f"effect {name!r} failed: {error}")
+
+
 # --- replay --------------------------------------------------------------------------
 
 
@@ -141,6 +240,13 @@ class GroupHasActiveMembers(SwarmlogError):
             f"Kafka only resets the offsets of an empty group. Stop its consumers "
             f"(e.g. `kubectl scale --replicas=0`) and run the replay again."
         )
+
+
+class GroupResetFailed(SwarmlogError):
+    def __init__(self, *, group: str, detail: str) -> None:
+        self.group = group
+        self.detail = detail
+        super().__init__(f"cannot reset consumer group {group!r}: {detail}")
 
 
 class GroupNotAtStart(SwarmlogError):
@@ -171,3 +277,8 @@ class NondeterminismError(SwarmlogError):
         if recorded is not None or replayed is not None:
             parts.append(f"(recorded: {recorded!r}; now: {replayed!r})")
         super().__init__(" ".join(parts))
+
+
+class EffectDiverged(NondeterminismError):
+    """A recorded effect or LLM call cannot be served: the log has no record of it here, or a
+    different one. The handler cannot go on without its result, so this agent's replay stops."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
+from .protocol import MESSAGE
+
 
 class Event(NamedTuple):
     """One event read from the log.
@@ -28,20 +30,21 @@ class Event(NamedTuple):
     timestamp_ms: int | None = None
 
     @classmethod
-    def from_record(cls, offset: int, event_type: str, version: int, record: dict[str, Any],
-                    timestamp_ms: int | None = None) -> Event:
-        return cls(offset, event_type, version, record["event_id"], record["run_id"], record["agent_id"],
-                   record["to"], record["causes"], record["payload"], timestamp_ms)
+    def from_message(cls, msg: Any, writer: Any, record: dict[str, Any]) -> Event:
+        """The event of a log message, given its writer schema and its decoded record."""
+        ts_type, ts = msg.timestamp()
+        return cls(msg.offset(), writer.event_type, writer.version, record["event_id"], record["run_id"],
+                   record["agent_id"], record["to"], record["causes"], record["payload"], ts if ts_type else None)
 
     @property
     def kind(self) -> str | None:
         """An ``agent.message``'s kind (``None`` for other event types)."""
-        return self.payload.get("kind") if self.event_type == "agent.message" else None
+        return self.payload.get("kind") if self.event_type == MESSAGE else None
 
     @property
     def body(self) -> str | None:
         """An ``agent.message``'s body as sent (a string)."""
-        return self.payload.get("body") if self.event_type == "agent.message" else None
+        return self.payload.get("body") if self.event_type == MESSAGE else None
 
     def json(self) -> Any:
         """An ``agent.message``'s body parsed as JSON (what ``ctx.send`` made of a non-string body)."""

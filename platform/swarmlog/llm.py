@@ -39,7 +39,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from .context import canonical
+from .hashing import canonical
 from .errors import ConfigurationError, SwarmlogError
 
 __all__ = [

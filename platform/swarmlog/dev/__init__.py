@@ -5,7 +5,7 @@ throwaway Postgres cluster), ``swarmlog dev env`` prints the variables that
 point swarmlog at them, ``status`` and ``down`` do what they say.
 """
 
-from swarmlog.dev.cluster import (
+from .cluster import (
     ClusterInfo,
     ClusterStatus,
     ServiceStatus,

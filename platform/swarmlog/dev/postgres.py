@@ -20,8 +20,8 @@ from pathlib import Path
 
 import psycopg
 
-from swarmlog.dev import process
-from swarmlog.errors import ConfigurationError, MissingDependency, ServiceUnavailable
+from . import process
+from ..errors import ConfigurationError, MissingDependency, ServiceUnavailable
 
 ROLE = "swarmlog"
 DATABASE = "swarmlog"

@@ -24,7 +24,7 @@ from fastavro.schema import fingerprint as avro_fingerprint
 from fastavro.schema import to_parsing_canonical_form
 from pydantic import TypeAdapter, ValidationError
 
-from .errors import InvalidEvent, SchemaError, UnknownEventType
+from ..errors import InvalidEvent, SchemaError, UnknownEventType
 from .models import payload_model, payload_validator
 
 _FILE_NAME = re.compile(r"^v(?P<version>[1-9][0-9]*)\.avsc$")

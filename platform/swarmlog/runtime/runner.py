@@ -7,7 +7,7 @@ offset zero would otherwise mix two runs' histories.
 
 All agents in one process (one thread each), or one agent per process with
 ``--agent NAME`` (one pod per agent on Kubernetes); the code path is the same
-:class:`swarmlog._worker.AgentWorker` either way.
+:class:`swarmlog.runtime._worker.AgentWorker` either way.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import logging
 import signal
 import threading
 import time
@@ -22,16 +23,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer
-
+from ..agent import Swarm
+from ..errors import ConfigurationError, RunAlreadyRecorded
+from ..kafka.backend import KafkaBackend
+from ..log.append import EventLog
+from ..log.base import LogBackend
+from ..protocol import RUN_STARTED, RUN_STARTED_HEADER, run_started_id
+from ..schema.codec import Decoder
+from ..schema.registry import SchemaRegistry
+from ..settings import Settings
 from ._worker import AgentWorker, WorkerResult
-from .agent import Swarm
-from .codec import Decoder
-from .errors import ConfigurationError, SwarmlogError
-from .log import EventLog
-from .reader import LogReader, high_watermark
-from .schemas import SchemaRegistry
-from .settings import Settings
+
+logger = logging.getLogger(__name__)
 
 
 def load_swarm(spec: str) -> Swarm:
@@ -74,14 +77,16 @@ class RunInfo:
     code_version: str = ""
 
 
-def find_run(settings: Settings, topic: str, registry: SchemaRegistry) -> RunInfo | None:
+def find_run(settings: Settings, topic: str, registry: SchemaRegistry, *,
+             backend: LogBackend | None = None) -> RunInfo | None:
     """The topic's ``run.started``, if any (read by header, decoded only it)."""
     decoder = Decoder(registry)
-    with LogReader(settings=settings, topic=topic) as reader:
+    backend = backend if backend is not None else KafkaBackend(settings)
+    with backend.reader(topic) as reader:
         reader.assign(0)
         for batch in reader.batches():
             for m in batch:
-                if ("sl.type", b"run.started") in (m.headers() or ()):
+                if RUN_STARTED_HEADER in (m.headers() or ()):
                     _, rec = decoder.decode(m.value(), m.offset())
                     return RunInfo(run_id=rec["run_id"], seed=rec["payload"]["seed"], offset=m.offset(),
                                    created=False, code_version=rec["payload"]["code_version"])
@@ -89,34 +94,40 @@ def find_run(settings: Settings, topic: str, registry: SchemaRegistry) -> RunInf
 
 
 def start_run(*, settings: Settings, swarm: Swarm, run_id: str, seed: int, topic: str | None = None,
-              registry: SchemaRegistry | None = None) -> RunInfo:
+              registry: SchemaRegistry | None = None, backend: LogBackend | None = None) -> RunInfo:
     """Append ``run.started`` unless the topic already has it (idempotent for the same run)."""
     topic = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dir)
-    existing = find_run(settings, topic, registry)
+    existing = find_run(settings, topic, registry, backend=backend)
     if existing is not None:
         if existing.run_id != run_id or existing.seed != seed:
-            raise SwarmlogError(
-                f"topic {topic!r} already holds run {existing.run_id!r} (seed {existing.seed}); one topic holds "
-                f"one run, so that replay from offset zero rebuilds exactly one history. Use a new topic.")
+            raise RunAlreadyRecorded(topic=topic, run_id=existing.run_id, seed=existing.seed,
+                                     requested_run_id=run_id, requested_seed=seed)
         return existing
-    with EventLog(settings=settings, registry=registry, topic=topic, run_id=run_id) as log:
-        offset = log.append("run.started", {"swarm": swarm.name, "seed": seed, "code_version": code_version(swarm),
-                                            "agents": swarm.agent_names}, agent="swarmlog", event_id=f"run@{run_id}")
-    return RunInfo(run_id=run_id, seed=seed, offset=offset, created=True, code_version=code_version(swarm))
+    version = code_version(swarm)
+    with EventLog(settings=settings, registry=registry, topic=topic, run_id=run_id, backend=backend) as log:
+        offset = log.append(RUN_STARTED, {"swarm": swarm.name, "seed": seed, "code_version": version,
+                                          "agents": swarm.agent_names}, agent="swarmlog",
+                            event_id=run_started_id(run_id))
+    logger.info("run %s of swarm %s started at offset %d (seed %d, code %s)", run_id, swarm.name, offset, seed,
+                version)
+    return RunInfo(run_id=run_id, seed=seed, offset=offset, created=True, code_version=version)
 
 
 def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = None, topic: str | None = None,
                registry: SchemaRegistry | None = None, until_quiet: float | None = None,
                stop: threading.Event | None = None,
-               on_started: Callable[[list[AgentWorker]], None] | None = None) -> list[WorkerResult]:
+               on_started: Callable[[list[AgentWorker]], None] | None = None,
+               backend: LogBackend | None = None) -> list[WorkerResult]:
     """Run the named agents (default: all) live, one thread each, until ``stop`` is set,
     SIGTERM/SIGINT arrives (in the main thread), or — with ``until_quiet`` — the log has not
     grown for that many seconds and no agent has a timeout pending."""
     topic = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dir)
     names = agents or swarm.agent_names
-    workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic) for n in names]
+    backend = backend if backend is not None else KafkaBackend(settings)
+    workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic, backend=backend)
+               for n in names]
     stop = stop or threading.Event()
     results: dict[str, WorkerResult] = {}
     errors: dict[str, BaseException] = {}
@@ -136,7 +147,7 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
         t.start()
     if on_started is not None:
         on_started(workers)
-    watcher = _QuietWatcher(settings, topic) if until_quiet else None
+    watcher = _QuietWatcher(backend, topic) if until_quiet else None
     while not stop.wait(0.2):
         if watcher is not None and watcher.quiet(until_quiet, workers):  # type: ignore[arg-type]
             break
@@ -155,16 +166,18 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
 class _QuietWatcher:
     """"Quiet": the log end has not moved for a while, every agent has read to it, no timeout pending."""
 
-    def __init__(self, settings: Settings, topic: str) -> None:
-        self._settings = settings
+    def __init__(self, backend: LogBackend, topic: str) -> None:
+        self._backend = backend
         self._topic = topic
-        self._consumer = Consumer(settings.kafka_config(
-            {"group.id": f"swarmlog-quiet-{topic}", "isolation.level": "read_uncommitted"}))
         self._high = -1
         self._since = time.monotonic()
 
+    def _end(self) -> int:
+        # The end *including* open transactions: a swarm blocked behind one is not quiet.
+        return self._backend.watermarks(self._topic)[1]
+
     def quiet(self, seconds: float, workers: list[AgentWorker]) -> bool:
-        high = high_watermark(self._settings, self._topic, consumer=self._consumer)
+        high = self._end()
         now = time.monotonic()
         if high != self._high:
             self._high, self._since = high, now
@@ -179,10 +192,7 @@ class _QuietWatcher:
                     or w.eof_at < high:
                 return False
         # A step that committed while the workers were being looked at moved the end.
-        if high_watermark(self._settings, self._topic, consumer=self._consumer) != high:
-            return False
-        self._consumer.close()
-        return True
+        return self._end() == high
 
 
 def result_json(results: list[WorkerResult]) -> dict[str, Any]:

@@ -1,88 +1,19 @@
-"""Agent state as a fold over the log, and the hashes that compare states.
+"""The default reducer of a plain replay: what each agent sent and received, chained in order.
 
-A *reducer* folds events, in offset order, into per-agent state. Replay and the
-live agents use the same reducer, so "rebuilt from offset zero equals live" is
-a comparison of two hashes.
-
-Hashes are over *canonical JSON* (sorted keys, no whitespace, UTF-8), never
-over Python's ``hash()`` (salted per process) or ``repr`` of floats across
-versions. (Inside the ledger, each event's *mark* uses a faster encoding of its
-payload; see :func:`payload_json`.) The stream hash covers every message's offset and exact bytes, so
-two logs hash equal only if they hold the same bytes at the same offsets.
+A plain ``swarmlog replay`` knows nothing of a swarm's code; the ledger is the
+state it can still rebuild for every agent from the log alone, and hash.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import struct
 import zlib
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic_core import to_json
 
 from .events import Event
-
-
-class Reducer(Protocol):
-    """Folds one event into the states of the agents it concerns."""
-
-    def apply(self, states: dict[str, Any], event: Event) -> None: ...
-
-
-def canonical_json(value: Any) -> bytes:
-    return _canonical_encode(value).encode()
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    raise TypeError(f"state is not JSON-serialisable: {type(value).__name__}")
-
-
-# Built once: json.dumps with any non-default option builds a new JSONEncoder per call,
-# which costs more than encoding a small payload. Same output as json.dumps(value, ...).
-_canonical_encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                                     default=_json_default).encode
-
-
-def state_hash(state: Any) -> str:
-    """sha256 of the state's canonical JSON."""
-    return hashlib.sha256(canonical_json(state)).hexdigest()
-
-
-class StreamHasher:
-    """sha256 over (offset, length, bytes) of every message in order."""
-
-    __slots__ = ("_h", "count")
-
-    def __init__(self) -> None:
-        self._h = hashlib.sha256()
-        self.count = 0
-
-    def update(self, offset: int, value: bytes | None) -> None:
-        value = value or b""
-        self._h.update(_FRAME.pack(offset, len(value)) + value)
-        self.count += 1
-
-    def update_batch(self, msgs: list[Any]) -> None:
-        """:meth:`update` for each of a batch of Kafka messages, in order."""
-        update = self._h.update
-        pack = _FRAME.pack
-        for m in msgs:
-            value = m.value() or b""
-            update(pack(m.offset(), len(value)) + value)
-        self.count += len(msgs)
-
-    def hexdigest(self) -> str:
-        return self._h.hexdigest()
-
-
-_FRAME = struct.Struct(">QI")
-"""A message's frame in the stream hash: 8-byte big-endian offset, 4-byte big-endian length."""
 
 
 LedgerRow = tuple[int, str, str, str | None, dict[str, Any]]
@@ -97,7 +28,7 @@ class Ledger:
     that a changed, missing, duplicated or reordered event changes the agent's
     hash. A broadcast concerns every agent already seen in the log.
 
-    An event's mark is ``crc32(event_type + payload_json(payload))``.
+    An event's mark is ``crc32(event_type + mark_json(payload))``.
     """
 
     __slots__ = ("_type_crcs",)
@@ -125,7 +56,7 @@ class Ledger:
             type_crc = type_crcs.get(event_type)
             if type_crc is None:
                 type_crc = type_crcs[event_type] = crc32(event_type.encode())
-            # payload_json(payload), inlined.
+            # mark_json(payload), inlined.
             mark = pack(crc32(to_json(payload, bytes_mode="hex", inf_nan_mode="constants"), type_crc))
             s = get(sender) or _new_state(states, sender)
             counts = s["sent"]
@@ -143,7 +74,7 @@ class Ledger:
 _MARK = struct.Struct(">I")
 
 
-def payload_json(payload: dict[str, Any]) -> bytes:
+def mark_json(payload: dict[str, Any]) -> bytes:
     """The bytes of a payload in an event's mark: compact UTF-8 JSON, keys in the dict's order.
 
     Not sorted, for speed (sorting the items costs more than encoding them): the

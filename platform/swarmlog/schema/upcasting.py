@@ -29,8 +29,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .errors import SchemaError
-from .schemas import SchemaRegistry
+from ..errors import SchemaError
+from .registry import SchemaRegistry
 
 __all__ = ["UPCASTERS_FILE", "Upcaster", "discover_upcasters", "upcasters_for"]
 

@@ -10,7 +10,8 @@ keep its whole history (``retention.ms=-1``, ``retention.bytes=-1``).
 
 Why ``LogAppendTime``: the broker stamps each message as it appends it, so the
 timestamp recorded in the log is monotonic with the offsets; agents may read it
-(from the log, never from a clock) through ``ctx.now()``.
+(from the log, never from a clock) through ``ctx.log_time_ms()``. Logical time is
+the offset, ``ctx.now()``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import ConfigResource, NewTopic
 
-from .errors import ServiceUnavailable, SwarmlogError, TopicNotFound, TopicNotSinglePartition
-from .settings import Settings
+from ..errors import KafkaOperationFailed, TopicCreateFailed, TopicNotFound, TopicNotSinglePartition
+from ..settings import Settings
+from .config import admin_client
+from .errors import UNKNOWN_TOPIC, translate
 
 TOPIC_CONFIG = {
     "retention.ms": "-1",
@@ -42,22 +45,20 @@ class TopicInfo:
     created: bool = False
 
 
-def admin_client(settings: Settings) -> AdminClient:
-    return AdminClient(settings.kafka_config())
-
-
 def describe_topic(settings: Settings, topic: str, *, client: object | None = None) -> TopicInfo:
     """Partition count and replication of ``topic``; raises TopicNotFound."""
     admin = client or admin_client(settings)
     try:
         md = admin.list_topics(topic=topic, timeout=_TIMEOUT_S)  # type: ignore[attr-defined]
     except KafkaException as exc:
-        raise ServiceUnavailable(service="Kafka", address=settings.bootstrap_servers, detail=str(exc)) from None
+        raise translate(exc, operation=f"describing topic {topic!r}", bootstrap=settings.bootstrap_servers,
+                        topic=topic) from None
     t = md.topics.get(topic)
-    if t is None or (t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+    if t is None or (t.error is not None and t.error.code() in UNKNOWN_TOPIC):
         raise TopicNotFound(topic=topic)
     if t.error is not None:
-        raise SwarmlogError(f"cannot describe topic {topic!r}: {t.error}")
+        raise translate(t.error, operation=f"describing topic {topic!r}", bootstrap=settings.bootstrap_servers,
+                        topic=topic)
     replicas = len(next(iter(t.partitions.values())).replicas) if t.partitions else 0
     return TopicInfo(name=topic, partitions=len(t.partitions), replication_factor=replicas)
 
@@ -85,9 +86,10 @@ def create_topic(settings: Settings, topic: str | None = None) -> TopicInfo:
         err = exc.args[0]
         if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return require_single_partition(settings, topic, client=admin)
-        if err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
-            raise ServiceUnavailable(service="Kafka", address=settings.bootstrap_servers, detail=str(err)) from None
-        raise SwarmlogError(f"cannot create topic {topic!r}: {err.str()}") from None
+        failure = translate(exc, operation=f"creating topic {topic!r}", bootstrap=settings.bootstrap_servers)
+        if isinstance(failure, KafkaOperationFailed):
+            raise TopicCreateFailed(topic=topic, detail=err.str()) from None
+        raise failure from None
     # CreateTopics returns once the controller has the topic; brokers learn of it a
     # moment later. Wait until metadata shows it, so the caller can use it at once.
     deadline = time.monotonic() + _TIMEOUT_S

@@ -14,56 +14,21 @@ a consumer-group reset).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from .errors import ServiceUnavailable, SwarmlogError
-from .settings import Settings
+from ..errors import ReadFailed, UsageError
+from ..log.base import BATCH, ReadPosition
+from ..settings import Settings
+from .config import consumer as make_consumer
+from .config import watermark_consumer
+from .errors import translate
 from .topic import require_single_partition
 
 _error = Message.error
-
-CONSUMER_REQUIRED: dict[str, object] = {
-    "isolation.level": "read_committed",
-    "enable.auto.commit": False,
-    "enable.auto.offset.store": False,
-    "enable.partition.eof": True,
-    "allow.auto.create.topics": False,
-}
-CONSUMER_TUNING: dict[str, object] = {
-    "fetch.wait.max.ms": 50,
-    "fetch.min.bytes": 1,
-    "queued.min.messages": 200_000,
-    "fetch.max.bytes": 64 * 1024 * 1024,
-    # librdkafka's default. Measured (bench/replay.py): at 16 MiB a replay's peak RSS was
-    # ~560 MB (prefetched, decompressed batches), at 1 MiB ~190 MB, with the same replay
-    # throughput: decoding and folding in Python, not fetching, set the pace.
-    "max.partition.fetch.bytes": 1024 * 1024,
-    "auto.offset.reset": "earliest",
-}
-
-BATCH = 5000
-
-
-@dataclass(slots=True)
-class ReadPosition:
-    """Where a read ended: ``end_offset`` is the next offset it would read (exclusive)."""
-
-    end_offset: int
-    reached_end_of_log: bool
-
-
-def make_consumer(settings: Settings, *, group: str | None = None,
-                  extra: Mapping[str, object] | None = None) -> Consumer:
-    config = settings.kafka_config(
-        {**CONSUMER_REQUIRED, "group.id": group or f"swarmlog-reader-{uuid.uuid4().hex}"},
-        tuning={**CONSUMER_TUNING, **(extra or {})},
-    )
-    return Consumer(config)
+_WATERMARK_TIMEOUT_S = 10.0
 
 
 class LogReader:
@@ -95,7 +60,7 @@ class LogReader:
     def subscribe(self) -> None:
         """Join the consumer group and read from its committed offset."""
         if self.group is None:
-            raise SwarmlogError("subscribe() needs a consumer group")
+            raise UsageError("LogReader.subscribe() needs a consumer group: LogReader(group=...)")
         self.consumer.subscribe([self.topic])
 
     def batches(self, *, end: int | None = None, follow: bool = False,
@@ -114,8 +79,8 @@ class LogReader:
             try:
                 msgs = consume(batch_size, timeout)
             except KafkaException as exc:
-                raise ServiceUnavailable(service="Kafka", address=self.settings.bootstrap_servers,
-                                         detail=str(exc)) from None
+                raise translate(exc, operation=f"reading {self.topic!r}", bootstrap=self.settings.bootstrap_servers,
+                                topic=self.topic) from None
             if not msgs:
                 if follow:
                     yield []
@@ -140,7 +105,7 @@ class LogReader:
                         hit_end = not follow
                         continue
                     if err.fatal() or not err.retriable():
-                        raise SwarmlogError(f"reading {self.topic!r} failed: {err.str()}")
+                        raise ReadFailed(topic=self.topic, detail=err.str())
                     continue
                 off = m.offset()
                 if end is not None and off >= end:
@@ -159,7 +124,11 @@ class LogReader:
 
     def commit(self, next_offset: int) -> None:
         """Commit ``next_offset`` for the group (synchronously)."""
-        self.consumer.commit(offsets=[TopicPartition(self.topic, 0, next_offset)], asynchronous=False)
+        try:
+            self.consumer.commit(offsets=[TopicPartition(self.topic, 0, next_offset)], asynchronous=False)
+        except KafkaException as exc:
+            raise translate(exc, operation=f"committing group {self.group!r}",
+                            bootstrap=self.settings.bootstrap_servers) from None
 
     def close(self) -> None:
         self.consumer.close()
@@ -171,23 +140,29 @@ class LogReader:
         self.close()
 
 
-def high_watermark(settings: Settings, topic: str, *, consumer: Consumer | None = None) -> int:
-    """The partition's high watermark: the end of the log *including* open transactions.
+def watermarks(settings: Settings, topic: str, *, consumer: Consumer | None = None) -> tuple[int, int]:
+    """(log start, high watermark) of the topic's partition, asked of the broker.
 
-    Not what a read_committed reader can read (that stops at the last stable offset);
-    it is for telling whether a swarm is quiet. An open transaction pins the last stable
-    offset, and a swarm blocked behind one (a killed agent's, until its restart aborts it)
-    must not look finished.
+    The high watermark is the end of the log *including* open transactions, not what a
+    read_committed reader can read (that stops at the last stable offset). An open
+    transaction pins the last stable offset, and a swarm blocked behind one (a killed
+    agent's, until its restart aborts it) must not look finished.
     """
     own = consumer is None
     if consumer is None:
-        consumer = Consumer(settings.kafka_config(
-            {"group.id": f"swarmlog-watermark-{uuid.uuid4().hex}", "isolation.level": "read_uncommitted",
-             "enable.auto.commit": False}))
+        consumer = watermark_consumer(settings)
     try:
-        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1])
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=_WATERMARK_TIMEOUT_S,
+                                                   cached=False)
+        return int(low), int(high)
     except KafkaException as exc:
-        raise ServiceUnavailable(service="Kafka", address=settings.bootstrap_servers, detail=str(exc)) from None
+        raise translate(exc, operation=f"reading the watermarks of {topic!r}", bootstrap=settings.bootstrap_servers,
+                        topic=topic) from None
     finally:
         if own:
             consumer.close()
+
+
+def high_watermark(settings: Settings, topic: str, *, consumer: Consumer | None = None) -> int:
+    """The end of the log including open transactions (see :func:`watermarks`)."""
+    return watermarks(settings, topic, consumer=consumer)[1]

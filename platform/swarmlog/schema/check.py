@@ -39,8 +39,8 @@ from fastavro.validation import validate
 
 from .codec import Decoder, Encoder
 from .compat import DEFAULT_MODE, Mode, Violation, check_versions
-from .errors import SchemaError
-from .schemas import EventSchema, SchemaRegistry
+from ..errors import SchemaError
+from .registry import EventSchema, SchemaRegistry
 from .upcasting import Upcaster, discover_upcasters
 
 __all__ = [
@@ -269,7 +269,7 @@ def _parser() -> argparse.ArgumentParser:
 def _schema_dir(args: argparse.Namespace) -> Path:
     if args.schema_dir is not None:
         return Path(args.schema_dir)
-    from .settings import Settings
+    from ..settings import Settings
 
     return Settings.from_env().schema_dir
 

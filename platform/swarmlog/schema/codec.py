@@ -9,9 +9,9 @@ Avro library can read swarmlog's events given the schema files. The reader finds
 the writer schema by the fingerprint and resolves it into the newest version the
 process knows (defaults, promotions, then upcasters).
 
-Routing fields also travel as Kafka headers (``sl.type``, ``sl.v``, ``sl.agent``,
-``sl.to``, and ``sl.step`` on the agent runtime's outputs) so that a consumer can skip an event it does not care about without
-decoding it.
+Routing fields also travel as Kafka headers (:mod:`swarmlog.protocol`: ``sl.type``,
+``sl.v``, ``sl.agent``, ``sl.to``, and ``sl.step`` on the agent runtime's outputs) so that
+a consumer can skip an event it does not care about without decoding it.
 
 Hot path: an :class:`Encoder` and the decoder's plan per fingerprint are built
 once; per event there is one buffer write and one fastavro call.
@@ -25,8 +25,9 @@ from typing import Any
 
 import fastavro
 
-from .errors import SchemaNotFound, UndecodableMessage
-from .schemas import EventSchema, SchemaRegistry
+from ..errors import SchemaNotFound, UndecodableMessage
+from ..protocol import H_AGENT, H_TO, H_TYPE, H_VERSION, Headers
+from .registry import EventSchema, SchemaRegistry
 from .upcasting import upcasters_for
 
 MAGIC = b"\xc3\x01"
@@ -34,14 +35,6 @@ MAGIC = b"\xc3\x01"
 FINGERPRINT_LEN = 8
 HEADER_LEN = len(MAGIC) + FINGERPRINT_LEN
 
-H_TYPE = "sl.type"
-H_VERSION = "sl.v"
-H_AGENT = "sl.agent"
-H_TO = "sl.to"
-H_STEP = "sl.step"
-"""On runtime outputs: the offset of the step that wrote it (so readers know an agent's reach without decoding)."""
-
-Headers = list[tuple[str, bytes]]
 
 
 class Encoder:

@@ -1,7 +1,8 @@
 """One agent's fold over the log: routing, steps, timers, and checking against the record.
 
 Internal. Both the live worker (``_worker``) and the swarm replayer
-(``_replayer``) drive an :class:`AgentCore` message by message, in offset order.
+(``_replayer``) drive an :class:`AgentCore` message by message, in offset order;
+it knows nothing of Kafka (``tests/unit`` drive it over a recorded log).
 
 **Live or replayed.** Every step is either *live* (its outputs go into the
 agent's Kafka transaction) or *replayed* (its outputs are checked against what
@@ -17,36 +18,45 @@ match one for one. Because an agent's transactions commit in order, a recorded
 output of a later step proves every earlier step's outputs have all arrived, so
 whatever is still pending for an earlier step was never written: a divergence.
 Effects and LLM calls cannot wait (the handler needs their result at once); they
-come from an index built by a first pass over the agent's own events.
+come from an index built by a first pass over the log (``_index``).
 
 **Timers.** A timer counts from its ``timer.set`` *as read from the log*, so the
 counting is the same in every replay. A logical timer fires as an output of the
 step during which the N-th event after it is read. A wall-clock timeout's due
 time is the set event's recorded broker timestamp plus the timeout; the live
-worker appends its firing (``<agent>@timer<set offset>``) when due. Either way
+worker appends its firing (:func:`~swarmlog.protocol.wall_timer_id`) when due. Either way
 the handler runs when the ``timer.fired`` event is read back from the log, at
 its fixed place in the total order.
 """
 
 from __future__ import annotations
 
-import sys
-import traceback
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from .agent import Agent
-from .codec import H_AGENT, H_TO, H_TYPE, Decoder
-from .context import Context, Output, OutputSink
-from .errors import NondeterminismError, SwarmlogError
-from .events import Event
-from .guard import guarded
-from .state import state_hash
+from ..agent import Agent
+from ..context import Context, Output, OutputSink
+from ..errors import EffectDiverged, NondeterminismError, SwarmlogError
+from ..events import Event
+from ..guard import guarded
+from ..hashing import state_hash
+from ..protocol import (
+    HANDLER_FAILED,
+    RECORDED_EFFECTS,
+    RUN_STARTED,
+    SELF_RECORDS,
+    TIMER_CANCELLED,
+    TIMER_FIRED,
+    TIMER_SET,
+    Route,
+    parse_step,
+)
+from ..schema.codec import Decoder
+from ._index import OwnIndex
 
-RECORD_TYPES = frozenset({"effect.recorded", "llm.call", "timer.set", "timer.cancelled", "handler.failed"})
-"""Events an agent writes about itself; never dispatched to handlers."""
-WALL_TIMER_MARK = "@timer"
+logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -71,37 +81,6 @@ class Divergence:
                 "recorded": self.recorded, "replayed": self.replayed}
 
 
-@dataclass(slots=True)
-class OwnIndex:
-    """What the first pass learns about one agent's own events."""
-
-    last_step: int = -1  # highest step with recorded outputs (wall-clock firings excluded)
-    effects: dict[str, Event] = field(default_factory=dict)  # event_id -> effect.recorded / llm.call
-
-
-def parse_step(event_id: str) -> tuple[int, int] | None:
-    """``agent@step#i`` -> (step, i); None for a wall-clock firing or a foreign id."""
-    _, _, tail = event_id.rpartition("@")
-    step, sep, index = tail.partition("#")
-    if not sep or not step.isdigit():
-        return None
-    return int(step), int(index)
-
-
-def route(headers: list[tuple[str, bytes]] | None) -> tuple[str, str, str | None]:
-    """(event type, writing agent, recipient) from the routing headers, without decoding."""
-    t = a = ""
-    to = None
-    for k, v in headers or ():
-        if k == H_TYPE:
-            t = v.decode()
-        elif k == H_AGENT:
-            a = v.decode()
-        elif k == H_TO:
-            to = v.decode()
-    return t, a, to
-
-
 class _Unreached(Exception):
     """A replayed step needs a record the live agent never made: it never got this far."""
 
@@ -122,9 +101,9 @@ class _VerifySink:
         rec = core.index.effects.get(out.event_id) if locate else None
         if locate:
             if rec is None:
-                raise NondeterminismError(offset=core.ctx.now(), agent=core.name,
-                                          detail=f"the step now makes a {out.event_type} the log does not have",
-                                          replayed=out.payload)
+                raise EffectDiverged(offset=core.ctx.now(), agent=core.name,
+                                     detail=f"the step now makes a {out.event_type} the log does not have",
+                                     replayed=out.payload)
             core.check(out, rec)
             return rec.offset
         core.pending.setdefault(core.ctx.now(), {})[out.event_id] = out
@@ -136,8 +115,8 @@ class _VerifySink:
             step = self.core.ctx.now()
             if self.core.reach is not None and step >= self.core.reach:
                 raise _Unreached(step)
-            raise NondeterminismError(offset=self.core.ctx.now(), agent=self.core.name,
-                                      detail="the step now calls an effect or LLM the log has no record of")
+            raise EffectDiverged(offset=self.core.ctx.now(), agent=self.core.name,
+                                 detail="the step now calls an effect or LLM the log has no record of")
         return rec
 
 
@@ -168,11 +147,13 @@ class AgentCore:
         """Replay only: the live agent is known to have got to here (exclusive); see finish()."""
         self.stopped = False  # a non-strict replay that could not go on (an effect it cannot serve)
         self._handled = agent.handled_types()
+        self._raised: NondeterminismError | None = None  # recorded and raised already (strict)
 
     # -- the fold -----------------------------------------------------------------------
 
-    def process(self, msg: Any, etype: str, writer: str, to: str | None) -> None:
-        """Fold one message (headers already parsed by the caller)."""
+    def process(self, msg: Any, route: Route) -> None:
+        """Fold one message, given its routing headers (:func:`swarmlog.protocol.route`)."""
+        etype, writer, to, _ = route
         off = msg.offset()
         self.position = off + 1
         self.events_seen += 1
@@ -184,13 +165,13 @@ class AgentCore:
             event = self._decode(msg)
             if event is not None:
                 self._own(event)
-                if event.event_type == "timer.fired" and event.to == me:
+                if event.event_type == TIMER_FIRED and event.to == me:
                     self._step(off, event)
                     return
-        elif etype == "run.started" or (etype in self._handled and (to == me or (to is None and etype not in RECORD_TYPES))):
+        elif etype == RUN_STARTED or (etype in self._handled and (to == me or (to is None and etype not in SELF_RECORDS))):
             event = self._decode(msg)
             if event is not None:
-                if event.event_type == "run.started":
+                if event.event_type == RUN_STARTED:
                     self.ctx.set_run(run_id=event.run_id, seed=event.payload["seed"])
                 if event.event_type in self._handled and (event.to in (None, me)):
                     self._step(off, event)
@@ -216,9 +197,10 @@ class AgentCore:
                     except NondeterminismError:
                         raise
                     except Exception as exc:  # recorded: replay expects the same failure here
-                        print(f"swarmlog: {self.name} handler failed at offset {off}:\n"
-                              f"{''.join(traceback.format_exception(exc))}", file=sys.stderr)
-                        ctx.emit("handler.failed", {"error_type": type(exc).__name__, "message": str(exc)},
+                        if self.live(off):
+                            logger.warning("agent %s: handler failed at offset %d (recorded as %s)", self.name, off,
+                                           HANDLER_FAILED, exc_info=exc)
+                        ctx.emit(HANDLER_FAILED, {"error_type": type(exc).__name__, "message": str(exc)},
                                  to=self.name)
             self._fire_logical(off)
         except NondeterminismError as exc:
@@ -234,15 +216,15 @@ class AgentCore:
     def _own(self, event: Event) -> None:
         t = event.event_type
         p = event.payload
-        if t == "timer.set":
+        if t == TIMER_SET:
             after_events, after_ms = p["after_events"], p["after_ms"]
             self.timers[p["name"]] = Timer(
                 name=p["name"], set_offset=event.offset,
                 due_count=self.events_seen + after_events if after_events is not None else None,
                 due_wall_ms=(event.timestamp_ms or 0) + after_ms if after_ms is not None else None)
-        elif t == "timer.cancelled":
+        elif t == TIMER_CANCELLED:
             self.timers.pop(p["name"], None)
-        elif t == "timer.fired":
+        elif t == TIMER_FIRED:
             timer = self.timers.get(p["name"])
             if timer is not None and timer.set_offset == p["set_offset"]:
                 del self.timers[p["name"]]
@@ -253,8 +235,7 @@ class AgentCore:
         if step > self.last_recorded_step:
             self.last_recorded_step = step
         if not self.pending:
-            if step <= self.index.last_step and not self.live(step) and event.event_type not in ("effect.recorded",
-                                                                                               "llm.call"):
+            if step <= self.index.last_step and not self.live(step) and event.event_type not in RECORDED_EFFECTS:
                 self._diverge(NondeterminismError(offset=step, agent=self.name, recorded=_brief(event),
                                                   detail="the log has an output this step no longer writes"))
             return
@@ -268,7 +249,7 @@ class AgentCore:
         if outs is not None and not outs:
             del self.pending[step]
         if out is None:
-            if event.event_type not in ("effect.recorded", "llm.call"):
+            if event.event_type not in RECORDED_EFFECTS:
                 self._diverge(NondeterminismError(offset=step, agent=self.name, recorded=_brief(event),
                                                   detail="the log has an output this step no longer writes"))
             return
@@ -334,24 +315,21 @@ class AgentCore:
             writer, rec = self.decoder.decode(msg.value(), msg.offset())
         except SwarmlogError:
             return None  # not an event: the sink dead-letters it; replay reports it
-        ts = msg.timestamp()
-        return Event.from_record(msg.offset(), writer.event_type, writer.version, rec, ts[1] if ts[0] else None)
+        return Event.from_message(msg, writer, rec)
 
     def _diverge(self, exc: NondeterminismError) -> None:
-        if getattr(exc, "_swarmlog_seen", False):  # already recorded where it was detected
-            if self.strict:
-                raise exc
-            return
-        exc._swarmlog_seen = True  # type: ignore[attr-defined]
+        if exc is self._raised:  # recorded where it was detected, and on its way out (strict)
+            raise exc
         d = Divergence(offset=exc.offset if exc.offset is not None else -1, agent=self.name, detail=exc.detail,
                        recorded=exc.recorded, replayed=exc.replayed)
         self.divergences.append(d)
         if self.on_divergence is not None:
             self.on_divergence(d)
         if self.strict:
+            self._raised = exc
             raise exc
-        if "effect" in exc.detail or "LLM" in exc.detail:
-            self.stopped = True  # cannot serve what the log does not have: stop this agent here
+        if isinstance(exc, EffectDiverged):
+            self.stopped = True  # the handler cannot go on without the result: stop this agent here
 
 
 def _brief(event: Event) -> dict[str, Any]:

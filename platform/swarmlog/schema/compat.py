@@ -51,7 +51,7 @@ from typing import Any
 
 import fastavro
 
-from swarmlog.errors import SchemaError
+from ..errors import SchemaError
 
 __all__ = [
     "DEFAULT_MODE",

@@ -1,0 +1,64 @@
+"""Kafka as a :class:`swarmlog.log.base.LogBackend`: what production runs on."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from ..settings import Settings
+from .channel import KafkaAgentChannel
+from .config import admin_client, watermark_consumer
+from .groups import committed_offset, reset_group
+from .producer import KafkaAppender
+from .reader import LogReader, watermarks
+from .topic import create_topic, require_single_partition
+
+
+class KafkaBackend:
+    """The topics of the Kafka cluster that ``settings`` point at."""
+
+    def __init__(self, settings: Settings, *, producer_config: Mapping[str, object] | None = None) -> None:
+        self.settings = settings
+        self.producer_config = dict(producer_config or {})
+        """librdkafka properties over swarmlog's producer tuning, for the appenders this makes."""
+        self._admin: Any = None
+        self._watermarks: Any = None  # one consumer for every watermark query (the quiet watcher asks often)
+        self._lock = threading.Lock()
+
+    def _admin_client(self) -> Any:
+        if self._admin is None:
+            self._admin = admin_client(self.settings)
+        return self._admin
+
+    def reader(self, topic: str, *, group: str | None = None) -> LogReader:
+        return LogReader(settings=self.settings, topic=topic, group=group)
+
+    def appender(self, topic: str) -> KafkaAppender:
+        require_single_partition(self.settings, topic)
+        return KafkaAppender(settings=self.settings, topic=topic, producer_config=self.producer_config)
+
+    def agent_channel(self, topic: str, agent: str) -> KafkaAgentChannel:
+        return KafkaAgentChannel(settings=self.settings, topic=topic, agent=agent)
+
+    def watermarks(self, topic: str) -> tuple[int, int]:
+        with self._lock:
+            if self._watermarks is None:
+                self._watermarks = watermark_consumer(self.settings)
+            return watermarks(self.settings, topic, consumer=self._watermarks)
+
+    def close(self) -> None:
+        """Close the clients this backend keeps (they are also closed when it is collected)."""
+        with self._lock:
+            if self._watermarks is not None:
+                self._watermarks.close()
+                self._watermarks = None
+
+    def committed(self, group: str, topic: str) -> int | None:
+        return committed_offset(self._admin_client(), group=group, topic=topic)
+
+    def reset_group(self, group: str, topic: str, offset: int) -> None:
+        reset_group(self._admin_client(), group=group, topic=topic, offset=offset)
+
+    def create_topic(self, topic: str) -> bool:
+        return create_topic(self.settings, topic).created

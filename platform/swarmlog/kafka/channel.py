@@ -1,0 +1,162 @@
+"""One live agent's exactly-once link to Kafka: a transactional producer and a group consumer.
+
+* **Fence.** ``init_transactions`` with the agent's stable ``transactional.id``
+  (:func:`swarmlog.protocol.agent_transactional_id`) aborts whatever a previous life
+  left open and fences it off: a zombie of this agent can no longer commit anything.
+* **Read from zero.** The consumer joins the agent's group (so Kafka's tools show
+  the agent and its lag), but every assignment starts where this life's fold is —
+  offset zero for a new life, whatever the group's committed offset says.
+* **One batch, one transaction.** Outputs, and the consumer position
+  (``send_offsets_to_transaction``), commit together or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
+
+from ..errors import ReadFailed, TransactionAborted
+from ..protocol import Headers, agent_group, agent_transactional_id
+from ..settings import Settings
+from .config import PRODUCER_REQUIRED, PRODUCER_TUNING, TRANSACTION_TIMEOUT_MS
+from .config import consumer as make_consumer
+from .errors import translate
+
+_TXN_TIMEOUT_S = 30.0
+"""How long one transactional call may take before it counts as failed."""
+
+
+class KafkaAgentChannel:
+    """:class:`swarmlog.log.base.AgentChannel` on Kafka."""
+
+    def __init__(self, *, settings: Settings, topic: str, agent: str) -> None:
+        self.settings = settings
+        self.topic = topic
+        self.agent = agent
+        self._producer = Producer(settings.kafka_config(
+            {**PRODUCER_REQUIRED, "transactional.id": agent_transactional_id(topic, agent),
+             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS},
+            tuning={**PRODUCER_TUNING, "linger.ms": 1}))
+        self._consumer: Any = None
+        self._in_txn = False
+        self._located = -1
+        self._errors: list[str] = []
+
+    # -- errors, translated at this seam ----------------------------------------------------
+
+    def _failed(self, exc: KafkaException, operation: str) -> Exception:
+        return translate(exc, operation=f"agent {self.agent!r}: {operation}", bootstrap=self.settings.bootstrap_servers,
+                         topic=self.topic, agent=self.agent)
+
+    # -- AgentChannel -------------------------------------------------------------------------
+
+    def fence(self) -> None:
+        try:
+            self._producer.init_transactions(_TXN_TIMEOUT_S)
+        except KafkaException as exc:
+            raise self._failed(exc, "init_transactions") from None
+
+    def start(self, position: Callable[[], int]) -> None:
+        # A crashed agent's replacement cannot consume until the group has evicted the dead
+        # member; a short session (the broker's default minimum) bounds that wait to seconds.
+        self._consumer = make_consumer(self.settings, group=agent_group(self.topic, self.agent),
+                                       extra={"client.id": f"swarmlog-agent-{self.agent}",
+                                              "session.timeout.ms": 6000, "heartbeat.interval.ms": 1500})
+
+        def on_assign(c: Any, partitions: list[TopicPartition]) -> None:
+            # Restart is rebuild: a new life reads from offset zero, whatever the group's
+            # committed offset says. A later re-assignment (a rebalance after a missed
+            # heartbeat) resumes where this life's fold is, never rewinds it.
+            at = position()
+            for p in partitions:
+                p.offset = at if at > 0 else OFFSET_BEGINNING
+            c.assign(partitions)
+
+        self._consumer.subscribe([self.topic], on_assign=on_assign)
+
+    def poll(self, max_messages: int, timeout: float) -> tuple[list[Any], int | None]:
+        try:
+            msgs = self._consumer.consume(max_messages, timeout)
+        except KafkaException as exc:
+            raise self._failed(exc, "consuming") from None
+        eof = None
+        out = msgs
+        for m in msgs:
+            if m.error() is not None:  # rare: filter only then
+                out = []
+                for m2 in msgs:
+                    err = m2.error()
+                    if err is None:
+                        out.append(m2)
+                    elif err.code() == KafkaError._PARTITION_EOF:
+                        # Offsets end in transaction markers: the end of the log is what the
+                        # end-of-partition event says, not the last message's offset + 1.
+                        eof = m2.offset()
+                    elif err.fatal():
+                        raise ReadFailed(topic=self.topic, detail=f"agent {self.agent!r}: {err.str()}")
+                break
+        return out, eof
+
+    def begin(self) -> None:
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise self._failed(exc, "begin_transaction") from None
+        self._in_txn = True
+
+    def send(self, value: bytes, key: bytes | None, headers: Headers) -> None:
+        self._producer.produce(self.topic, value, key, partition=0, headers=headers, on_delivery=self._delivered)
+
+    def send_located(self, value: bytes, key: bytes | None, headers: Headers) -> int:
+        self._producer.produce(self.topic, value, key, partition=0, headers=headers, on_delivery=self._locate)
+        self._producer.flush(_TXN_TIMEOUT_S)
+        self._raise_delivery_errors()
+        return self._located
+
+    def commit(self, position: int) -> None:
+        producer = self._producer
+        try:
+            producer.send_offsets_to_transaction([TopicPartition(self.topic, 0, position)],
+                                                 self._consumer.consumer_group_metadata(), _TXN_TIMEOUT_S)
+            producer.commit_transaction(_TXN_TIMEOUT_S)
+        except KafkaException as exc:
+            failure = self._failed(exc, "committing its transaction")
+            if exc.args[0].txn_requires_abort():
+                self.abort()
+            raise failure from None
+        finally:
+            self._in_txn = False
+        self._raise_delivery_errors()
+
+    def abort(self) -> None:
+        if not self._in_txn:
+            return
+        self._in_txn = False
+        try:
+            self._producer.abort_transaction(_TXN_TIMEOUT_S)
+        except KafkaException:
+            pass  # the next life's fence (init_transactions) aborts it anyway
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+        self._producer.flush(_TXN_TIMEOUT_S)
+
+    # -- delivery reports ----------------------------------------------------------------------
+
+    def _locate(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self._errors.append(err.str())
+        else:
+            self._located = msg.offset()
+
+    def _delivered(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self._errors.append(err.str())
+
+    def _raise_delivery_errors(self) -> None:
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise TransactionAborted(agent=self.agent, detail=f"producing its outputs failed: {'; '.join(errors)}")

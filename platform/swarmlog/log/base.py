@@ -1,0 +1,166 @@
+"""The log as swarmlog's mechanisms see it: one interface, a backend per kind of log.
+
+Two backends implement it: Kafka (:class:`swarmlog.kafka.KafkaBackend`, what
+production runs on) and memory (:class:`swarmlog.log.InMemoryLog`, for unit tests of
+pure logic and for simulation). The runtime, replay and the append API are written
+against this interface only, and one contract suite (``tests/contract``) holds both
+backends to the same behaviour.
+
+What every backend must keep, because the guarantees rest on it:
+
+* **One partition per topic**: offsets are a total order and the swarm's only clock.
+* **Offsets are ordered, not contiguous**: a transaction's commit or abort takes an
+  offset of its own (a control record no reader sees).
+* **read_committed**: readers see a transaction's messages only once it committed,
+  never an aborted one, and nothing past the first offset of a transaction still open
+  (the last stable offset).
+* **Fencing**: opening an agent's channel again (a restart) aborts what an earlier
+  life left open, and the earlier life can commit nothing more.
+* **A channel's commit is atomic**: its outputs and the position they account for.
+* **LogAppendTime**: the log stamps each message as it appends it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..protocol import Headers
+
+BATCH = 5000
+"""Messages per batch a reader hands out at most."""
+
+
+class Message(Protocol):
+    """A message of the log: the reading methods of ``confluent_kafka.Message``."""
+
+    def offset(self) -> int: ...
+
+    def value(self) -> bytes | None: ...
+
+    def key(self) -> bytes | None: ...
+
+    def headers(self) -> Headers | None: ...
+
+    def timestamp(self) -> tuple[int, int]: ...
+
+    def error(self) -> Any: ...
+
+
+@dataclass(slots=True)
+class ReadPosition:
+    """Where a read ended: ``end_offset`` is the next offset it would read (exclusive)."""
+
+    end_offset: int
+    reached_end_of_log: bool
+
+
+class Reader(Protocol):
+    """Batches of a topic's committed messages, in offset order."""
+
+    position: ReadPosition
+
+    def assign(self, start: int) -> None:
+        """Read from offset ``start`` without joining a group."""
+
+    def subscribe(self) -> None:
+        """Join the reader's consumer group and read from its committed offset."""
+
+    def batches(self, *, end: int | None = None, follow: bool = False, timeout: float = 1.0,
+                batch_size: int = BATCH) -> Iterator[list[Message]]:
+        """Batches until the end of the log (or ``end``, exclusive); with ``follow``, forever,
+        an idle wait yielding an empty batch."""
+
+    def commit(self, next_offset: int) -> None:
+        """Commit ``next_offset`` for the reader's group."""
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Reader: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+@dataclass(slots=True)
+class Delivered:
+    """What a flush learned about the messages sent since the previous one."""
+
+    offsets: list[int] = field(default_factory=list)
+    """The offsets of the acknowledged messages, in the order they were sent."""
+    errors: list[str] = field(default_factory=list)
+    """Why messages failed (one entry per failed message)."""
+    unacknowledged: int = 0
+    """Messages still in flight when the flush gave up waiting."""
+
+
+class Appender(Protocol):
+    """An idempotent, ordered producer: one producer's messages land once, in send order."""
+
+    def send(self, value: bytes, key: bytes | None, headers: Headers | None) -> None: ...
+
+    def flush(self, timeout: float) -> Delivered: ...
+
+    def close(self) -> None: ...
+
+
+class AgentChannel(Protocol):
+    """One live agent's exactly-once link to the log.
+
+    It reads the whole log from offset zero (restart is rebuild) as a member of the
+    agent's consumer group, and writes a batch of outputs together with the position
+    they account for in one transaction: either both become visible or neither does.
+    """
+
+    def fence(self) -> None:
+        """Abort whatever an earlier life of the agent left open, and fence that life off."""
+
+    def start(self, position: Callable[[], int]) -> None:
+        """Join the agent's group; reading starts at ``position()`` (0: the log start), and a
+        re-assignment later resumes there too, never rewinds."""
+
+    def poll(self, max_messages: int, timeout: float) -> tuple[list[Message], int | None]:
+        """Up to ``max_messages`` committed messages, waiting up to ``timeout`` s; and the log end
+        (exclusive) when the read reached it, else None."""
+
+    def begin(self) -> None:
+        """Open a transaction."""
+
+    def send(self, value: bytes, key: bytes | None, headers: Headers) -> None:
+        """Write into the open transaction."""
+
+    def send_located(self, value: bytes, key: bytes | None, headers: Headers) -> int:
+        """Write into the open transaction and return the offset the message got (waits for it)."""
+
+    def commit(self, position: int) -> None:
+        """Commit the open transaction together with the agent's position; raises
+        :class:`~swarmlog.errors.TransactionAborted` (aborted, nothing visible) if it cannot."""
+
+    def abort(self) -> None:
+        """Abort the open transaction, if any (best effort: a later fence aborts it anyway)."""
+
+    def close(self) -> None: ...
+
+
+class LogBackend(Protocol):
+    """A kind of log: the topics of one cluster (or of one process, in memory)."""
+
+    def reader(self, topic: str, *, group: str | None = None) -> Reader:
+        """A read_committed reader of ``topic`` (refuses a topic that is missing or has more
+        than one partition)."""
+
+    def appender(self, topic: str) -> Appender: ...
+
+    def agent_channel(self, topic: str, agent: str) -> AgentChannel: ...
+
+    def watermarks(self, topic: str) -> tuple[int, int]:
+        """(first offset held, end of the log *including* open transactions)."""
+
+    def committed(self, group: str, topic: str) -> int | None:
+        """The group's committed offset on ``topic``, None if it has none."""
+
+    def reset_group(self, group: str, topic: str, offset: int) -> None:
+        """Set the group's committed offset; refused (GroupHasActiveMembers) while it has members."""
+
+    def create_topic(self, topic: str) -> bool:
+        """Create a single-partition topic; False if it already existed."""

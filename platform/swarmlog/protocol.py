@@ -1,0 +1,137 @@
+"""The log protocol: what a message in a swarm's topic means beyond its Avro body.
+
+One home for every convention that readers and writers of the log share:
+
+* **event types** the runtime itself writes and reacts to (``run.started``,
+  ``agent.message``, the timer events, the recorded effects);
+* the **event-id grammar** of the runtime's outputs, ``<agent>@<step>#<index>``:
+  deterministic, so that an agent rebuilding from offset zero recognises what an
+  earlier life of it already wrote; a wall-clock firing is ``<agent>@timer<set offset>``;
+* the **routing headers** (``sl.type``, ``sl.v``, ``sl.agent``, ``sl.to``, ``sl.step``)
+  that let a reader skip an event without decoding it, and their parsing;
+* the names of the **Kafka resources** of an agent (its transactional id and
+  consumer group), which operators see in Kafka's own tools.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+# --- event types ------------------------------------------------------------------------
+
+RUN_STARTED = "run.started"
+"""The first event of a run: swarm, seed, code version, agents."""
+MESSAGE = "agent.message"
+"""What ``ctx.send`` and ``ctx.broadcast`` write."""
+TIMER_SET = "timer.set"
+TIMER_FIRED = "timer.fired"
+TIMER_CANCELLED = "timer.cancelled"
+EFFECT_RECORDED = "effect.recorded"
+"""The recorded result of ``ctx.effect``."""
+LLM_CALL = "llm.call"
+"""The recorded request and response of ``ctx.llm``."""
+HANDLER_FAILED = "handler.failed"
+"""A handler raised; replay expects the same failure at the same step."""
+
+RECORDED_EFFECTS = frozenset({EFFECT_RECORDED, LLM_CALL})
+"""Recorded I/O: run live once, served from the log on every replay. A handler needs the
+result at once, so replay indexes these ahead of the steps that made them."""
+RECORDED_EFFECT_HEADERS = frozenset(t.encode() for t in RECORDED_EFFECTS)
+""":data:`RECORDED_EFFECTS` as the bytes of an ``sl.type`` header."""
+SELF_RECORDS = frozenset({*RECORDED_EFFECTS, TIMER_SET, TIMER_CANCELLED, HANDLER_FAILED})
+"""What an agent writes about itself: never dispatched to handlers."""
+
+# --- headers ------------------------------------------------------------------------------
+
+H_TYPE = "sl.type"
+H_VERSION = "sl.v"
+H_AGENT = "sl.agent"
+H_TO = "sl.to"
+H_STEP = "sl.step"
+"""On runtime outputs: the offset of the step that wrote it (so readers know an agent's reach
+without decoding)."""
+
+Headers = list[tuple[str, bytes]]
+
+RUN_STARTED_HEADER = (H_TYPE, RUN_STARTED.encode())
+
+
+class Route(NamedTuple):
+    """What the routing headers say about a message, read without decoding it."""
+
+    event_type: str
+    agent: str
+    to: str | None
+    step: int | None
+
+
+_NO_ROUTE = Route("", "", None, None)
+
+
+def route(headers: Headers | None) -> Route:
+    """The routing headers of a message (empty fields for a message that has none)."""
+    if not headers:
+        return _NO_ROUTE
+    t = a = ""
+    to = None
+    step = None
+    for k, v in headers:
+        if k == H_TYPE:
+            t = v.decode()
+        elif k == H_AGENT:
+            a = v.decode()
+        elif k == H_TO:
+            to = v.decode()
+        elif k == H_STEP:
+            step = int(v)
+    return Route(t, a, to, step)
+
+
+# --- event ids ------------------------------------------------------------------------------
+
+_STEP_MARK = "@"
+_INDEX_MARK = "#"
+_WALL_TIMER_MARK = "@timer"
+AGENT_NAME_FORBIDDEN = "@#:/ "
+"""Characters an agent name may not hold: they would make its event ids ambiguous."""
+
+
+def output_id(agent: str, step: int, index: int) -> str:
+    """The id of the ``index``-th output of ``agent``'s step at offset ``step``."""
+    return f"{agent}{_STEP_MARK}{step}{_INDEX_MARK}{index}"
+
+
+def output_id_prefix(agent: str, step: int) -> str:
+    """What every output id of one step starts with."""
+    return f"{agent}{_STEP_MARK}{step}{_INDEX_MARK}"
+
+
+def wall_timer_id(agent: str, set_offset: int) -> str:
+    """The id of a wall-clock timeout's firing: one per ``timer.set``, whichever life fires it."""
+    return f"{agent}{_WALL_TIMER_MARK}{set_offset}"
+
+
+def run_started_id(run_id: str) -> str:
+    return f"run@{run_id}"
+
+
+def parse_step(event_id: str) -> tuple[int, int] | None:
+    """``agent@step#i`` -> (step, i); None for a wall-clock firing or an id of another grammar."""
+    _, _, tail = event_id.rpartition(_STEP_MARK)
+    step, sep, index = tail.partition(_INDEX_MARK)
+    if not sep or not step.isdigit() or not index.isdigit():
+        return None
+    return int(step), int(index)
+
+
+# --- Kafka resources of an agent ----------------------------------------------------------------
+
+
+def agent_transactional_id(topic: str, agent: str) -> str:
+    """The agent's stable ``transactional.id``: a new life fences every earlier one."""
+    return f"swarmlog.{topic}.{agent}"
+
+
+def agent_group(topic: str, agent: str) -> str:
+    """The agent's consumer group: its committed offset says how far the live agent got."""
+    return f"swarmlog.{topic}.{agent}"

@@ -1,0 +1,28 @@
+"""The agent runtime: agents as exactly-once consumers and producers of the log, and replay of their code.
+
+Public face: :func:`start_run`, :func:`run_agents`, :func:`load_swarm`,
+:func:`replay_swarm_log` and their results. The machinery is private:
+``_core`` (one agent's deterministic fold, no I/O), ``_index`` (the first pass
+over a log), ``_worker`` (a live agent on a channel of the log), ``_replayer``
+(a whole swarm's code against its log).
+"""
+
+from ._core import Divergence
+from ._replayer import SwarmReplayResult, replay_swarm_log
+from ._worker import AgentWorker, WorkerResult
+from .runner import RunInfo, code_version, find_run, load_swarm, result_json, run_agents, start_run
+
+__all__ = [
+    "AgentWorker",
+    "Divergence",
+    "RunInfo",
+    "SwarmReplayResult",
+    "WorkerResult",
+    "code_version",
+    "find_run",
+    "load_swarm",
+    "replay_swarm_log",
+    "result_json",
+    "run_agents",
+    "start_run",
+]

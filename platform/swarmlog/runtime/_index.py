@@ -1,0 +1,69 @@
+"""The first pass over a log, before an agent (or a whole swarm) folds it.
+
+A replayed step needs its recorded effects and LLM calls *while its handler runs*,
+but the log holds them after the step's input. So one pass ahead of the fold learns,
+for each agent: the last step it recorded outputs for (read from the ``sl.step``
+header, nothing decoded), and its recorded effects (decoded only they). The live
+worker uses the last step to know where history ends and live work begins; the
+swarm replayer uses it to know how far the live agent got.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from ..errors import SwarmlogError
+from ..events import Event
+from ..log.base import LogBackend
+from ..protocol import H_AGENT, H_STEP, H_TYPE, RECORDED_EFFECT_HEADERS, parse_step
+from ..schema.codec import Decoder
+
+
+@dataclass(slots=True)
+class OwnIndex:
+    """What the first pass learns about one agent's own events."""
+
+    last_step: int = -1
+    """Highest step with recorded outputs (wall-clock firings, which name no step, excluded)."""
+    effects: dict[str, Event] = field(default_factory=dict)
+    """Event id -> the recorded ``effect.recorded`` / ``llm.call`` with that id."""
+
+
+def index_log(*, backend: LogBackend, topic: str, decoder: Decoder, agents: Collection[str],
+              end: int | None = None) -> tuple[dict[str, OwnIndex], int]:
+    """One :class:`OwnIndex` per agent of ``agents``, and the offset the pass read up to."""
+    indexes = {name: OwnIndex() for name in agents}
+    by_bytes = {name.encode(): idx for name, idx in indexes.items()}
+    with backend.reader(topic) as reader:
+        reader.assign(0)
+        for batch in reader.batches(end=end):
+            for m in batch:
+                headers = m.headers()
+                if not headers:
+                    continue
+                idx = None
+                step = None
+                is_effect = False
+                for k, v in headers:
+                    if k == H_AGENT:
+                        idx = by_bytes.get(v)
+                    elif k == H_STEP:
+                        step = v
+                    elif k == H_TYPE and v in RECORDED_EFFECT_HEADERS:
+                        is_effect = True
+                if idx is None:
+                    continue
+                if step is not None:
+                    n = int(step)
+                    if n > idx.last_step:
+                        idx.last_step = n
+                if not is_effect:
+                    continue
+                try:
+                    writer, rec = decoder.decode(m.value(), m.offset())
+                except SwarmlogError:
+                    continue  # not an event: replay reports it where it folds it
+                if parse_step(rec["event_id"]) is not None:
+                    idx.effects[rec["event_id"]] = Event.from_message(m, writer, rec)
+        return indexes, reader.position.end_offset

@@ -1,0 +1,208 @@
+"""A live agent: an :class:`AgentCore` on an exactly-once channel of the log.
+
+Internal. Lifecycle of one agent process (or thread), the same on any backend
+(:class:`swarmlog.log.base.AgentChannel`; on Kafka a transactional producer and a
+group consumer, :mod:`swarmlog.kafka.channel`):
+
+1. **Fence.** Opening the agent's channel aborts whatever a previous life left open
+   and fences it off: a zombie of this agent can no longer commit anything.
+2. **Index.** One pass over the log (``_index``): the highest step that has recorded
+   outputs, and the recorded effects.
+3. **Rebuild, then live.** The agent always reads from offset zero (whatever its
+   group's committed offset says: restart *is* rebuild). Steps up to the indexed one
+   are replayed and checked against the log; later steps run live. Nothing an earlier
+   life wrote is written again.
+4. **One batch, one transaction.** Live outputs, recorded effects and LLM calls, and
+   the agent's position of a consumed batch commit together. A crash anywhere aborts
+   the transaction: the next life re-runs those steps, and since their outputs never
+   became visible (``read_committed`` everywhere), nothing is lost and nothing is
+   duplicated.
+5. **Timeouts** fire only once the agent has caught up with the log it found at
+   start, so history is never pre-empted by a firing that already happened.
+
+SIGTERM (via ``stop``) finishes the current batch's transaction and returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..agent import Agent, Swarm
+from ..context import Output
+from ..events import Event
+from ..kafka.backend import KafkaBackend
+from ..log.base import AgentChannel, LogBackend
+from ..protocol import H_STEP, TIMER_FIRED, parse_step, route, wall_timer_id
+from ..schema.codec import Decoder, Encoder
+from ..schema.registry import SchemaRegistry
+from ..settings import Settings
+from ._core import AgentCore
+from ._index import index_log
+
+logger = logging.getLogger(__name__)
+
+_OFFSET_COMMIT_EVERY_S = 2.0
+"""A caught-up agent with nothing to write still commits its position this often, so its
+group's lag stays honest."""
+
+
+class _LiveSink:
+    """Live steps: outputs go into the agent's open transaction."""
+
+    __slots__ = ("channel", "registry", "agent", "agent_b", "core", "in_txn", "_encoders")
+
+    def __init__(self, *, channel: AgentChannel, registry: SchemaRegistry, agent: str) -> None:
+        self.channel = channel
+        self.registry = registry
+        self.agent = agent
+        self.agent_b = agent.encode()
+        self.core: AgentCore | None = None
+        self.in_txn = False
+        self._encoders: dict[str, Encoder] = {}
+
+    def write(self, out: Output, *, locate: bool) -> int | None:
+        if not self.in_txn:
+            self.channel.begin()
+            self.in_txn = True
+        enc = self._encoders.get(out.event_type)
+        if enc is None:
+            enc = self._encoders[out.event_type] = Encoder(self.registry.latest(out.event_type))
+        run_id = self.core.ctx.run_id if self.core is not None else ""
+        value = enc.encode_event(out.event_id, run_id, self.agent, out.to, out.causes, out.payload)
+        headers = enc.headers(self.agent_b, None if out.to is None else out.to.encode())
+        step = parse_step(out.event_id)
+        if step is not None:
+            headers.append((H_STEP, str(step[0]).encode()))
+        if locate:
+            return self.channel.send_located(value, self.agent_b, headers)
+        self.channel.send(value, self.agent_b, headers)
+        return None
+
+    def recorded(self, event_id: str) -> Event | None:
+        return None
+
+
+@dataclass(slots=True)
+class WorkerResult:
+    agent: str
+    state_hash: str
+    position: int
+    steps: int
+    state: dict[str, Any]
+
+
+class AgentWorker:
+    """Runs one agent of a swarm live against the swarm's topic (on ``backend``; default Kafka)."""
+
+    def __init__(self, *, settings: Settings, swarm: Swarm, agent: str | Agent, registry: SchemaRegistry | None = None,
+                 topic: str | None = None, batch_size: int = 500, backend: LogBackend | None = None) -> None:
+        self.settings = settings
+        self.topic = topic or settings.topic
+        self.swarm = swarm
+        self.agent = agent if isinstance(agent, Agent) else swarm.agent(agent)
+        self.registry = registry or SchemaRegistry.load(settings.schema_dir)
+        self.backend: LogBackend = backend if backend is not None else KafkaBackend(settings)
+        self.decoder = Decoder(self.registry)
+        self.batch_size = batch_size
+        self.stop_event = threading.Event()
+        self.caught_up = threading.Event()
+        """Set once the agent has rebuilt up to the end of the log it found at start."""
+        self.core: AgentCore | None = None
+        self._sink: _LiveSink | None = None
+        self.eof_at = -1
+        """The log end (exclusive) the agent last read up to; transaction markers make it differ
+        from the last event's offset + 1."""
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    @property
+    def in_transaction(self) -> bool:
+        """A transaction is open: outputs may be written but not yet visible (a coordinator
+        still loading holds them back) or a commit is in flight."""
+        sink = self._sink
+        return sink is not None and sink.in_txn
+
+    def run(self) -> WorkerResult:
+        name = self.agent.name
+        channel = self.backend.agent_channel(self.topic, name)
+        try:
+            return self._run(channel)
+        finally:
+            channel.close()
+
+    def _run(self, channel: AgentChannel) -> WorkerResult:
+        name = self.agent.name
+        channel.fence()
+        indexes, start_end = index_log(backend=self.backend, topic=self.topic, decoder=self.decoder, agents=[name])
+        index = indexes[name]
+        logger.info("agent %s: rebuilding from offset 0 (log end %d, its last recorded step %d)", name, start_end,
+                    index.last_step)
+        sink = self._sink = _LiveSink(channel=channel, registry=self.registry, agent=name)
+        core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, index=index, live_sink=sink,
+                                     llm_client=self.swarm.llm, strict=True)
+        sink.core = core
+        channel.start(lambda: core.position)
+        last_commit = time.monotonic()
+        committed_position = -1
+        try:
+            while not self.stop_event.is_set():
+                wait = 0.1
+                due = core.next_wall_due_ms()
+                read_to = max(core.position, self.eof_at)
+                if due is not None and read_to >= start_end:
+                    wait = max(0.0, min(wait, (due - time.time() * 1000) / 1000))
+                msgs, eof = channel.poll(self.batch_size, wait)
+                if eof is not None:
+                    self.eof_at = eof
+                for m in msgs:
+                    core.process(m, route(m.headers()))
+                read_to = max(core.position, self.eof_at)
+                if read_to >= start_end:
+                    if not self.caught_up.is_set():
+                        self.caught_up.set()
+                        logger.info("agent %s: caught up at offset %d, live (%d steps replayed)", name, read_to,
+                                    core.steps)
+                    for timer in core.due_wall_timers(int(time.time() * 1000)):
+                        timer.firing = True
+                        sink.write(Output(wall_timer_id(name, timer.set_offset), TIMER_FIRED,
+                                          {"name": timer.name, "set_offset": timer.set_offset, "clock": "wallclock"},
+                                          name, [timer.set_offset]), locate=False)
+                now = time.monotonic()
+                if not sink.in_txn and core.position != committed_position \
+                        and now - last_commit > _OFFSET_COMMIT_EVERY_S and read_to >= start_end:
+                    channel.begin()  # offsets only: keeps the group's lag honest
+                    sink.in_txn = True
+                if sink.in_txn:
+                    # Past any transaction markers we read over, so a caught-up agent shows no lag.
+                    self._commit(channel, sink, read_to)
+                    committed_position = core.position
+                    last_commit = now
+            # A clean stop records how far this life read, so the group's lag (and replay's
+            # notion of how far the live agent got) is exact.
+            read_to = max(core.position, self.eof_at)
+            if read_to > 0 and core.position != committed_position:
+                channel.begin()
+                sink.in_txn = True
+                self._commit(channel, sink, read_to)
+        except BaseException:
+            if sink.in_txn:
+                sink.in_txn = False
+                channel.abort()
+            raise
+        logger.info("agent %s: stopped at offset %d after %d steps", name, core.position, core.steps)
+        return WorkerResult(agent=name, state_hash=core.state_hash(), position=core.position, steps=core.steps,
+                            state=self.agent.state)
+
+    def _commit(self, channel: AgentChannel, sink: _LiveSink, position: int) -> None:
+        try:
+            channel.commit(position)
+        except Exception as exc:
+            logger.error("agent %s: %s", self.agent.name, exc)
+            raise
+        finally:
+            sink.in_txn = False
