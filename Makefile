@@ -9,17 +9,18 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench tools up down status schema-check clean help
+.PHONY: demo test unit integration lint bench tools up down status schema-check clean help
 
 help:
 	@echo "make demo   run a swarm on a local Kafka + Postgres, mirror it, replay it"
-	@echo "make test   run the test suite against the real services"
+	@echo "make test   lint and type checks, unit tests (no services), then the integration tests"
+	@echo "            against the real Kafka and Postgres (started here if they are not running)"
 	@echo "make bench  benchmarks beside their baselines -> bench/results.{json,md}"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet -e '.[test,bench,lint]'
 	touch $@
 
 tools: .tools/bin/helm
@@ -42,8 +43,19 @@ demo: up
 schema-check: $(STAMP)
 	$(BIN)/swarmlog schema check --property
 
-test: $(STAMP) tools up schema-check
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+# Order matters: the lint gate and the unit tests run before any service is started, which
+# is what shows the unit tests need none (tests/unit/conftest.py also refuses every attempt).
+test: $(STAMP) lint unit tools up schema-check integration
+
+lint: $(STAMP)
+	$(BIN)/ruff check platform connectors tests bench examples
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+
+integration: $(STAMP) tools up
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration
 
 bench: up
 	$(BIN)/python -m bench.run

@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarmlog.schema.codec import Encoder
-from swarmlog.log.append import EventLog
-from swarmlog.schema.registry import SchemaRegistry
-from swarmlog.settings import Settings
 from swarmlog.kafka.config import admin_client
 from swarmlog.kafka.topic import create_topic
+from swarmlog.log.append import EventLog
+from swarmlog.schema.codec import Encoder
+from swarmlog.schema.registry import SchemaRegistry
+from swarmlog.settings import Settings
 
 EVENT_TYPE = "agent.message"
 AGENTS = tuple(f"agent-{i:02d}" for i in range(10))

@@ -26,10 +26,10 @@ from typing import Any
 from pyinstrument import Profiler
 from pyinstrument.renderers import ConsoleRenderer
 
-from swarmlog.schema.codec import Decoder
-from swarmlog.log.append import EventLog
 from swarmlog.kafka.reader import LogReader
+from swarmlog.log.append import EventLog
 from swarmlog.replay import Fold, replay
+from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog_connectors.postgres_rows import RowBuilder
 from swarmlog_connectors.postgres_sink import PostgresSink

@@ -43,15 +43,14 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from swarmlog.schema.codec import Decoder
 from swarmlog.kafka.config import consumer as make_consumer
 from swarmlog.log.base import BATCH
 from swarmlog.replay import replay
+from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
 from .common import Run, env_int, fresh_topic, interleave, log, make_stream, populate, reps, row
-
 
 
 def swarmlog_replay(s: Settings, registry: SchemaRegistry, topic: str, n: int,

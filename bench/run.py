@@ -114,7 +114,8 @@ def render_md(meta: dict[str, Any], table: str) -> str:
         "(the machine is shared: compare ratios within this run, not absolute numbers across runs).\n\n"
         f"{env}.\n\n"
         "Seconds are medians of the repetitions; ratio = events/s ÷ baseline events/s "
-        "(latency rows: see p50/p99; swarm rows count steps, and p50/p99 are per hop). **Bold**: the headline of each benchmark. "
+        "(latency rows: see p50/p99; swarm rows count steps, and p50/p99 are per hop). "
+        "**Bold**: the headline of each benchmark. "
         "How each number is measured: bench/README.md. Raw samples: bench/results.json.\n\n"
         f"{table}\n"
     )

@@ -40,15 +40,15 @@ from time import perf_counter
 from typing import Any
 
 import psycopg
-import swarmlog
-import swarmlog_connectors
 from confluent_kafka import TopicPartition
 from psycopg import sql
 
-from swarmlog.schema.codec import Decoder
-from swarmlog.log.append import EventLog
+import swarmlog
+import swarmlog_connectors
 from swarmlog.kafka.config import consumer as make_consumer
 from swarmlog.kafka.reader import LogReader
+from swarmlog.log.append import EventLog
+from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 from swarmlog_connectors.postgres_rows import COPY_SIGNATURE, COPY_TRAILER, EVENT_COLUMNS, RowBuilder

@@ -35,12 +35,12 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from swarmlog import Agent, Swarm, on, on_message
-from swarmlog.protocol import H_STEP, H_TO, H_TYPE
+from swarmlog.kafka.config import admin_client
 from swarmlog.kafka.groups import group_members
+from swarmlog.protocol import H_STEP, H_TO, H_TYPE
 from swarmlog.runtime import start_run
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
-from swarmlog.kafka.config import admin_client
 
 from .common import Run, env_int, fresh_topic, log, percentile, reps, row
 

@@ -1,95 +1,36 @@
-"""Session fixtures: real Kafka and real Postgres, started once per test session.
+"""What every test may use: the repository's paths and its schemas, with no service behind them.
 
-Where the services come from, in order:
+Tests are split by what they need:
 
-1. ``SWARMLOG_BOOTSTRAP_SERVERS`` and ``SWARMLOG_DATABASE_URL`` set: use that
-   cluster (a real one, or one started by ``swarmlog dev up``).
-2. Otherwise the project's own local cluster (``swarmlog dev up``: Kafka from
-   Maven Central's jars, Postgres from the machine's binaries), reused if it
-   already runs.
-
-A service that cannot be reached fails the session; nothing is skipped.
+* ``tests/unit``: nothing but the package. No Kafka, no Postgres, no external process
+  (``tests/unit/conftest.py`` makes any attempt to reach them fail); seconds in all.
+* ``tests/integration``: the real Kafka and Postgres (``tests/integration/conftest.py``
+  says where they come from); a service that cannot be reached fails the session.
+* ``tests/contract``: behaviour suites that every log backend must pass; ``unit`` runs
+  them on the in-memory log, ``integration`` on Kafka.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
 
-import psycopg
 import pytest
 
-from swarmlog.schema.codec import Decoder
-from swarmlog.kafka.reader import LogReader
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
-from swarmlog.kafka.topic import create_topic
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
-def base_settings() -> Settings:
-    if os.environ.get("SWARMLOG_BOOTSTRAP_SERVERS") and os.environ.get("SWARMLOG_DATABASE_URL"):
-        return Settings.from_env()
-    from swarmlog.dev import cluster
-
-    info = cluster.up()
-    # Subprocesses the tests start (the sink under SIGKILL, the CLI) find the same cluster.
-    os.environ["SWARMLOG_BOOTSTRAP_SERVERS"] = info.bootstrap_servers
-    os.environ["SWARMLOG_DATABASE_URL"] = info.database_url
-    return Settings.from_env()
-
-
-@pytest.fixture(scope="session")
-def registry(base_settings: Settings) -> SchemaRegistry:
-    return SchemaRegistry.load(base_settings.schema_dir)
+def registry() -> SchemaRegistry:
+    return SchemaRegistry.load(Settings().schema_dir)
 
 
 def new_topic_name(prefix: str = "test") -> str:
     return f"swarmlog.{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture
-def topic(base_settings: Settings) -> str:
-    """A fresh single-partition topic for one test."""
-    name = new_topic_name()
-    create_topic(base_settings, name)
-    return name
-
-
-@pytest.fixture
-def settings(base_settings: Settings, topic: str) -> Settings:
-    return base_settings.model_copy(update={"topic": topic})
-
-
-@pytest.fixture
-def db(base_settings: Settings) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(base_settings.database_url, autocommit=True) as conn:
-        yield conn
-
-
-class LogRecord(NamedTuple):
-    offset: int
-    event_type: str
-    record: dict[str, Any]
-    headers: list[tuple[str, bytes]]
-
-
-def read_log(settings: Settings, registry: SchemaRegistry) -> list[LogRecord]:
-    """Every event of the settings' topic, decoded, in offset order (read_committed)."""
-    decoder = Decoder(registry)
-    out = []
-    with LogReader(settings=settings) as reader:
-        reader.assign(0)
-        for batch in reader.batches():
-            for m in batch:
-                writer, rec = decoder.decode(m.value(), m.offset())
-                out.append(LogRecord(m.offset(), writer.event_type, rec, m.headers() or []))
-    return out
 
 
 def subprocess_env(settings: Settings) -> dict[str, str]:
@@ -100,7 +41,7 @@ def subprocess_env(settings: Settings) -> dict[str, str]:
         "SWARMLOG_DATABASE_URL": settings.database_url,
         "SWARMLOG_TOPIC": settings.topic,
         "SWARMLOG_SCHEMA_DIR": str(settings.schema_dir),
-        "PYTHONPATH": os.pathsep.join([str(REPO / "platform"), str(REPO / "connectors"),
+        "PYTHONPATH": os.pathsep.join([str(REPO / "platform"), str(REPO / "connectors"), str(REPO),
                                        env.get("PYTHONPATH", "")]),
     })
     return env

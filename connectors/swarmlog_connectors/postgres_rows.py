@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from swarmlog.schema.codec import Decoder
 from swarmlog.errors import SwarmlogError
+from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import EventSchema
 
 EVENT_COLUMNS = (

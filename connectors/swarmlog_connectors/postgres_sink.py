@@ -45,9 +45,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from swarmlog.schema.codec import Decoder
 from swarmlog.errors import ServiceUnavailable
 from swarmlog.kafka.reader import LogReader
+from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
@@ -92,7 +92,7 @@ def ensure_schema(conn: psycopg.Connection[Any]) -> None:
     ddl = resources.files("swarmlog_connectors").joinpath("postgres_schema.sql").read_text()
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
-        conn.execute(ddl)  # type: ignore[arg-type]
+        conn.execute(ddl)
 
 
 def connect(settings: Settings) -> psycopg.Connection[Any]:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import SwarmlogError
-from .kafka.backend import KafkaBackend
+from .kafka.backend import backend_for
 from .log.base import LogBackend
 from .protocol import RUN_STARTED, TIMER_FIRED, TIMER_SET, parse_step
 from .schema.codec import Decoder
@@ -49,7 +49,7 @@ def check_causality(*, settings: Settings, topic: str | None = None, registry: S
     """Check the whole log; return (events checked, violations in offset order)."""
     topic = topic or settings.topic
     decoder = Decoder(registry or SchemaRegistry.load(settings.schema_dir))
-    backend = backend if backend is not None else KafkaBackend(settings)
+    backend = backend_for(settings, backend)
     seen: dict[int, _Seen] = {}
     violations: list[Violation] = []
     count = 0

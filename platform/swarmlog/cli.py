@@ -219,7 +219,7 @@ def _progress_bar(desc: str, unit: str) -> Any:
         return None
     from tqdm import tqdm
 
-    class Bar(tqdm):  # type: ignore[misc]
+    class Bar(tqdm):
         def update_to(self, done: int, total: int) -> None:
             self.total = total
             self.update(done - self.n)

@@ -184,6 +184,7 @@ class Context:
         """
         args_json = canonical(list(args))
         event_id, recorded = self._next_recorded()
+        payload: dict[str, Any]
         if recorded is None:
             error = None
             result_json: str | None
@@ -222,7 +223,7 @@ class Context:
                 self._diverged("the LLM request differs from the recorded one",
                                recorded=_describe(recorded), replayed={LLM_CALL: request_json})
         self._effects.append(self._output(LLM_CALL, payload, self.agent, locate=True, event_id=event_id))
-        return json.loads(payload["response_json"])  # type: ignore[no-any-return]
+        return json.loads(payload["response_json"])
 
     # -- internals --------------------------------------------------------------------------
 

@@ -107,7 +107,7 @@ def _seeds_from_entropy(frame: types.FrameType, rng: object) -> bool:
     # _random.Random.seed(None) seeds from OS entropy, and seeding random's module-level
     # generator changes what every other user of `random` sees. Random.seed passes its
     # argument `a` through, so a seed is provably given only when called from there.
-    if rng is random._inst:  # type: ignore[attr-defined]
+    if rng is random._inst:
         return True
     if frame.f_code is random.Random.seed.__code__:
         return frame.f_locals.get("a") is None
@@ -340,7 +340,7 @@ _warned_profiler = False
 
 def _thread_state() -> _ThreadState:
     try:
-        return _local.state  # type: ignore[no-any-return]
+        return _local.state
     except AttributeError:
         st = _local.state = _ThreadState()
         return st
@@ -551,7 +551,7 @@ def _arm_rearm(st: _ThreadState, frame: types.FrameType) -> None:
             f.f_trace = _RearmThen(f.f_trace)
             st.rearm_frames.append(f)
         f = f.f_back
-    sys.settrace(_rearm_global)
+    sys.settrace(_rearm_global)  # type: ignore[arg-type]
 
 
 def _disarm(st: _ThreadState) -> object:
@@ -559,7 +559,7 @@ def _disarm(st: _ThreadState) -> object:
     st.rearm_trace = st.rearm_frames = None
     for f in frames:
         if isinstance(f.f_trace, _RearmThen):
-            f.f_trace = f.f_trace.local
+            f.f_trace = f.f_trace.local  # type: ignore[assignment]
     sys.settrace(previous)  # type: ignore[arg-type]
     return previous
 

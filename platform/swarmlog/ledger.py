@@ -15,7 +15,6 @@ from pydantic_core import to_json
 
 from .events import Event
 
-
 LedgerRow = tuple[int, str, str, str | None, dict[str, Any]]
 """What the ledger reads of an event: (offset, event_type, agent_id, to, payload)."""
 

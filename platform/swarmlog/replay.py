@@ -26,7 +26,7 @@ from collections.abc import Callable
 from .agent import Swarm
 from .errors import GroupNotAtStart
 from .fold import Fold, Reducer, ReplayResult, Undecodable
-from .kafka.backend import KafkaBackend
+from .kafka.backend import backend_for
 from .log.base import LogBackend
 from .runtime import Divergence, SwarmReplayResult, replay_swarm_log
 from .schema.registry import SchemaRegistry
@@ -56,7 +56,7 @@ def replay(
     """
     topic = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dir)
-    backend = backend if backend is not None else KafkaBackend(settings)
+    backend = backend_for(settings, backend)
     fold = Fold(registry=registry, reducer=reducer)
     with backend.reader(topic, group=group) as reader:
         low, high = backend.watermarks(topic)
@@ -104,7 +104,7 @@ def replay_swarm(
     """
     topic = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dir)
-    backend = backend if backend is not None else KafkaBackend(settings)
+    backend = backend_for(settings, backend)
     with backend.reader(topic):
         pass  # refuses a missing or multi-partition topic with a clear error
     return replay_swarm_log(backend=backend, swarm=swarm, topic=topic, registry=registry, to=to, strict=strict,

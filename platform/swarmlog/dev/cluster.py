@@ -25,10 +25,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ConfigurationError, ServiceUnavailable
 from . import kafka, postgres, process
 from .kafka import KafkaNode
 from .postgres import PostgresNode
-from ..errors import ConfigurationError, ServiceUnavailable
 
 # Must agree with swarmlog.settings.DEFAULT_BOOTSTRAP_SERVERS / DEFAULT_DATABASE_URL
 # (a test checks), so that a fresh shell needs no `eval "$(swarmlog dev env)"`.

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import cluster
 from ..errors import SwarmlogError
+from . import cluster
 
 # `status` exits with 3 when the cluster is not running, like `pg_ctl status` and LSB init scripts.
 EXIT_NOT_RUNNING = 3

@@ -26,8 +26,8 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from . import process
 from ..errors import MissingDependency, ServiceUnavailable
+from . import process
 
 KAFKA_VERSION = "4.1.1"
 MIN_JAVA = 17  # Kafka 4.x brokers need Java 17+

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import psycopg
 
-from . import process
 from ..errors import ConfigurationError, MissingDependency, ServiceUnavailable
+from . import process
 
 ROLE = "swarmlog"
 DATABASE = "swarmlog"

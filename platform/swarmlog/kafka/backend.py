@@ -6,6 +6,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from ..log.base import LogBackend
 from ..settings import Settings
 from .channel import KafkaAgentChannel
 from .config import admin_client, watermark_consumer
@@ -62,3 +63,8 @@ class KafkaBackend:
 
     def create_topic(self, topic: str) -> bool:
         return create_topic(self.settings, topic).created
+
+
+def backend_for(settings: Settings, backend: LogBackend | None = None) -> LogBackend:
+    """``backend`` if given, else the Kafka cluster ``settings`` point at: every entry point's default."""
+    return backend if backend is not None else KafkaBackend(settings)

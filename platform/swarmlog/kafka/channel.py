@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,8 @@ from ..settings import Settings
 from .config import PRODUCER_REQUIRED, PRODUCER_TUNING, TRANSACTION_TIMEOUT_MS
 from .config import consumer as make_consumer
 from .errors import translate
+
+logger = logging.getLogger(__name__)
 
 _TXN_TIMEOUT_S = 30.0
 """How long one transactional call may take before it counts as failed."""
@@ -107,10 +110,12 @@ class KafkaAgentChannel:
         self._in_txn = True
 
     def send(self, value: bytes, key: bytes | None, headers: Headers) -> None:
-        self._producer.produce(self.topic, value, key, partition=0, headers=headers, on_delivery=self._delivered)
+        self._producer.produce(self.topic, value, key, partition=0, headers=headers,  # type: ignore[arg-type]
+                               on_delivery=self._delivered)
 
     def send_located(self, value: bytes, key: bytes | None, headers: Headers) -> int:
-        self._producer.produce(self.topic, value, key, partition=0, headers=headers, on_delivery=self._locate)
+        self._producer.produce(self.topic, value, key, partition=0, headers=headers,  # type: ignore[arg-type]
+                               on_delivery=self._locate)
         self._producer.flush(_TXN_TIMEOUT_S)
         self._raise_delivery_errors()
         return self._located
@@ -142,7 +147,13 @@ class KafkaAgentChannel:
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
-        self._producer.flush(_TXN_TIMEOUT_S)
+            self._consumer = None
+        try:
+            self._producer.flush(_TXN_TIMEOUT_S)
+        except KafkaException as exc:
+            # A fenced or failed producer has nothing left to deliver that could count: whatever
+            # it had in an open transaction is aborted by the life that fenced it.
+            logger.debug("agent %s: closing its producer: %s", self.agent, exc)
 
     # -- delivery reports ----------------------------------------------------------------------
 

@@ -79,4 +79,4 @@ def watermark_consumer(settings: Settings) -> Consumer:
 
 
 def admin_client(settings: Settings) -> AdminClient:
-    return AdminClient(settings.kafka_config())
+    return AdminClient(settings.kafka_config())  # type: ignore[arg-type]

@@ -42,7 +42,7 @@ class KafkaAppender:
         producer = self._producer
         while True:
             try:
-                producer.produce(self.topic, value, key, partition=0, headers=headers)
+                producer.produce(self.topic, value, key, partition=0, headers=headers)  # type: ignore[arg-type]
                 break
             except BufferError:
                 producer.poll(0.05)  # local queue full: serve delivery reports, then retry

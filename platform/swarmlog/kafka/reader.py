@@ -64,7 +64,7 @@ class LogReader:
         self.consumer.subscribe([self.topic])
 
     def batches(self, *, end: int | None = None, follow: bool = False,
-                timeout: float = 1.0, batch_size: int = BATCH) -> Iterator[list[Message]]:
+                timeout: float = 1.0, batch_size: int = BATCH) -> Iterator[list[Any]]:
         """Yield batches until the end of the log (or ``end``, exclusive).
 
         ``follow=True`` keeps reading past the end of the log (the sink);
@@ -77,7 +77,7 @@ class LogReader:
             if end is not None and pos.end_offset >= end:
                 return
             try:
-                msgs = consume(batch_size, timeout)
+                msgs: list[Any] = consume(batch_size, timeout)
             except KafkaException as exc:
                 raise translate(exc, operation=f"reading {self.topic!r}", bootstrap=self.settings.bootstrap_servers,
                                 topic=self.topic) from None
@@ -94,7 +94,7 @@ class LogReader:
                 pos.reached_end_of_log = False
                 yield msgs
                 continue
-            batch: list[Message] = []
+            batch: list[Any] = []
             hit_end = False
             for m in msgs:
                 err = m.error()

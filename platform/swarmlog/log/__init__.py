@@ -6,7 +6,7 @@
 validated events through any of them.
 """
 
-from .base import BATCH, AgentChannel, Appender, Delivered, LogBackend, Message, ReadPosition, Reader
+from .base import BATCH, AgentChannel, Appender, Delivered, LogBackend, Message, Reader, ReadPosition
 from .memory import InMemoryLog, MemoryMessage
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "InMemoryLog",
     "LogBackend",
     "MemoryMessage",
+    "Message",
     "ReadPosition",
     "Reader",
 ]

@@ -33,7 +33,11 @@ BATCH = 5000
 
 
 class Message(Protocol):
-    """A message of the log: the reading methods of ``confluent_kafka.Message``."""
+    """A message of the log: the reading methods of ``confluent_kafka.Message``.
+
+    Readers hand out their backend's own message objects (on Kafka, ``confluent_kafka.Message``
+    itself, with no wrapper on the hot path), typed ``Any`` in batches; this says what they have.
+    """
 
     def offset(self) -> int: ...
 
@@ -68,7 +72,7 @@ class Reader(Protocol):
         """Join the reader's consumer group and read from its committed offset."""
 
     def batches(self, *, end: int | None = None, follow: bool = False, timeout: float = 1.0,
-                batch_size: int = BATCH) -> Iterator[list[Message]]:
+                batch_size: int = BATCH) -> Iterator[list[Any]]:
         """Batches until the end of the log (or ``end``, exclusive); with ``follow``, forever,
         an idle wait yielding an empty batch."""
 
@@ -77,7 +81,7 @@ class Reader(Protocol):
 
     def close(self) -> None: ...
 
-    def __enter__(self) -> Reader: ...
+    def __enter__(self) -> Any: ...
 
     def __exit__(self, *exc: object) -> None: ...
 
@@ -119,7 +123,7 @@ class AgentChannel(Protocol):
         """Join the agent's group; reading starts at ``position()`` (0: the log start), and a
         re-assignment later resumes there too, never rewinds."""
 
-    def poll(self, max_messages: int, timeout: float) -> tuple[list[Message], int | None]:
+    def poll(self, max_messages: int, timeout: float) -> tuple[list[Any], int | None]:
         """Up to ``max_messages`` committed messages, waiting up to ``timeout`` s; and the log end
         (exclusive) when the read reached it, else None."""
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import AgentFenced, GroupHasActiveMembers, TopicNotFound, UsageError
+from ..guard import allowed
 from ..protocol import Headers, agent_group, agent_transactional_id
 from .base import BATCH, Delivered, ReadPosition
 
@@ -192,7 +193,11 @@ class InMemoryLog:
     # -- internals, called with the lock held --------------------------------------------------------
 
     def _stamp(self) -> int:
-        ts = max(self._last_ts, self._clock())
+        # The log's clock, read on behalf of whoever appends: a handler's outputs are appended
+        # inside its step, but the stamp is the log's, as the broker's is on Kafka.
+        with allowed():
+            now = self._clock()
+        ts = max(self._last_ts, now)
         self._last_ts = ts
         return ts
 

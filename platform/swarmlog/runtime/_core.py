@@ -168,7 +168,8 @@ class AgentCore:
                 if event.event_type == TIMER_FIRED and event.to == me:
                     self._step(off, event)
                     return
-        elif etype == RUN_STARTED or (etype in self._handled and (to == me or (to is None and etype not in SELF_RECORDS))):
+        elif etype == RUN_STARTED or (etype in self._handled
+                                      and (to == me or (to is None and etype not in SELF_RECORDS))):
             event = self._decode(msg)
             if event is not None:
                 if event.event_type == RUN_STARTED:
@@ -241,8 +242,8 @@ class AgentCore:
             return
         # Everything still pending for an earlier step was never written.
         for earlier in [s for s in self.pending if s < step]:
-            for out in self.pending.pop(earlier).values():
-                self._diverge(NondeterminismError(offset=earlier, agent=self.name, replayed=_brief_out(out),
+            for unwritten in self.pending.pop(earlier).values():
+                self._diverge(NondeterminismError(offset=earlier, agent=self.name, replayed=_brief_out(unwritten),
                                                   detail="the step now writes an event the log does not have"))
         outs = self.pending.get(step)
         out = outs.pop(event.event_id, None) if outs is not None else None

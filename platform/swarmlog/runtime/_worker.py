@@ -34,7 +34,7 @@ from typing import Any
 from ..agent import Agent, Swarm
 from ..context import Output
 from ..events import Event
-from ..kafka.backend import KafkaBackend
+from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend
 from ..protocol import H_STEP, TIMER_FIRED, parse_step, route, wall_timer_id
 from ..schema.codec import Decoder, Encoder
@@ -105,7 +105,7 @@ class AgentWorker:
         self.swarm = swarm
         self.agent = agent if isinstance(agent, Agent) else swarm.agent(agent)
         self.registry = registry or SchemaRegistry.load(settings.schema_dir)
-        self.backend: LogBackend = backend if backend is not None else KafkaBackend(settings)
+        self.backend = backend_for(settings, backend)
         self.decoder = Decoder(self.registry)
         self.batch_size = batch_size
         self.stop_event = threading.Event()

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..agent import Swarm
 from ..errors import ConfigurationError, RunAlreadyRecorded
-from ..kafka.backend import KafkaBackend
+from ..kafka.backend import backend_for
 from ..log.append import EventLog
 from ..log.base import LogBackend
 from ..protocol import RUN_STARTED, RUN_STARTED_HEADER, run_started_id
@@ -81,7 +81,7 @@ def find_run(settings: Settings, topic: str, registry: SchemaRegistry, *,
              backend: LogBackend | None = None) -> RunInfo | None:
     """The topic's ``run.started``, if any (read by header, decoded only it)."""
     decoder = Decoder(registry)
-    backend = backend if backend is not None else KafkaBackend(settings)
+    backend = backend_for(settings, backend)
     with backend.reader(topic) as reader:
         reader.assign(0)
         for batch in reader.batches():
@@ -125,7 +125,7 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
     topic = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dir)
     names = agents or swarm.agent_names
-    backend = backend if backend is not None else KafkaBackend(settings)
+    backend = backend_for(settings, backend)
     workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic, backend=backend)
                for n in names]
     stop = stop or threading.Event()

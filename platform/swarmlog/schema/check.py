@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
+import itertools
 import json
 import random
 import sys
@@ -37,9 +38,9 @@ import fastavro
 from fastavro.utils import generate_many
 from fastavro.validation import validate
 
+from ..errors import SchemaError
 from .codec import Decoder, Encoder
 from .compat import DEFAULT_MODE, Mode, Violation, check_versions
-from ..errors import SchemaError
 from .registry import EventSchema, SchemaRegistry
 from .upcasting import Upcaster, discover_upcasters
 
@@ -94,7 +95,7 @@ def _mode(value: Any, *, where: str) -> Mode:
             f"{where}: mode {value!r} is not one of {', '.join(_SELECTABLE)} "
             f"(BACKWARD and NONE are refused: replay must read every old version with the newest)"
         )
-    return mode  # type: ignore[return-value]
+    return mode
 
 
 def check_schemas(registry: SchemaRegistry, modes: dict[str, Mode]) -> list[Violation]:
@@ -167,7 +168,7 @@ def property_check(registry: SchemaRegistry, upcasters: dict[tuple[str, int], Up
         for event_type in registry.event_types():
             versions = registry.versions(event_type)
             newest = versions[-1]
-            for writer, reader in zip(versions, versions[1:]):
+            for writer, reader in itertools.pairwise(versions):
                 if (event_type, writer.version, reader.version) in rejected:
                     continue
                 pairs += 1
@@ -210,11 +211,11 @@ def _read_pair(writer: EventSchema, reader: EventSchema, upcaster: Upcaster | No
     if upcaster is None:
         return None
     try:
-        before = fastavro.schemaless_reader(io.BytesIO(raw), writer.parsed, None)
-        after = upcaster(dict(before))  # type: ignore[arg-type]
+        before: dict[str, Any] = fastavro.schemaless_reader(io.BytesIO(raw), writer.parsed, None)  # type: ignore[assignment]
+        after = upcaster(dict(before))
         problem = conforms(after, reader)
         if not problem:
-            changed = [k for k in before if k != "payload" and after.get(k) != before[k]]  # type: ignore[union-attr]
+            changed = [k for k in before if k != "payload" and after.get(k) != before[k]]
             if changed:
                 problem = f"the upcaster changed envelope field(s) {changed}; it may only rewrite the payload"
     except Exception as exc:  # noqa: BLE001 - an upcaster that raises on valid data is a finding

@@ -90,13 +90,11 @@ class Encoder:
         if to is None:
             to_b = b"\x00"
         else:
-            to_b = strings.get(to)
-            if to_b is None:
-                to_b = self._remember(to)
-            to_b = b"\x02" + to_b
+            known = strings.get(to)
+            to_b = b"\x02" + (known if known is not None else self._remember(to))
         causes_b = _avro_long(len(causes)) + b"".join(map(_avro_long, causes)) + b"\x00" if causes else b"\x00"
         out = self._out
-        fastavro.schemaless_writer(out, self._payload_parsed, payload)
+        fastavro.schemaless_writer(out, self._payload_parsed, payload)  # type: ignore[arg-type]
         return b"".join((self._prefix, _avro_string(event_id), run_b, agent_b, self._type_version, to_b, causes_b,
                          out.take()))
 
@@ -162,8 +160,7 @@ class _Plan:
 
     __slots__ = ("writer", "reader", "writer_parsed", "reader_parsed", "steps")
 
-    def __init__(self, writer: EventSchema, reader: EventSchema, steps: list[Callable[[dict[str, Any]], dict[str, Any]]],
-                 reader_parsed: Any) -> None:
+    def __init__(self, writer: EventSchema, reader: EventSchema, steps: list[Upcaster], reader_parsed: Any) -> None:
         self.writer = writer
         self.reader = reader
         self.writer_parsed = writer.parsed
@@ -206,7 +203,7 @@ class Decoder:
         except Exception as exc:  # fastavro raises EOFError, ValueError, UnicodeDecodeError...
             raise UndecodableMessage(offset=offset, reason=f"Avro body does not match its schema: {exc!r}") from None
         for step in plan.steps:
-            record = step(record)
+            record = step(record)  # type: ignore[arg-type]
         return plan.writer, record  # type: ignore[return-value]
 
     def _plan(self, fp: bytes, offset: int | None) -> _Plan:

@@ -180,7 +180,7 @@ def check_versions(*, event_type: str, versions: Mapping[int, AvroSchema],
     numbers = sorted(versions)
     # Parse each version once, not once per pair: the transitive modes compare O(n²) pairs.
     parsed = {n: _parse(versions[n], what=f"{event_type} v{n}") for n in numbers}
-    violations = []
+    violations: list[Violation] = []
     for writer_version, reader_version in _pairs(numbers, mode):
         comparison = _Comparison(writer=parsed[writer_version], reader=parsed[reader_version])
         violations.extend(

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, NotRequired, Optional
 
-from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
-
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
+from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
@@ -53,7 +52,7 @@ class _Builder:
             branches = [self.type_of(branch, namespace) for branch in schema]
             non_null = [b for b in branches if b is not None]
             union: Any = non_null[0] if len(non_null) == 1 else _union(non_null)
-            return Optional[union] if len(non_null) < len(branches) else union
+            return Optional[union] if len(non_null) < len(branches) else union  # noqa: UP045 - built at run time
         kind = schema["type"]
         if not isinstance(kind, str):
             return self.type_of(kind, namespace)
@@ -89,11 +88,11 @@ class _Builder:
             else:
                 fields[field["name"]] = (t, field["default"] if has_default else ...)
         if self.as_typeddict:
-            td = TypedDict(name, fields)  # type: ignore[operator]
+            td = TypedDict(name, fields)  # type: ignore[misc]
             td.__pydantic_config__ = ConfigDict(strict=True, extra="forbid")  # type: ignore[attr-defined]
             result: Any = td
         else:
-            result = create_model(  # type: ignore[call-overload]
+            result = create_model(
                 name,
                 __config__=ConfigDict(strict=True, extra="forbid", frozen=True),
                 __doc__=schema.get("doc"),
@@ -123,4 +122,4 @@ def payload_validator(record_schema: dict[str, Any]) -> TypeAdapter[Any]:
 
 def payload_model(record_schema: dict[str, Any]) -> type[BaseModel]:
     """A frozen pydantic model class generated from an Avro record schema (for users' typing)."""
-    return _Builder(as_typeddict=False).record(record_schema)  # type: ignore[no-any-return]
+    return _Builder(as_typeddict=False).record(record_schema)

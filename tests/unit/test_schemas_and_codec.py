@@ -10,11 +10,11 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from swarmlog.schema.codec import HEADER_LEN, MAGIC, Decoder, Encoder
 from swarmlog.errors import InvalidEvent, SchemaError, SchemaNotFound, UndecodableMessage, UnknownEventType
+from swarmlog.schema.codec import HEADER_LEN, MAGIC, Decoder, Encoder
 from swarmlog.schema.registry import SchemaRegistry
 
-REPO_SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+REPO_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def _record(**payload):

@@ -14,15 +14,15 @@ from collections import Counter
 import pytest
 
 from swarmlog import Agent, Swarm, on
-from swarmlog.protocol import parse_step
 from swarmlog.causality import check_causality
 from swarmlog.errors import NondeterminismError
-from swarmlog.log.append import EventLog
 from swarmlog.kafka.reader import high_watermark
+from swarmlog.log.append import EventLog
+from swarmlog.protocol import parse_step
 from swarmlog.replay import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 
-from . import swarms
+from .. import swarms
 from .conftest import REPO, new_topic_name, read_log, subprocess_env
 
 AGENTS = [f"r{i}" for i in range(swarms.N_AGENTS)]
@@ -47,8 +47,8 @@ def _log_end(settings) -> int:
 
 
 def _committed(settings, agent: str) -> int:
-    from swarmlog.kafka.groups import committed_offset
     from swarmlog.kafka.config import admin_client
+    from swarmlog.kafka.groups import committed_offset
 
     got = committed_offset(admin_client(settings), group=f"swarmlog.{settings.topic}.{agent}", topic=settings.topic)
     return -1 if got is None else got

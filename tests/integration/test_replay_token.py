@@ -9,7 +9,7 @@ import sys
 from swarmlog.log.append import EventLog
 from swarmlog.runtime import run_agents, start_run
 
-from . import swarms
+from .. import swarms
 from .conftest import subprocess_env
 from .test_runtime import _env
 

@@ -10,9 +10,9 @@ import sys
 import threading
 import time
 
-from swarmlog.schema.codec import Decoder
-from swarmlog.log.append import EventLog
 from swarmlog.kafka.reader import LogReader
+from swarmlog.log.append import EventLog
+from swarmlog.schema.codec import Decoder
 from swarmlog_connectors.postgres_rows import RowBuilder
 from swarmlog_connectors.postgres_sink import PostgresSink
 
@@ -81,7 +81,7 @@ def test_sink_resumes_without_gap_or_duplicate_after_sigkill(settings, registry,
                 log.produce("agent.message", {"kind": "load", "body": str(i)}, agent=f"a{i % 5}")
                 if i % 5000 == 0:
                     log.flush()
-                    time.sleep(0.4)  # spread the load (~8 s) over the kills
+                    time.sleep(1.0)  # spread the load (~20 s) over the kills
             log.flush()
         loaded.set()
 
@@ -90,10 +90,20 @@ def test_sink_resumes_without_gap_or_duplicate_after_sigkill(settings, registry,
     env = subprocess_env(settings)
     kills_during_load = 0
     positions = []
+    def position() -> int:
+        row = db.execute("SELECT next_offset FROM sink_positions WHERE topic = %s", (settings.topic,)).fetchone()
+        return -1 if row is None else int(row[0])
+
     while kills_during_load < 5 or len(positions) < 6:
+        before = position()
         sink = subprocess.Popen([sys.executable, "-m", "swarmlog.cli", "sink"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(rng.uniform(0.8, 2.0))
+        # Kill it mid-work: once it has committed something (its start-up time depends on the
+        # machine's load, not on the sink), at a random moment shortly after.
+        deadline = time.monotonic() + 20
+        while position() == before and not loaded.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.05, 0.6))
         loading = not loaded.is_set()
         sink.send_signal(signal.SIGKILL)
         sink.wait()

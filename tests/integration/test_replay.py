@@ -11,15 +11,15 @@ import pytest
 from confluent_kafka import Consumer
 from fastavro.utils import generate_many
 
-from swarmlog.schema.codec import Decoder, Encoder
 from swarmlog.demo import main as demo_main
 from swarmlog.errors import GroupHasActiveMembers, GroupNotAtStart
-from swarmlog.log.append import EventLog
 from swarmlog.events import Event
-from swarmlog.replay import Fold, replay
-from swarmlog.kafka.reader import LogReader
 from swarmlog.hashing import state_hash
+from swarmlog.kafka.reader import LogReader
 from swarmlog.ledger import Ledger
+from swarmlog.log.append import EventLog
+from swarmlog.replay import Fold, replay
+from swarmlog.schema.codec import Decoder, Encoder
 
 from .conftest import subprocess_env
 

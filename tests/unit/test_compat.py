@@ -22,6 +22,7 @@ from fastavro.validation import validate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from swarmlog.errors import SchemaError
 from swarmlog.schema.compat import (
     DEFAULT_MODE,
     Incompatibility,
@@ -31,7 +32,6 @@ from swarmlog.schema.compat import (
     check_versions,
     reader_incompatibilities,
 )
-from swarmlog.errors import SchemaError
 
 
 def record(*fields: dict[str, Any], name: str = "Payload", **extra: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "swarmlog"
 DOCKERFILE = REPO / "helm" / "Dockerfile"
 PROD_VALUES = REPO / "tests" / "fixtures" / "helm-values-prod.yaml"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing as mp
 import subprocess
@@ -11,14 +12,14 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from swarmlog.protocol import H_AGENT, H_TO, H_TYPE, H_VERSION
 from swarmlog.errors import InvalidEvent, TopicNotFound, TopicNotSinglePartition
-from swarmlog.log.append import EventLog
+from swarmlog.kafka.config import admin_client
 from swarmlog.kafka.reader import LogReader
+from swarmlog.kafka.topic import create_topic, topic_config
+from swarmlog.log.append import EventLog
+from swarmlog.protocol import H_AGENT, H_TO, H_TYPE, H_VERSION
 from swarmlog.replay import replay
 from swarmlog.settings import Settings
-from swarmlog.kafka.config import admin_client
-from swarmlog.kafka.topic import create_topic, topic_config
 
 from .conftest import new_topic_name, read_log, subprocess_env
 
@@ -64,7 +65,7 @@ def test_five_concurrent_producers_land_exactly_once_in_one_total_order(settings
         assert seqs == list(range(PER_PRODUCER)), agent
     # The producers really interleaved: the total order is not just one producer after another.
     agents_in_order = [rec["agent_id"] for _, rec, _ in events]
-    switches = sum(1 for a, b in zip(agents_in_order, agents_in_order[1:]) if a != b)
+    switches = sum(1 for a, b in itertools.pairwise(agents_in_order) if a != b)
     assert switches >= PRODUCERS
 
 

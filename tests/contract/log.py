@@ -1,0 +1,220 @@
+"""The behaviour every log backend keeps (see :mod:`swarmlog.log.base`), as one test suite.
+
+``tests/unit/test_contract_memory.py`` runs it on the in-memory log,
+``tests/integration/test_contract_kafka.py`` on the real broker. A subclass provides
+the fixtures ``backend`` (a :class:`~swarmlog.log.base.LogBackend`) and ``log_topic``
+(a fresh topic on it), and ``wait`` (how long a backend may take to show a commit).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from swarmlog.errors import AgentFenced, GroupHasActiveMembers, TopicNotFound
+from swarmlog.log.base import LogBackend
+from swarmlog.protocol import agent_group
+
+
+def read_all(backend: LogBackend, topic: str, start: int = 0) -> list[Any]:
+    with backend.reader(topic) as reader:
+        reader.assign(start)
+        return [m for batch in reader.batches() for m in batch]
+
+
+def values(msgs: list[Any]) -> list[bytes]:
+    return [m.value() for m in msgs]
+
+
+def append(backend: LogBackend, topic: str, *payloads: bytes) -> list[int]:
+    appender = backend.appender(topic)
+    for p in payloads:
+        appender.send(p, b"k", [("h", b"v")])
+    delivered = appender.flush(30)
+    appender.close()
+    assert delivered.errors == [] and delivered.unacknowledged == 0
+    return delivered.offsets
+
+
+class LogContract:
+    wait: float = 0.0
+    """Seconds a backend may need before a commit is visible to a new reader."""
+
+    def _eventually(self, fn: Any, expect: Any) -> Any:
+        deadline = time.monotonic() + max(self.wait, 0.1)
+        got = fn()
+        while got != expect and time.monotonic() < deadline:
+            time.sleep(0.05)
+            got = fn()
+        return got
+
+    def test_appended_messages_read_back_in_order_with_their_offsets_headers_and_keys(self, backend, log_topic):
+        offsets = append(backend, log_topic, b"a", b"b", b"c")
+        assert offsets == sorted(offsets) and len(set(offsets)) == 3
+        msgs = read_all(backend, log_topic)
+        assert values(msgs) == [b"a", b"b", b"c"]
+        assert [m.offset() for m in msgs] == offsets
+        assert msgs[0].key() == b"k" and msgs[0].headers() == [("h", b"v")]
+
+    def test_the_log_stamps_append_time_and_it_never_decreases(self, backend, log_topic):
+        append(backend, log_topic, *[bytes([i]) for i in range(20)])
+        stamps = [m.timestamp() for m in read_all(backend, log_topic)]
+        assert all(kind != 0 for kind, _ in stamps)  # a real timestamp, set by the log
+        assert [ts for _, ts in stamps] == sorted(ts for _, ts in stamps)
+
+    def test_a_missing_topic_is_refused_by_name(self, backend):
+        with pytest.raises(TopicNotFound) as err:
+            backend.reader("swarmlog.no-such-topic-contract")
+        assert err.value.topic == "swarmlog.no-such-topic-contract"
+
+    def test_reading_from_an_offset_starts_there(self, backend, log_topic):
+        offsets = append(backend, log_topic, b"a", b"b", b"c")
+        assert values(read_all(backend, log_topic, start=offsets[1])) == [b"b", b"c"]
+
+    def test_a_transaction_is_invisible_until_it_commits_and_holds_back_what_follows(self, backend, log_topic):
+        channel = backend.agent_channel(log_topic, "agent-a")
+        try:
+            channel.fence()
+            channel.begin()
+            channel.send(b"in-txn", b"agent-a", [("sl.agent", b"agent-a")])
+            append(backend, log_topic, b"after")  # appended after the open transaction's first message
+            # read_committed: nothing past the first offset of an open transaction is served.
+            assert read_all(backend, log_topic) == []
+            channel.start(lambda: 0)
+            channel.commit(0)
+        finally:
+            channel.close()
+        assert self._eventually(lambda: values(read_all(backend, log_topic)), [b"in-txn", b"after"]) \
+            == [b"in-txn", b"after"]
+
+    def test_an_aborted_transaction_is_never_seen_and_its_offsets_stay_taken(self, backend, log_topic):
+        first = append(backend, log_topic, b"before")[0]
+        channel = backend.agent_channel(log_topic, "agent-a")
+        try:
+            channel.fence()
+            channel.begin()
+            located = channel.send_located(b"aborted", b"agent-a", [])
+            channel.abort()
+        finally:
+            channel.close()
+        after = append(backend, log_topic, b"after")[0]
+        assert first < located < after
+        # The aborted message and the abort's control record both took offsets: never offset + 1.
+        assert after >= located + 2
+        assert values(read_all(backend, log_topic)) == [b"before", b"after"]
+
+    def test_a_commit_takes_an_offset_of_its_own(self, backend, log_topic):
+        channel = backend.agent_channel(log_topic, "agent-a")
+        try:
+            channel.fence()
+            channel.start(lambda: 0)
+            channel.begin()
+            located = channel.send_located(b"one", b"agent-a", [])
+            channel.commit(located + 1)
+        finally:
+            channel.close()
+        after = append(backend, log_topic, b"two")[0]
+        assert after == located + 2  # the commit marker sits between them
+        assert self._eventually(lambda: [m.offset() for m in read_all(backend, log_topic)], [located, after]) \
+            == [located, after]
+
+    def test_a_new_life_fences_the_old_one_and_aborts_what_it_left_open(self, backend, log_topic):
+        old = backend.agent_channel(log_topic, "agent-a")
+        new = backend.agent_channel(log_topic, "agent-a")
+        try:
+            old.fence()
+            old.start(lambda: 0)
+            old.begin()
+            old.send(b"zombie", b"agent-a", [])
+            old.send_located(b"zombie-2", b"agent-a", [])
+            new.fence()  # a restart: aborts the zombie's open transaction
+            with pytest.raises(AgentFenced) as err:
+                old.commit(0)
+            assert err.value.agent == "agent-a"
+        finally:
+            old.close()
+            new.close()
+        append(backend, log_topic, b"later")
+        assert values(read_all(backend, log_topic)) == [b"later"]
+
+    def test_a_commit_moves_the_agents_group_position_with_its_outputs(self, backend, log_topic):
+        append(backend, log_topic, b"input")
+        group = agent_group(log_topic, "agent-a")
+        assert backend.committed(group, log_topic) is None
+        channel = backend.agent_channel(log_topic, "agent-a")
+        try:
+            channel.fence()
+            channel.start(lambda: 0)
+            deadline = time.monotonic() + 30
+            seen: list[Any] = []
+            while not seen and time.monotonic() < deadline:
+                seen, _ = channel.poll(10, 0.2)
+            assert values(seen) == [b"input"]
+            channel.begin()
+            out = channel.send_located(b"output", b"agent-a", [])
+            channel.commit(out + 2)
+        finally:
+            channel.close()
+        assert backend.committed(group, log_topic) == out + 2
+        assert self._eventually(lambda: values(read_all(backend, log_topic)), [b"input", b"output"]) \
+            == [b"input", b"output"]
+
+    def test_a_group_cannot_be_reset_while_a_member_consumes_in_it(self, backend, log_topic):
+        append(backend, log_topic, b"input")
+        channel = backend.agent_channel(log_topic, "agent-a")
+        group = agent_group(log_topic, "agent-a")
+        try:
+            channel.fence()
+            channel.start(lambda: 0)
+            deadline = time.monotonic() + 30
+            seen: list[Any] = []
+            while not seen and time.monotonic() < deadline:
+                seen, _ = channel.poll(10, 0.2)
+            assert seen
+            with pytest.raises(GroupHasActiveMembers) as err:
+                backend.reset_group(group, log_topic, 0)
+            assert err.value.group == group and err.value.members
+        finally:
+            channel.close()
+        deadline = time.monotonic() + 30
+        while True:  # a consumer that left may stay a member for a moment
+            try:
+                backend.reset_group(group, log_topic, 0)
+                break
+            except GroupHasActiveMembers:
+                assert time.monotonic() < deadline, "the group still has members after its consumer closed"
+                time.sleep(0.5)
+        assert backend.committed(group, log_topic) == 0
+
+    def test_the_high_watermark_counts_open_transactions(self, backend, log_topic):
+        append(backend, log_topic, b"a")
+        _, before = backend.watermarks(log_topic)
+        channel = backend.agent_channel(log_topic, "agent-a")
+        try:
+            channel.fence()
+            channel.begin()
+            channel.send_located(b"open", b"agent-a", [])
+            _, during = backend.watermarks(log_topic)
+            assert during > before  # a swarm blocked behind an open transaction does not look finished
+            channel.abort()
+        finally:
+            channel.close()
+
+    def test_a_following_reader_yields_empty_batches_while_idle_then_what_arrives(self, backend, log_topic):
+        append(backend, log_topic, b"a")
+        got: list[bytes] = []
+        idle = 0
+        with backend.reader(log_topic) as reader:
+            reader.assign(0)
+            for batch in reader.batches(follow=True, timeout=0.1):
+                if not batch:
+                    idle += 1
+                    if idle == 2:
+                        append(backend, log_topic, b"b")
+                    assert idle < 200, "what was appended never arrived"
+                got += values(batch)
+                if got == [b"a", b"b"]:
+                    break
+        assert got == [b"a", b"b"] and idle >= 2

@@ -1,0 +1,89 @@
+"""Session fixtures: real Kafka and real Postgres, started once per test session.
+
+Where the services come from, in order:
+
+1. ``SWARMLOG_BOOTSTRAP_SERVERS`` and ``SWARMLOG_DATABASE_URL`` set: use that
+   cluster (a real one, or one started by ``swarmlog dev up``).
+2. Otherwise the project's own local cluster (``swarmlog dev up``: Kafka from
+   Maven Central's jars, Postgres from the machine's binaries), reused if it
+   already runs.
+
+A service that cannot be reached fails the session; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import psycopg
+import pytest
+
+from swarmlog.kafka import KafkaBackend
+from swarmlog.kafka.reader import LogReader
+from swarmlog.kafka.topic import create_topic
+from swarmlog.schema.codec import Decoder
+from swarmlog.schema.registry import SchemaRegistry
+from swarmlog.settings import Settings
+
+from ..conftest import REPO, new_topic_name, subprocess_env
+
+__all__ = ["REPO", "LogRecord", "new_topic_name", "read_log", "subprocess_env"]
+
+
+@pytest.fixture(scope="session")
+def base_settings() -> Settings:
+    if os.environ.get("SWARMLOG_BOOTSTRAP_SERVERS") and os.environ.get("SWARMLOG_DATABASE_URL"):
+        return Settings.from_env()
+    from swarmlog.dev import cluster
+
+    info = cluster.up()
+    # Subprocesses the tests start (the sink under SIGKILL, the CLI) find the same cluster.
+    os.environ["SWARMLOG_BOOTSTRAP_SERVERS"] = info.bootstrap_servers
+    os.environ["SWARMLOG_DATABASE_URL"] = info.database_url
+    return Settings.from_env()
+
+
+@pytest.fixture
+def topic(base_settings: Settings) -> str:
+    """A fresh single-partition topic for one test."""
+    name = new_topic_name()
+    create_topic(base_settings, name)
+    return name
+
+
+@pytest.fixture
+def settings(base_settings: Settings, topic: str) -> Settings:
+    return base_settings.model_copy(update={"topic": topic})
+
+
+@pytest.fixture
+def backend(base_settings: Settings) -> KafkaBackend:
+    return KafkaBackend(base_settings)
+
+
+@pytest.fixture
+def db(base_settings: Settings) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(base_settings.database_url, autocommit=True) as conn:
+        yield conn
+
+
+class LogRecord(NamedTuple):
+    offset: int
+    event_type: str
+    record: dict[str, Any]
+    headers: list[tuple[str, bytes]]
+
+
+def read_log(settings: Settings, registry: SchemaRegistry) -> list[LogRecord]:
+    """Every event of the settings' topic, decoded, in offset order (read_committed)."""
+    decoder = Decoder(registry)
+    out = []
+    with LogReader(settings=settings) as reader:
+        reader.assign(0)
+        for batch in reader.batches():
+            for m in batch:
+                writer, rec = decoder.decode(m.value(), m.offset())
+                out.append(LogRecord(m.offset(), writer.event_type, rec, m.headers() or []))
+    return out

@@ -1,0 +1,14 @@
+"""The log and runtime contract suites on the in-memory log (no broker)."""
+
+from __future__ import annotations
+
+from ..contract.log import LogContract
+from ..contract.runtime import RuntimeContract
+
+
+class TestLogContractInMemory(LogContract):
+    pass
+
+
+class TestRuntimeContractInMemory(RuntimeContract):
+    quiet = 0.3
