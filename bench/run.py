@@ -32,7 +32,7 @@ from . import common
 from .replay import start_probe_server
 
 BENCH_DIR = Path(__file__).resolve().parent
-BENCHMARKS = ("append", "replay", "sink", "swarm")
+BENCHMARKS = ("append", "replay", "sink", "swarm", "llm_clients")
 
 # (column title, key, format)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (

@@ -39,6 +39,7 @@ from .errors import (
     UsageError,
 )
 from .events import Event
+from .http import HTTPRequestDiverged
 from .log.append import EventLog
 from .log.memory import InMemoryLog
 from .replay import Divergence, ReplayResult, SwarmReplayResult, replay, replay_swarm
@@ -60,6 +61,7 @@ __all__ = [
     "GroupNotAtStart",
     "GroupResetFailed",
     "InMemoryLog",
+    "HTTPRequestDiverged",
     "InvalidEvent",
     "KafkaOperationFailed",
     "MissingDependency",

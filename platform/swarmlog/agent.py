@@ -35,6 +35,7 @@ from typing import Any
 from .errors import ConfigurationError
 from .events import Event
 from .protocol import AGENT_NAME_FORBIDDEN, MESSAGE, TIMER_FIRED
+from .sdk import llm_client
 
 Handler = Callable[[Any, Any, Event], None]
 
@@ -117,8 +118,9 @@ class Swarm:
                  code_version: str = "") -> None:
         self.name = name
         self._factory = agents
-        self.llm = llm
-        """The LLM client ``ctx.llm`` calls live (never on replay); see ``swarmlog.llm``."""
+        self.llm = llm_client(llm)
+        """The LLM client ``ctx.llm`` calls live (never on replay); see ``swarmlog.llm``. An
+        ``openai.OpenAI`` or ``anthropic.Anthropic`` client is taken as it is (``swarmlog.sdk``)."""
         self.code_version = code_version
         names = [a.name for a in agents()]
         if len(set(names)) != len(names):

@@ -9,10 +9,10 @@ randomness) or *recorded in the log* (messages, timers, effects, LLM calls):
 * ``ctx.random()`` is derived from (the run's seed, the agent, the offset, the
   call's index within this step), never from a stream: adding a random call to
   one handler cannot shift the numbers any other step sees.
-* ``ctx.llm()`` and ``ctx.effect()`` run live once, and their results are
-  appended to the log; on replay they are served from the log and the model is
-  never called again. A request that differs from the recorded one is a
-  divergence.
+* ``ctx.llm()``, ``ctx.effect()`` and ``ctx.http()`` (an httpx client for any
+  SDK) run live once, and their results are appended to the log; on replay they
+  are served from the log and the model is never called again. A request that
+  differs from the recorded one is a divergence.
 
 Every output of a step gets the id ``<agent>@<offset>#<index>``
 (:func:`swarmlog.protocol.output_id`): deterministic, so the runtime can tell, for
@@ -69,7 +69,7 @@ class Context:
     """One per agent, reused for every step (so the hot path allocates little)."""
 
     __slots__ = ("agent", "registry", "llm_client", "_sink", "_event", "_step", "_index", "_rand_index",
-                 "_effects", "_rand_prefix", "seed", "run_id")
+                 "_effects", "_rand_prefix", "seed", "run_id", "_http")
 
     def __init__(self, *, agent: str, registry: SchemaRegistry, llm_client: Any = None) -> None:
         self.agent = agent
@@ -84,6 +84,7 @@ class Context:
         self._index = 0
         self._rand_index = 0
         self._effects: list[int] = []
+        self._http: dict[Any, Any] = {}  # (library, options) -> (client, transport), kept across steps
 
     # -- driven by the runtime -----------------------------------------------------------
 
@@ -225,7 +226,59 @@ class Context:
         self._effects.append(self._output(LLM_CALL, payload, self.agent, locate=True, event_id=event_id))
         return json.loads(payload["response_json"])
 
+    def http(self, library: Any = None, *, retries: int = 2, redact_headers: Sequence[str] = (),
+             redact_params: Sequence[str] = ()) -> Any:
+        """An httpx client whose every request and response is recorded (see :mod:`swarmlog.http`).
+
+        ``httpx2.Client`` by default, the library both official LLM SDKs take
+        (``openai.OpenAI(http_client=ctx.http())``, ``anthropic.Anthropic(http_client=ctx.http())``);
+        ``ctx.http(httpx)`` gives an ``httpx.Client``. ``retries`` are made live, inside the
+        recorded call; ``redact_headers``/``redact_params`` name more credentials to keep out of
+        the log. The same client is returned for the same arguments, step after step.
+        """
+        return self._http_pair(library, retries, redact_headers, redact_params)[0]
+
+    def http_transport(self, library: Any = None, *, retries: int = 2, redact_headers: Sequence[str] = (),
+                       redact_params: Sequence[str] = ()) -> Any:
+        """The recorded transport behind :meth:`http`, for code that builds its own client."""
+        return self._http_pair(library, retries, redact_headers, redact_params)[1]
+
+    def _http_pair(self, library: Any, retries: int, redact_headers: Sequence[str],
+                   redact_params: Sequence[str]) -> tuple[Any, Any]:
+        from .http import RecordedHTTP, Redaction, httpx_library, transport_type
+
+        lib = httpx_library(library)
+        key = (lib.__name__, retries, tuple(redact_headers), tuple(redact_params))
+        pair = self._http.get(key)
+        if pair is None:
+            redaction = Redaction(headers=frozenset(h.lower() for h in redact_headers),
+                                  params=frozenset(p.lower() for p in redact_params))
+            transport = transport_type(lib)(RecordedHTTP(ctx=self, library=lib, retries=retries,
+                                                         redaction=redaction))
+            with allowed():  # building a client reads the environment (proxies); nothing it returns
+                client = lib.Client(transport=transport)
+            pair = self._http[key] = (client, transport)
+        return pair
+
     # -- internals --------------------------------------------------------------------------
+
+    def _record_io(self, event_type: str, *, live: Callable[[], dict[str, Any]],
+                   check: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """One recorded call of any kind: live, ``live()`` makes the payload (doing its own I/O
+        inside :func:`allowed`); on replay the recorded payload is served once ``check(payload)``
+        has found the call the same as the recorded one (it raises a divergence if not)."""
+        event_id, recorded = self._next_recorded()
+        if recorded is None:
+            payload = live()
+        else:
+            if recorded.event_type != event_type:
+                self._diverged(f"the step now makes a {event_type} effect where the log recorded a "
+                               f"{recorded.event_type}", recorded=_describe(recorded),
+                               replayed={"event_type": event_type})
+            payload = recorded.payload
+            check(payload)
+        self._effects.append(self._output(event_type, payload, self.agent, locate=True, event_id=event_id))
+        return payload
 
     def _next_recorded(self) -> tuple[str, Event | None]:
         sink = self._require_sink()

@@ -53,7 +53,8 @@ from dataclasses import dataclass, field
 
 from .errors import NondeterminismError
 
-__all__ = ["DENY_LIST", "Forbidden", "ForbiddenCall", "allowed", "guarded", "is_guarded"]
+__all__ = ["DENY_LIST", "Forbidden", "ForbiddenCall", "TRUSTED_LIBRARIES", "allowed", "guarded", "is_guarded",
+           "trust_library"]
 
 
 class ForbiddenCall(NondeterminismError):
@@ -98,7 +99,7 @@ _UNSEEDED = ("ctx.random() (random.Random(seed) with an explicit seed is fine)",
              "seeds the generator from OS entropy when given no seed")
 _ENTROPY = ("ctx.random() (or ctx.effect(...) to record a real secret)", "reads OS entropy")
 _UUID = ("ctx.uuid()", "derives from the clock, the host and OS entropy")
-_NETWORK = ("ctx.effect(...) or ctx.llm(...)", "talks to the network")
+_NETWORK = ("ctx.http() (an httpx client for any SDK), ctx.llm(...) or ctx.effect(...)", "talks to the network")
 _FILES = ("ctx.effect(...)", "touches the file system")
 _PROCESS = ("ctx.effect(...)", "starts a process")
 
@@ -202,6 +203,32 @@ DENY_LIST: tuple[Forbidden, ...] = (
 # nondeterministic: log records carry a timestamp, and tracebacks and warnings read source
 # lines through linecache. A denied call with a frame of these modules on the stack passes.
 _EXEMPT_MODULES = ("logging", "linecache")
+
+# HTTP clients and the SDKs built on them read the clock and OS entropy for their own
+# bookkeeping while a handler uses ctx.http(): timeouts and timings, retry jitter and backoff,
+# idempotency keys and multipart boundaries, cookie expiry (http.cookiejar, under httpx's
+# cookie jar); and the trace ids and span times of OpenTelemetry, which the SDKs put in request
+# headers. None of it flows into what the handler gets back,
+# which is the recorded response. So a call of these kinds whose *caller* (the frame that
+# called the denied function, or the stdlib wrapper around it such as uuid.uuid4) is in one of
+# these packages passes. The network, files and processes stay forbidden from them: an SDK
+# client not built on ctx.http() still fails at its first connect.
+TRUSTED_LIBRARIES: set[str] = {"httpx", "httpx2", "httpcore", "httpcore2", "openai", "anthropic", "opentelemetry",
+                                "http.cookiejar"}
+"""Packages (or exact modules) whose own clock and entropy reads pass inside handlers."""
+_TRUSTED_REASONS = frozenset({_NOW[1], _SLEEP[1], _RANDOM[1], _UNSEEDED[1], _ENTROPY[1], _UUID[1]})
+
+
+def trust_library(package: str) -> None:
+    """Let ``package``'s own code read the clock and OS entropy inside handlers (never the
+    network, files or processes): for an SDK other than openai/anthropic that you hand
+    ``ctx.http()``, and that times or retries its requests itself."""
+    TRUSTED_LIBRARIES.add(package)
+
+
+def _trusted(frame: types.FrameType) -> bool:
+    module = frame.f_globals.get("__name__", "")
+    return module in TRUSTED_LIBRARIES or module.partition(".")[0] in TRUSTED_LIBRARIES
 
 
 def resolve(call: str) -> object:
@@ -494,6 +521,7 @@ def _violation(frame: types.FrameType, entry: Forbidden, intercepted: str) -> No
     # (hypothesis, for one, times collections with perf_counter from such a callback).
     gc_codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
     f: types.FrameType | None = frame
+    caller: types.FrameType | None = frame  # the frame that called what the handler is charged with
     while f is not None:  # rare path: cost does not matter here
         module = f.f_globals.get("__name__", "")
         if module.partition(".")[0] in _EXEMPT_MODULES or f.f_code in gc_codes:
@@ -501,7 +529,10 @@ def _violation(frame: types.FrameType, entry: Forbidden, intercepted: str) -> No
         for code, self_, named in _named.get(id(f.f_code), ()):
             if code is f.f_code and (self_ is None or _first_arg(f) is self_):
                 entry, call = named, named.call  # keep going: the outermost names the call
+                caller = f.f_back
         f = f.f_back
+    if caller is not None and entry.reason in _TRUSTED_REASONS and _trusted(caller):
+        return
     st = _thread_state()
     guard = next((s for s in reversed(st.stack) if isinstance(s, guarded)), None)
     exc = ForbiddenCall(offset=guard.offset if guard else None,

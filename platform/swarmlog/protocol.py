@@ -30,10 +30,12 @@ EFFECT_RECORDED = "effect.recorded"
 """The recorded result of ``ctx.effect``."""
 LLM_CALL = "llm.call"
 """The recorded request and response of ``ctx.llm``."""
+HTTP_EXCHANGE = "http.exchange"
+"""A recorded request and response of ``ctx.http()`` (:mod:`swarmlog.http`)."""
 HANDLER_FAILED = "handler.failed"
 """A handler raised; replay expects the same failure at the same step."""
 
-RECORDED_EFFECTS = frozenset({EFFECT_RECORDED, LLM_CALL})
+RECORDED_EFFECTS = frozenset({EFFECT_RECORDED, LLM_CALL, HTTP_EXCHANGE})
 """Recorded I/O: run live once, served from the log on every replay. A handler needs the
 result at once, so replay indexes these ahead of the steps that made them."""
 RECORDED_EFFECT_HEADERS = frozenset(t.encode() for t in RECORDED_EFFECTS)

@@ -2,8 +2,10 @@
 
 * :class:`ScriptedLLM` (re-exported from :mod:`swarmlog.llm`): a deterministic in-process
   model that counts its calls, for asserting that a replay never called the model.
-* :class:`StubServer`: a tiny OpenAI-compatible HTTP server on the loopback interface, for
-  exercising a real HTTP client (:class:`swarmlog.llm.OpenAIChat`) without a real model::
+* :class:`StubServer`: a tiny HTTP server on the loopback interface speaking OpenAI's chat
+  completions and Anthropic's messages API, each plain or streamed (server-sent events), tool
+  calls included, for exercising a real HTTP client (:class:`swarmlog.llm.OpenAIChat`, the
+  ``openai`` and ``anthropic`` SDKs through ``ctx.http()``) without a real model::
 
       from swarmlog.llm import OpenAIChat
       from swarmlog.testing import StubServer
@@ -17,6 +19,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -27,7 +30,7 @@ from typing import Any
 
 from .llm import Reply, ScriptedLLM
 
-__all__ = ["ScriptedLLM", "StubRequest", "StubServer"]
+__all__ = ["ScriptedLLM", "StubRequest", "StubServer", "anthropic_message", "tool_call_reply"]
 
 # Loopback only, by construction: a test server must never be reachable from the network.
 _HOST = "127.0.0.1"
@@ -59,13 +62,22 @@ def _echo(request: dict[str, Any]) -> str:
 
 
 class StubServer:
-    """An OpenAI-compatible ``/chat/completions`` endpoint on ``127.0.0.1`` (a free port).
+    """OpenAI's ``POST /v1/chat/completions`` and Anthropic's ``POST /v1/messages`` on
+    ``127.0.0.1`` (a free port).
 
     ``reply`` answers each valid request: a :class:`ScriptedLLM`, or a function
     ``request -> str | dict`` (wrapped in one); by default it echoes the last user message.
-    The server answers like OpenAI does: 401 if ``api_key`` is set and the request's bearer
-    token differs, 404 for other paths, 400 for a body that is not a JSON object with a
-    ``messages`` list, 500 if ``reply`` raises. Use it as a context manager, or call
+    A str is the reply text; a dict is an OpenAI chat completion (say, with ``tool_calls``;
+    :func:`tool_call_reply` makes one), which the messages API turns into its own shape
+    (``tool_use`` blocks), or an Anthropic message (``"type": "message"``) returned as is there.
+    With ``"stream": true`` the same answer is sent as server-sent events, chunked the way each
+    API streams (text deltas word by word, tool-call arguments in pieces; OpenAI's usage chunk
+    when ``stream_options.include_usage``), ending with ``data: [DONE]`` / ``message_stop``.
+
+    The server answers like the real APIs do: 401 if ``api_key`` is set and the request's key
+    (``Authorization: Bearer``, or Anthropic's ``x-api-key``) differs, echoing the wrong key as
+    OpenAI does; 404 for other paths; 400 for a body that is not a JSON object with a
+    ``messages`` list; 500 if ``reply`` raises. Use it as a context manager, or call
     :meth:`start` and :meth:`stop`; after :meth:`stop` the port refuses connections.
 
     Responses close the connection (HTTP/1.0), so stopping never waits on an idle client.
@@ -127,6 +139,11 @@ class StubServer:
     def base_url(self) -> str:
         """What to pass as ``OpenAIChat(base_url=...)``; it keeps its port after :meth:`stop`."""
         return f"http://{_HOST}:{self.port}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """What to pass as ``anthropic.Anthropic(base_url=...)`` (the SDK adds ``/v1/messages``)."""
+        return f"http://{_HOST}:{self.port}"
 
     @property
     def request_count(self) -> int:
@@ -205,15 +222,18 @@ class _Handler(BaseHTTPRequestHandler):
             headers = {} if fault.retry_after is None else {"Retry-After": f"{fault.retry_after:g}"}
             self._send(fault.status, fault.body, headers)
             return
+        path = self.path.split("?")[0].rstrip("/")
+        anthropic = path.endswith("/messages")
         if stub.api_key is not None:
-            given = self.headers.get("Authorization", "")
-            if given != f"Bearer {stub.api_key}":
+            given = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            if anthropic and not given:
+                given = self.headers.get("x-api-key", "")
+            if given != stub.api_key:
                 # OpenAI echoes (part of) the key it rejected; clients must not repeat it.
-                token = given.removeprefix("Bearer ") or "none"
-                self._send(401, _error(f"Incorrect API key provided: {token}", "invalid_request_error",
+                self._send(401, _error(f"Incorrect API key provided: {given or 'none'}", "invalid_request_error",
                                        "invalid_api_key"))
                 return
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+        if not (anthropic or path.endswith("/chat/completions")):
             self._send(404, _error(f"no route for POST {self.path}", "invalid_request_error", None))
             return
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
@@ -225,7 +245,31 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # the script failed: report it like a server bug
             self._send(500, _error(f"{type(exc).__name__}: {exc}", "server_error", None))
             return
-        self._send(200, answer)
+        if anthropic:
+            message = answer if answer.get("type") == "message" else anthropic_message(answer)
+            if body.get("stream"):
+                self._stream(_anthropic_events(message))
+            else:
+                self._send(200, message)
+        elif body.get("stream"):
+            usage = isinstance(body.get("stream_options"), dict) and body["stream_options"].get("include_usage")
+            self._stream(_openai_events(answer, usage=bool(usage)))
+        else:
+            self._send(200, answer)
+
+    def _stream(self, events: list[tuple[str | None, str]]) -> None:
+        """Server-sent events, one write and flush per event, then the connection closes."""
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            for name, data in events:
+                head = f"event: {name}\n" if name is not None else ""
+                self.wfile.write(f"{head}data: {data}\n\n".encode())
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def _send(self, status: int, payload: object, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
@@ -239,3 +283,100 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test)
+
+
+# --- the APIs' shapes ----------------------------------------------------------------------------
+
+
+def tool_call_reply(*calls: tuple[str, dict[str, Any]], text: str | None = None) -> dict[str, Any]:
+    """An OpenAI chat completion asking for tool calls ``(name, arguments)``, for a stub's
+    script; ids are derived from the calls, so the same script gives the same ids every run."""
+    tool_calls = []
+    for i, (name, arguments) in enumerate(calls):
+        args = json.dumps(arguments, sort_keys=True)
+        digest = hashlib.sha256(f"{i}\x1f{name}\x1f{args}".encode()).hexdigest()[:24]
+        tool_calls.append({"id": f"call_{digest}", "type": "function", "function": {"name": name, "arguments": args}})
+    return {"id": f"chatcmpl-{hashlib.sha256(json.dumps(tool_calls).encode()).hexdigest()[:24]}",
+            "object": "chat.completion", "created": 0, "model": "stub",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": tool_calls},
+                         "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+_STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
+
+
+def anthropic_message(completion: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic ``message`` saying what an OpenAI chat completion says (text, tool calls)."""
+    choice = completion["choices"][0]
+    message = choice.get("message") or {}
+    content: list[dict[str, Any]] = []
+    if message.get("content"):
+        content.append({"type": "text", "text": message["content"]})
+    for call in message.get("tool_calls") or ():
+        content.append({"type": "tool_use", "id": "toolu_" + call["id"].removeprefix("call_"),
+                        "name": call["function"]["name"], "input": json.loads(call["function"]["arguments"] or "{}")})
+    usage = completion.get("usage") or {}
+    return {"id": "msg_" + str(completion.get("id", "")).removeprefix("chatcmpl-"), "type": "message",
+            "role": "assistant", "model": completion.get("model", "stub"), "content": content,
+            "stop_reason": _STOP_REASONS.get(choice.get("finish_reason") or "stop", "end_turn"),
+            "stop_sequence": None,
+            "usage": {"input_tokens": usage.get("prompt_tokens", 0),
+                      "output_tokens": usage.get("completion_tokens", 0)}}
+
+
+def _pieces(text: str) -> list[str]:
+    """Text as a model streams it: word by word, the spaces kept."""
+    words = text.split(" ")
+    return [w + " " for w in words[:-1]] + [words[-1]] if text else []
+
+
+def _openai_events(completion: dict[str, Any], *, usage: bool) -> list[tuple[str | None, str]]:
+    base = {"id": completion.get("id", ""), "object": "chat.completion.chunk", "created": completion.get("created", 0),
+            "model": completion.get("model", "stub")}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[None, str]:
+        return None, json.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    choice = completion["choices"][0]
+    message = choice.get("message") or {}
+    events: list[tuple[str | None, str]] = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": piece}) for piece in _pieces(message.get("content") or "")]
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        fn = call["function"]
+        events.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                             "function": {"name": fn["name"], "arguments": ""}}]}))
+        args = fn["arguments"]
+        for piece in (args[:len(args) // 2], args[len(args) // 2:]):
+            events.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+    events.append(chunk({}, choice.get("finish_reason") or "stop"))
+    if usage:
+        events.append((None, json.dumps({**base, "choices": [], "usage": completion.get("usage")})))
+    events.append((None, "[DONE]"))
+    return events
+
+
+def _anthropic_events(message: dict[str, Any]) -> list[tuple[str | None, str]]:
+    def event(name: str, data: dict[str, Any]) -> tuple[str, str]:
+        return name, json.dumps({"type": name, **data})
+
+    usage = message.get("usage") or {}
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
+             "usage": {"input_tokens": usage.get("input_tokens", 0), "output_tokens": 0}}
+    events: list[tuple[str | None, str]] = [event("message_start", {"message": start})]
+    for i, block in enumerate(message.get("content") or ()):
+        if block["type"] == "text":
+            events.append(event("content_block_start", {"index": i, "content_block": {"type": "text", "text": ""}}))
+            events += [event("content_block_delta", {"index": i, "delta": {"type": "text_delta", "text": piece}})
+                       for piece in _pieces(block["text"])]
+        else:
+            events.append(event("content_block_start", {"index": i, "content_block": {**block, "input": {}}}))
+            args = json.dumps(block.get("input") or {})
+            for piece in (args[:len(args) // 2], args[len(args) // 2:]):
+                events.append(event("content_block_delta",
+                                    {"index": i, "delta": {"type": "input_json_delta", "partial_json": piece}}))
+        events.append(event("content_block_stop", {"index": i}))
+    events.append(event("message_delta", {"delta": {"stop_reason": message.get("stop_reason"), "stop_sequence": None},
+                                          "usage": {"output_tokens": usage.get("output_tokens", 0)}}))
+    events.append(event("message_stop", {}))
+    return events

@@ -21,7 +21,7 @@ PUBLIC = {
     "swarmlog": [
         "Agent", "AgentFenced", "AppendFailed", "ConfigurationError", "Context", "Divergence", "EffectDiverged",
         "EffectFailed", "Event", "EventLog", "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed",
-        "InMemoryLog", "InvalidEvent", "KafkaOperationFailed", "MissingDependency", "NoRunStarted",
+        "HTTPRequestDiverged", "InMemoryLog", "InvalidEvent", "KafkaOperationFailed", "MissingDependency", "NoRunStarted",
         "NondeterminismError", "OutsideStep", "ReadFailed", "ReplayResult", "RunAlreadyRecorded", "SchemaError",
         "SchemaNotFound", "ServiceUnavailable", "Settings", "Swarm", "SwarmReplayResult", "SwarmlogError",
         "TopicCreateFailed", "TopicNotFound", "TopicNotSinglePartition", "TransactionAborted",
@@ -185,12 +185,15 @@ def test_the_event_id_grammar_is_spelled_only_in_the_protocol_module():
 _TEXT_ATTRS = {"detail", "reason", "args", "message", "description"}
 
 
+_ERROR_NAMES = {"exc", "err", "error", "e", "failure"}
+
+
 def _is_error_text(node: ast.expr) -> bool:
+    """``exc.detail``, ``err.args``, ``str(exc)``: the text of an error."""
     if isinstance(node, ast.Attribute) and node.attr in _TEXT_ATTRS:
-        return True
+        return isinstance(node.value, ast.Name) and node.value.id in _ERROR_NAMES
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("str", "repr")
-            and len(node.args) == 1 and isinstance(node.args[0], ast.Name)
-            and node.args[0].id in ("exc", "err", "error", "e"))
+            and len(node.args) == 1 and isinstance(node.args[0], ast.Name) and node.args[0].id in _ERROR_NAMES)
 
 
 def test_no_code_decides_by_an_error_messages_text():
