@@ -29,6 +29,14 @@ from .topic import require_single_partition
 
 _error = Message.error
 _WATERMARK_TIMEOUT_S = 10.0
+_TO_THE_END_POLL_S = 0.01
+"""How long one consume call may wait when reading to the end of the log (not following).
+
+``consume(n, timeout)`` returns a short batch only once ``timeout`` expires, so the last
+batch of every read to the end — and the end-of-partition event that says it is the end —
+would wait out the whole timeout (a second per replay, per agent start). While events flow,
+the local queue (``queued.min.messages``) holds full batches and consume returns at once,
+so the short wait costs no throughput (bench/replay.py)."""
 
 
 class LogReader:
@@ -73,11 +81,12 @@ class LogReader:
         """
         consume = self.consumer.consume
         pos = self.position
+        wait = timeout if follow else min(timeout, _TO_THE_END_POLL_S)
         while True:
             if end is not None and pos.end_offset >= end:
                 return
             try:
-                msgs: list[Any] = consume(batch_size, timeout)
+                msgs: list[Any] = consume(batch_size, wait)
             except KafkaException as exc:
                 raise translate(exc, operation=f"reading {self.topic!r}", bootstrap=self.settings.bootstrap_servers,
                                 topic=self.topic) from None
