@@ -9,18 +9,27 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit integration lint bench tools up down status schema-check clean help
+.PHONY: demo test unit integration lint bench bench-peers tools up down status schema-check clean help
 
 help:
 	@echo "make demo   run a swarm on a local Kafka + Postgres, mirror it, replay it"
 	@echo "make test   lint and type checks, unit tests (no services), then the integration tests"
 	@echo "            against the real Kafka and Postgres (started here if they are not running)"
 	@echo "make bench  benchmarks beside their baselines -> bench/results.{json,md}"
+	@echo "make bench-peers  LangGraph and Kafka Connect beside swarmlog -> bench/results-peers.{json,md}"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,bench,lint]'
+	touch $@
+
+# The peers (LangGraph, its Postgres checkpointer) are heavy and only the peers benchmark
+# needs them; Kafka Connect and the JDBC sink connector come from Maven on its first run.
+PEERS_STAMP := $(VENV)/.installed-peers
+
+$(PEERS_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,bench,lint,peers]'
 	touch $@
 
 tools: .tools/bin/helm
@@ -59,6 +68,9 @@ integration: $(STAMP) tools up
 
 bench: up
 	$(BIN)/python -m bench.run
+
+bench-peers: up $(PEERS_STAMP)
+	$(BIN)/python -m bench.peers
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache

@@ -23,16 +23,18 @@ burst to the last output; a hop's latency is its output's append time minus its 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.kafka.config import admin_client
@@ -50,6 +52,21 @@ CHAINS = env_int("BENCH_SWARM_CHAINS", 1000, scale=False)
 HOPS = env_int("BENCH_SWARM_HOPS", 40)
 TIMEOUT_S = 600.0
 REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """How many chains are in flight and how many hops each makes (the agents get it from the env)."""
+
+    chains: int
+    hops: int
+
+    @property
+    def outputs(self) -> int:
+        return self.chains * (self.hops + 1)
+
+
+RING = Shape(chains=CHAINS, hops=HOPS)
 
 
 def _next(name: str) -> str:
@@ -87,31 +104,90 @@ RAW_VALUE = bytes(200)
 H_TTL = "ttl"
 
 
-def relay(settings: Settings, topic: str, me: str) -> None:
-    """One baseline agent: consume a batch, produce the next hops, commit both in one transaction."""
+@dataclass(frozen=True, slots=True)
+class RelayConfig:
+    """How a baseline relay agent is configured: librdkafka settings and its poll loop.
+
+    ``poll="consume"`` is ``consume(batch, wait)``: librdkafka returns a short batch only
+    when ``wait`` expires, so a lone message waits out the rest of the timeout.
+    ``poll="drain"`` is ``poll(wait)`` for the first message, then ``consume(batch - 1, 0)``
+    for whatever else is already fetched: a batch as big as the backlog, never a wait
+    once a message is there. ``transactional=False`` is the at-least-once floor: an
+    idempotent ``acks=all`` producer and nothing else.
+    """
+
+    producer: dict[str, Any] = field(default_factory=lambda: {"linger.ms": 1})
+    consumer: dict[str, Any] = field(default_factory=dict)
+    poll: str = "consume"
+    wait_s: float = 0.1
+    batch: int = 500
+    transactional: bool = True
+    commit_idle: bool = True
+    """Commit a transaction (offsets only) also for a batch with nothing addressed to this
+    agent; ``False`` commits only batches that produced, as swarmlog's worker does."""
+    flush_first: bool = False
+    """Flush the outputs before ``send_offsets_to_transaction``: only to time the steps apart."""
+
+    def to_json(self) -> str:
+        return json.dumps({"producer": self.producer, "consumer": self.consumer, "poll": self.poll,
+                           "wait_s": self.wait_s, "batch": self.batch, "transactional": self.transactional,
+                           "commit_idle": self.commit_idle, "flush_first": self.flush_first})
+
+    @classmethod
+    def from_json(cls, text: str) -> RelayConfig:
+        return cls(**json.loads(text))
+
+
+def relay(settings: Settings, topic: str, me: str, config: RelayConfig = RelayConfig(),
+          trace: str | None = None) -> None:
+    """One baseline agent: consume a batch, produce the next hops, commit both in one transaction.
+
+    ``trace``: a file to write, at exit, one JSON line per batch with wall-clock stamps
+    (``time.time()``, comparable with the broker's LogAppendTime on one machine):
+    consumed, outputs handed over, outputs acknowledged (with ``flush_first``), offsets
+    sent, committed; and the input offsets of the batch.
+    """
     me_b, nxt = me.encode(), _next(me).encode()
-    producer = Producer(settings.kafka_config({"transactional.id": f"bench-relay.{topic}.{me}", "linger.ms": 1,
-                                               "enable.idempotence": True, "acks": "all"}))
-    producer.init_transactions(30)
+    txn = config.transactional
+    pconf: dict[str, Any] = {"enable.idempotence": True, "acks": "all", **config.producer}
+    if txn:
+        pconf["transactional.id"] = f"bench-relay.{topic}.{me}"
+    producer = Producer(settings.kafka_config(pconf))
+    if txn:
+        producer.init_transactions(30)
     consumer = Consumer(settings.kafka_config({
         "group.id": f"bench-relay.{topic}.{me}", "isolation.level": "read_committed",
-        "enable.auto.commit": False, "auto.offset.reset": "earliest", "client.id": f"bench-relay-{me}"}))
+        "enable.auto.commit": False, "auto.offset.reset": "earliest", "client.id": f"bench-relay-{me}",
+        **config.consumer}))
     consumer.subscribe([topic])
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     msg_type = b"agent.message"
+    drain, wait, batch = config.poll == "drain", config.wait_s, config.batch
+    stamps: list[list[Any]] | None = [] if trace else None
+    now = time.time
     try:
         while not stop:
-            msgs = consumer.consume(500, 0.1)
-            if not msgs:
-                continue
-            producer.begin_transaction()
+            if drain:
+                first = consumer.poll(wait)
+                if first is None:
+                    continue
+                msgs = [first, *consumer.consume(batch - 1, 0)]
+            else:
+                msgs = consumer.consume(batch, wait)
+                if not msgs:
+                    continue
+            t_recv = now()
+            inputs = []
             for m in msgs:
                 if m.error() is not None:
                     continue
                 h = dict(m.headers() or ())
                 if h.get(H_TO) != me_b:
                     continue
+                if txn and not inputs:
+                    producer.begin_transaction()
+                inputs.append(m.offset())
                 if h.get(H_TYPE) == b"start":
                     for chain in range(CHAINS):
                         to = AGENTS[1 + chain % 4].encode()
@@ -124,21 +200,42 @@ def relay(settings: Settings, topic: str, me: str) -> None:
                     producer.produce(topic, RAW_VALUE, me_b, partition=0, headers=[
                         (H_TYPE, msg_type), (H_TO, nxt), (H_STEP, str(m.offset()).encode()),
                         (H_TTL, str(ttl - 1).encode())])
-            producer.send_offsets_to_transaction(
-                [TopicPartition(topic, 0, msgs[-1].offset() + 1)], consumer.consumer_group_metadata(), 30)
-            producer.commit_transaction(30)
+            if not inputs:
+                if not (txn and config.commit_idle):
+                    continue
+                producer.begin_transaction()
+            t_prod = now()
+            t_acked = t_prod
+            if config.flush_first or not txn:
+                producer.flush(30) if config.flush_first else producer.poll(0)
+                t_acked = now()
+            if txn:
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(topic, 0, msgs[-1].offset() + 1)], consumer.consumer_group_metadata(), 30)
+                t_offs = now()
+                producer.commit_transaction(30)
+            else:
+                t_offs = t_acked
+            if stamps is not None and inputs:
+                stamps.append([t_recv, t_prod, t_acked, t_offs, now(), inputs])
     finally:
         consumer.close()
+        if not txn:
+            producer.flush(30)
+        if trace and stamps is not None:
+            with open(trace, "w") as f:
+                for st in stamps:
+                    f.write(json.dumps(st) + "\n")
 
 
 # --- running and measuring --------------------------------------------------------------------
 
 
-def _env() -> dict[str, str]:
+def _env(shape: Shape) -> dict[str, str]:
     env = dict(os.environ)
     paths = [str(REPO), str(REPO / "platform"), str(REPO / "connectors")]
     env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env["BENCH_SWARM_CHAINS"], env["BENCH_SWARM_HOPS"] = str(CHAINS), str(HOPS)
+    env["BENCH_SWARM_CHAINS"], env["BENCH_SWARM_HOPS"] = str(shape.chains), str(shape.hops)
     return env
 
 
@@ -149,7 +246,13 @@ def _wait_for_groups(s: Settings, groups: list[str], procs: list[subprocess.Pope
         for p in procs:
             if p.poll() is not None:
                 raise RuntimeError(f"an agent process exited early (rc {p.returncode}): {p.args}")
-        if all(group_members(admin, g) for g in groups):
+        try:
+            joined = all(group_members(admin, g) for g in groups)
+        except KafkaException as exc:  # a fresh cluster is still creating __consumer_offsets
+            if not exc.args[0].retriable():
+                raise
+            joined = False
+        if joined:
             time.sleep(1.0)  # members joined; let the assignments land
             return
         if time.monotonic() > deadline:
@@ -157,8 +260,10 @@ def _wait_for_groups(s: Settings, groups: list[str], procs: list[subprocess.Pope
         time.sleep(0.2)
 
 
-def _collect(s: Settings, topic: str, expected: int, procs: list[subprocess.Popen]) -> dict[int, tuple[int, int]]:
-    """Read the committed log until ``expected`` hop outputs are in it: offset -> (append ms, input offset)."""
+def _collect(s: Settings, topic: str, expected: int, procs: list[subprocess.Popen],
+             ) -> dict[int, tuple[int, int, int]]:
+    """Read the committed log until ``expected`` hop outputs are in it:
+    offset -> (append ms, the input's append ms, the input's offset)."""
     consumer = Consumer(s.kafka_config({"group.id": f"bench-swarm-reader-{topic}", "isolation.level": "read_committed",
                                         "enable.auto.commit": False, "enable.partition.eof": False}))
     consumer.assign([TopicPartition(topic, 0, 0)])
@@ -185,10 +290,10 @@ def _collect(s: Settings, topic: str, expected: int, procs: list[subprocess.Pope
     finally:
         consumer.close()
     # The input's append time, for the latency: every input precedes its output in the log.
-    return {off: (ts, times[cause]) for off, (ts, cause) in out.items()}
+    return {off: (ts, times[cause], cause) for off, (ts, cause) in out.items()}
 
 
-def _exactly_once(s: Settings, topic: str, expected: int) -> None:
+def _exactly_once(s: Settings, topic: str, shape: Shape) -> None:
     """After the agents stopped: exactly the expected hops are committed, and no input was answered
     twice (each hop's ``sl.step`` names its input; only the start step sends many, one per chain)."""
     consumer = Consumer(s.kafka_config({"group.id": f"bench-swarm-check-{topic}", "isolation.level": "read_committed",
@@ -203,7 +308,7 @@ def _exactly_once(s: Settings, topic: str, expected: int) -> None:
             for m in msgs:
                 if m.error() is not None:
                     if m.error().code() == KafkaError._PARTITION_EOF:
-                        _check_answers(topic, answers, expected)
+                        _check_answers(topic, answers, shape)
                         return
                     raise RuntimeError(m.error().str())
                 h = dict(m.headers() or ())
@@ -213,22 +318,23 @@ def _exactly_once(s: Settings, topic: str, expected: int) -> None:
         consumer.close()
 
 
-def _check_answers(topic: str, answers: Counter[int], expected: int) -> None:
-    hops = sum(answers.values())
-    start, burst = answers.most_common(1)[0] if answers else (-1, 0)
+def _check_answers(topic: str, answers: Counter[int], shape: Shape) -> None:
+    hops, expected = sum(answers.values()), shape.outputs
+    start = min(answers) if answers else -1  # the first output answers the start
     twice = sorted(step for step, n in answers.items() if n > 1 and step != start)
-    if hops != expected or burst != CHAINS or twice:
+    burst = answers.get(start, 0)
+    if hops != expected or burst != shape.chains or twice:
         raise RuntimeError(f"{topic}: {hops} hops committed (expected exactly {expected}), {burst} chains "
-                           f"started (expected {CHAINS}); inputs answered more than once: {twice[:10]}")
+                           f"started (expected {shape.chains}); inputs answered more than once: {twice[:10]}")
 
 
-def _measure(collected: dict[int, tuple[int, int]]) -> tuple[float, int, dict[str, float]]:
+def _measure(collected: dict[int, tuple[int, int, int]], shape: Shape) -> tuple[float, int, dict[str, float]]:
     """(seconds, steps, latency stats) from the log: the span after the chains' first burst."""
-    first_burst = sorted(collected.items())[:CHAINS]
-    t0 = max(ts for _, (ts, _) in first_burst)
-    rest = sorted(collected.items())[CHAINS:]
-    t1 = max(ts for _, (ts, _) in rest)
-    hops = sorted(float(ts - cause_ts) for _, (ts, cause_ts) in rest)
+    first_burst = sorted(collected.items())[:shape.chains]
+    t0 = max(ts for _, (ts, _, _) in first_burst)
+    rest = sorted(collected.items())[shape.chains:]
+    t1 = max(ts for _, (ts, _, _) in rest)
+    hops = sorted(float(ts - cause_ts) for _, (ts, cause_ts, _) in rest)
     seconds = max(0.001, (t1 - t0) / 1000)
     return seconds, len(rest), {"p50_ms": percentile(hops, 50), "p99_ms": percentile(hops, 99)}
 
@@ -245,9 +351,10 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
-def swarmlog_swarm(s: Settings, *, processes: bool) -> tuple[float, int, dict[str, float]]:
+def swarmlog_swarm(s: Settings, *, processes: bool, shape: Shape = RING,
+                   env_extra: dict[str, str] | None = None) -> tuple[float, int, dict[str, float]]:
     topic = fresh_topic(s, "swarm")
-    env = {**_env(), "SWARMLOG_TOPIC": topic}
+    env = {**_env(shape), "SWARMLOG_TOPIC": topic, **(env_extra or {})}
     cmd = [sys.executable, "-m", "swarmlog.cli", "run", "bench.swarm:ring"]
     if processes:
         procs = [subprocess.Popen(cmd + ["--agent", a], env=env, cwd=REPO, stdout=subprocess.DEVNULL)
@@ -259,28 +366,34 @@ def swarmlog_swarm(s: Settings, *, processes: bool) -> tuple[float, int, dict[st
         _wait_for_groups(s, [f"swarmlog.{topic}.{a}" for a in AGENTS], procs)
         if processes:
             start_run(settings=s, swarm=ring, run_id="bench", seed=1, topic=topic)
-        collected = _collect(s, topic, CHAINS * (HOPS + 1), procs)
+        collected = _collect(s, topic, shape.outputs, procs)
     finally:
         _stop(procs)
-    _exactly_once(s, topic, CHAINS * (HOPS + 1))
-    return _measure(collected)
+    _exactly_once(s, topic, shape)
+    return _measure(collected, shape)
 
 
-def raw_relay(s: Settings) -> tuple[float, int, dict[str, float]]:
+def raw_relay(s: Settings, *, shape: Shape = RING, config: RelayConfig = RelayConfig(),
+              trace_dir: Path | None = None) -> tuple[float, int, dict[str, float]]:
+    """The baseline relay, five processes; ``trace_dir``: each writes ``<agent>.jsonl`` there (see relay)."""
     topic = fresh_topic(s, "swarm-raw")
-    env = _env()
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.swarm", "--relay", a, "--topic", topic], env=env,
-                              cwd=REPO) for a in AGENTS]
+    env = _env(shape)
+    cmd = [sys.executable, "-m", "bench.swarm", "--topic", topic, "--config", config.to_json()]
+    procs = [subprocess.Popen(cmd + ["--relay", a] + (["--trace", str(trace_dir / f"{a}.jsonl")] if trace_dir else []),
+                              env=env, cwd=REPO) for a in AGENTS]
     try:
         _wait_for_groups(s, [f"bench-relay.{topic}.{a}" for a in AGENTS], procs)
         p = Producer(s.kafka_config({"enable.idempotence": True, "acks": "all"}))
         p.produce(topic, RAW_VALUE, b"bench", partition=0, headers=[(H_TYPE, b"start"), (H_TO, AGENTS[0].encode())])
         p.flush(30)
-        collected = _collect(s, topic, CHAINS * (HOPS + 1), procs)
+        collected = _collect(s, topic, shape.outputs, procs)
     finally:
         _stop(procs)
-    _exactly_once(s, topic, CHAINS * (HOPS + 1))
-    return _measure(collected)
+    if config.transactional:  # the at-least-once floor makes no such promise
+        _exactly_once(s, topic, shape)
+    if trace_dir is not None:
+        (trace_dir / "log.json").write_text(json.dumps(sorted(collected.items())))
+    return _measure(collected, shape)
 
 
 def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
@@ -309,5 +422,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--relay", metavar="AGENT", required=True, help="run one baseline relay agent")
     parser.add_argument("--topic", required=True)
+    parser.add_argument("--config", help="a RelayConfig as JSON (default: the ring's baseline)")
+    parser.add_argument("--trace", help="write per-batch timestamps to this file at exit")
     args = parser.parse_args()
-    relay(Settings.from_env(), args.topic, args.relay)
+    relay(Settings.from_env(), args.topic, args.relay,
+          RelayConfig.from_json(args.config) if args.config else RelayConfig(), args.trace)

@@ -21,8 +21,9 @@ PUBLIC = {
     "swarmlog": [
         "Agent", "AgentFenced", "AppendFailed", "ConfigurationError", "Context", "Divergence", "EffectDiverged",
         "EffectFailed", "Event", "EventLog", "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed",
-        "HTTPRequestDiverged", "InMemoryLog", "InvalidEvent", "KafkaOperationFailed", "MissingDependency", "NoRunStarted",
-        "NondeterminismError", "OutsideStep", "ReadFailed", "ReplayResult", "RunAlreadyRecorded", "SchemaError",
+        "HTTPRequestDiverged", "InMemoryLog", "InvalidEvent", "KafkaOperationFailed", "MissingDependency",
+        "NoRunStarted", "NondeterminismError", "OutsideStep", "ReadFailed", "ReplayResult", "RunAlreadyRecorded",
+        "SchemaError",
         "SchemaNotFound", "ServiceUnavailable", "Settings", "Swarm", "SwarmReplayResult", "SwarmlogError",
         "TopicCreateFailed", "TopicNotFound", "TopicNotSinglePartition", "TransactionAborted",
         "UndecodableMessage", "UnknownEventType", "UsageError", "on", "on_message", "on_timer", "replay",

@@ -81,7 +81,7 @@ class KafkaAgentChannel:
 
     def poll(self, max_messages: int, timeout: float) -> tuple[list[Any], int | None]:
         try:
-            msgs = self._consumer.consume(max_messages, timeout)
+            msgs = next_batch(self._consumer, max_messages, timeout)
         except KafkaException as exc:
             raise self._failed(exc, "consuming") from None
         eof = None
@@ -171,3 +171,19 @@ class KafkaAgentChannel:
         if self._errors:
             errors, self._errors = self._errors, []
             raise TransactionAborted(agent=self.agent, detail=f"producing its outputs failed: {'; '.join(errors)}")
+
+
+def next_batch(consumer: Any, size: int, wait: float) -> list[Any]:
+    """Up to ``size`` messages, returned as soon as there is one: adaptive batching.
+
+    ``consume(size, wait)`` returns a short batch only when ``wait`` expires, so a lone
+    message (one chain, one hop at a time) would sit in the queue for the rest of the
+    timeout: ~50 ms a hop with ``wait=0.1`` (bench/README.md, "Where a hop's time goes").
+    Waiting for the first message only and then taking, without waiting, whatever else
+    has already been fetched commits a lone step at once and, under load, as big a batch
+    as the backlog (up to ``size``) in one transaction.
+    """
+    first = consumer.poll(wait)
+    if first is None:
+        return []
+    return [first, *consumer.consume(size - 1, 0)] if size > 1 else [first]
