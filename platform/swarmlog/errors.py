@@ -82,6 +82,25 @@ class TopicNotSinglePartition(SwarmlogError):
         )
 
 
+class TopicExists(SwarmlogError):
+    """A topic that must be new already exists."""
+
+    def __init__(self, *, topic: str) -> None:
+        self.topic = topic
+        super().__init__(f"topic {topic!r} already exists; choose a new name (a fork is always written into a new "
+                         f"topic, so that nothing of another log can mix into it)")
+
+
+class CopyFailed(SwarmlogError):
+    """A log copy did not land at the offsets it must keep; the half-made topic is left for inspection."""
+
+    def __init__(self, *, topic: str, detail: str) -> None:
+        self.topic = topic
+        self.detail = detail
+        super().__init__(f"copying into {topic!r} failed: {detail}; delete that topic and fork again (nothing was "
+                         f"written to the source)")
+
+
 class TopicCreateFailed(SwarmlogError):
     def __init__(self, *, topic: str, detail: str) -> None:
         self.topic = topic
@@ -259,6 +278,33 @@ class GroupNotAtStart(SwarmlogError):
             f"reset it (`swarmlog replay --group {group}` without --no-reset, or "
             f"kafka-consumer-groups --reset-offsets --to-earliest --execute)"
         )
+
+
+class EventNotFound(SwarmlogError):
+    """No readable event at an offset (a transaction marker, an aborted write, or past the end)."""
+
+    def __init__(self, *, topic: str, offset: int, log_end: int) -> None:
+        self.topic = topic
+        self.offset = offset
+        self.log_end = log_end
+        where = "past the end of the log" if offset >= log_end else "a transaction marker or an aborted write"
+        super().__init__(f"{topic!r} has no event at offset {offset} ({where}; the log ends at {log_end}); "
+                         f"`swarmlog log` lists the offsets that hold events")
+
+
+class ForkPointInsideStep(SwarmlogError):
+    """A fork would cut one step's recorded outputs in two: the fork's agent could neither replay
+    that step (part of its record is missing) nor run it live (part of it is history)."""
+
+    def __init__(self, *, at: int, agent: str, step: int, first: int, last: int) -> None:
+        self.at = at
+        self.agent = agent
+        self.step = step
+        self.first = first
+        self.last = last
+        super().__init__(f"offset {at} falls inside the outputs agent {agent!r} recorded for its step at {step} "
+                         f"(offsets {first}..{last}); fork at {first} (the step runs again, live, on the fork) "
+                         f"or at {last + 1} (the step is history on the fork)")
 
 
 class NondeterminismError(SwarmlogError):

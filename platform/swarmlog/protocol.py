@@ -34,6 +34,8 @@ HTTP_EXCHANGE = "http.exchange"
 """A recorded request and response of ``ctx.http()`` (:mod:`swarmlog.http`)."""
 HANDLER_FAILED = "handler.failed"
 """A handler raised; replay expects the same failure at the same step."""
+RUN_FORKED = "run.forked"
+"""Appended to a fork right after the prefix it copied: where the fork came from."""
 
 RECORDED_EFFECTS = frozenset({EFFECT_RECORDED, LLM_CALL, HTTP_EXCHANGE})
 """Recorded I/O: run live once, served from the log on every replay. A handler needs the
@@ -52,6 +54,10 @@ H_TO = "sl.to"
 H_STEP = "sl.step"
 """On runtime outputs: the offset of the step that wrote it (so readers know an agent's reach
 without decoding)."""
+H_SNAPSHOT_AT = "sl.snap.at"
+"""On a snapshot record: the offset its state is "just before"."""
+H_SNAPSHOT_CODE = "sl.snap.code"
+"""On a snapshot record: the code version that made it."""
 
 Headers = list[tuple[str, bytes]]
 
@@ -137,3 +143,18 @@ def agent_transactional_id(topic: str, agent: str) -> str:
 def agent_group(topic: str, agent: str) -> str:
     """The agent's consumer group: its committed offset says how far the live agent got."""
     return f"swarmlog.{topic}.{agent}"
+
+
+# --- Kafka resources of the debugging tools ------------------------------------------------------
+
+
+def snapshot_topic(topic: str) -> str:
+    """Where the per-agent state snapshots of ``topic``'s log are kept: a topic of their own, so
+    that the log itself holds only what the swarm did."""
+    return f"{topic}.snapshots"
+
+
+def copy_transactional_ids(topic: str) -> tuple[str, str]:
+    """The two transactional ids that write a fork's offset-exact copy into ``topic``: one whose
+    transactions commit (the copied events), one whose transactions abort (the gaps)."""
+    return f"swarmlog.copy.{topic}.visible", f"swarmlog.copy.{topic}.gaps"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..log.base import LogBackend
 from ..settings import Settings
 from .channel import KafkaAgentChannel
 from .config import admin_client, watermark_consumer
+from .copy import create_copy
 from .groups import committed_offset, reset_group
 from .producer import KafkaAppender
 from .reader import LogReader, watermarks
@@ -63,6 +64,9 @@ class KafkaBackend:
 
     def create_topic(self, topic: str) -> bool:
         return create_topic(self.settings, topic).created
+
+    def create_copy(self, topic: str, messages: Iterable[Any]) -> int:
+        return create_copy(self.settings, topic, messages)
 
 
 def backend_for(settings: Settings, backend: LogBackend | None = None) -> LogBackend:

@@ -18,11 +18,16 @@ What every backend must keep, because the guarantees rest on it:
   life left open, and the earlier life can commit nothing more.
 * **A channel's commit is atomic**: its outputs and the position they account for.
 * **LogAppendTime**: the log stamps each message as it appends it.
+* **An exact copy** (:meth:`LogBackend.create_copy`, what ``swarmlog fork`` stands on): a
+  new topic can be made to hold another log's messages at the *same offsets*, with the
+  same bytes, keys, headers and timestamps, and nothing a reader sees in between. Event
+  ids, causes, timer offsets and every ``ctx.random()`` derive from offsets, so a copy
+  at other offsets would replay as a different run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -168,3 +173,9 @@ class LogBackend(Protocol):
 
     def create_topic(self, topic: str) -> bool:
         """Create a single-partition topic; False if it already existed."""
+
+    def create_copy(self, topic: str, messages: Iterable[Any]) -> int:
+        """Create ``topic`` (refused if it exists) holding ``messages`` — read from another topic, in
+        offset order — at their own offsets, with their bytes, keys, headers and timestamps, and
+        nothing readable between them; then let it take new appends, stamped by the log as usual.
+        Returns the offset the next append will get."""

@@ -26,11 +26,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import AgentFenced, GroupHasActiveMembers, TopicNotFound, UsageError
+from ..errors import AgentFenced, CopyFailed, GroupHasActiveMembers, TopicExists, TopicNotFound, UsageError
 from ..guard import allowed
 from ..protocol import Headers, agent_group, agent_transactional_id
 from .base import BATCH, Delivered, ReadPosition
@@ -151,6 +151,25 @@ class InMemoryLog:
         if t is None:
             raise TopicNotFound(topic=topic)
         return t
+
+    def create_copy(self, topic: str, messages: Iterable[Any]) -> int:
+        """:meth:`~swarmlog.log.base.LogBackend.create_copy`: each gap becomes control records, as on Kafka."""
+        with self._cond:
+            if topic in self._topics:
+                raise TopicExists(topic=topic)
+            t = self._topics[topic] = _Topic(topic)
+            gap = _Txn("swarmlog-copy", state="committed")
+            for m in messages:
+                off = m.offset()
+                if off < len(t.entries):
+                    raise CopyFailed(topic=topic, detail=f"offset {off} is not after the previous message's")
+                while len(t.entries) < off:
+                    t.entries.append(_Entry(None, gap))
+                _, ts = m.timestamp()
+                self._last_ts = max(self._last_ts, ts)
+                t.entries.append(_Entry(MemoryMessage(off, m.value(), m.key(), m.headers(), ts), None))
+            self._cond.notify_all()
+            return len(t.entries)
 
     def watermarks(self, topic: str) -> tuple[int, int]:
         with self._cond:

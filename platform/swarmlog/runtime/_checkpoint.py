@@ -1,0 +1,179 @@
+"""An agent's fold, captured at an offset and restored later: the ground snapshots stand on.
+
+Internal. An :class:`~swarmlog.runtime._core.AgentCore` that has read the log up to
+offset N is more than ``agent.state``: its timers (a logical timer counts events
+seen, a wall-clock one carries its due time), the outputs of replayed steps still
+waiting for their recorded counterparts, how many events and steps it has seen, the
+run's seed. :func:`capture` writes all of that as plain JSON-able data and
+:func:`restore` puts it back into a fresh core, so that folding the rest of the log
+from there gives exactly what folding the whole log gives (``tests/unit/
+test_debug_engine.py::test_snapshot_plus_tail_equals_full_replay``).
+
+``FOLD_FIELDS`` and ``WIRING_FIELDS`` together name every attribute of an
+``AgentCore``; a unit test fails when the core gains one that neither names, so a new
+piece of fold state cannot be left out of snapshots silently.
+
+Agent state goes through a tagged JSON codec (:func:`encode_value`, :func:`decode_value`):
+plain JSON keeps dict order, and tuples, sets, bytes and dicts with non-string keys come
+back as what they were, so a handler that keeps a set finds a set after a restore.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..context import Output
+from ..errors import SwarmlogError
+from ..hashing import state_hash
+from ._core import AgentCore, Divergence, Timer
+
+CHECKPOINT_FORMAT = 1
+"""Bump when what :func:`capture` writes changes meaning; older captures are then refused."""
+
+FOLD_FIELDS = frozenset({
+    "divergences", "pending", "timers", "events_seen", "position", "steps", "last_recorded_step", "unverified",
+    "stopped",
+})
+"""Core attributes that are the fold's state (beside ``agent.state`` and the ``ctx``'s run)."""
+WIRING_FIELDS = frozenset({
+    "agent", "name", "decoder", "index", "ctx", "live_sink", "verify_sink", "strict", "on_divergence", "reach",
+    "_handled", "_raised",
+})
+"""Core attributes that are how it is wired (or derived from the wiring), set up anew by whoever builds it.
+``reach`` is how far the live agent got, asked of its group; ``_raised`` is only ever set by a strict replay."""
+
+
+class StateNotCapturable(SwarmlogError):
+    """An agent's state holds a value a snapshot cannot keep faithfully."""
+
+    def __init__(self, *, agent: str, path: str, type_name: str) -> None:
+        self.agent = agent
+        self.path = path
+        self.type_name = type_name
+        super().__init__(f"agent {agent!r}: state{path} is a {type_name}; snapshots keep plain data (dict, list, "
+                         f"tuple, set, str, int, float, bool, None, bytes) — keep {type_name} out of self.state")
+
+
+class CheckpointUnreadable(SwarmlogError):
+    """A captured fold this swarmlog cannot restore (another format, or damaged)."""
+
+    def __init__(self, *, agent: str, reason: str) -> None:
+        self.agent = agent
+        self.reason = reason
+        super().__init__(f"agent {agent!r}: cannot restore its captured fold: {reason}")
+
+
+# --- the tagged JSON codec -------------------------------------------------------------------
+
+_TAG = "$sl:"
+
+
+def encode_value(value: Any, *, agent: str = "", path: str = "") -> Any:
+    """``value`` as plain JSON data that :func:`decode_value` turns back into an equal value of the same types."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):
+        return [encode_value(v, agent=agent, path=f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and not k.startswith(_TAG) for k in value):
+            return {k: encode_value(v, agent=agent, path=f"{path}[{k!r}]") for k, v in value.items()}
+        return {_TAG + "dict": [[encode_value(k, agent=agent, path=path), encode_value(v, agent=agent,
+                                                                                      path=f"{path}[{k!r}]")]
+                                for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {_TAG + "tuple": [encode_value(v, agent=agent, path=f"{path}[{i}]") for i, v in enumerate(value)]}
+    if isinstance(value, (set, frozenset)):
+        tag = "frozenset" if isinstance(value, frozenset) else "set"
+        return {_TAG + tag: [encode_value(v, agent=agent, path=f"{path}{{}}") for v in value]}
+    if isinstance(value, (bytes, bytearray)):
+        return {_TAG + "bytes": bytes(value).hex()}
+    raise StateNotCapturable(agent=agent, path=path, type_name=type(value).__name__)
+
+
+def decode_value(data: Any) -> Any:
+    if isinstance(data, list):
+        return [decode_value(v) for v in data]
+    if isinstance(data, dict):
+        if len(data) == 1:
+            (key, inner), = data.items()
+            if key.startswith(_TAG):
+                tag = key[len(_TAG):]
+                if tag == "dict":
+                    return {decode_value(k): decode_value(v) for k, v in inner}
+                if tag == "tuple":
+                    return tuple(decode_value(v) for v in inner)
+                if tag == "set":
+                    return {decode_value(v) for v in inner}
+                if tag == "frozenset":
+                    return frozenset(decode_value(v) for v in inner)
+                if tag == "bytes":
+                    return bytes.fromhex(inner)
+        return {k: decode_value(v) for k, v in data.items()}
+    return data
+
+
+def copy_state(state: Any, *, agent: str = "") -> Any:
+    """A deep copy of an agent's state through the codec: what a snapshot of it would restore."""
+    return decode_value(encode_value(state, agent=agent))
+
+
+# --- capture and restore ---------------------------------------------------------------------
+
+
+def clean(core: AgentCore) -> bool:
+    """Whether ``core``'s fold is one a snapshot may keep: nothing diverged, nothing stopped it, and
+    every step so far could be checked against the log."""
+    return not core.divergences and not core.stopped and core.unverified is None
+
+
+def capture(core: AgentCore) -> dict[str, Any]:
+    """Everything folding has built up in ``core``, as JSON-able data."""
+    ctx = core.ctx
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "agent": core.name,
+        "state": encode_value(core.agent.state, agent=core.name),
+        "state_hash": state_hash(core.agent.state),
+        "position": core.position,
+        "events_seen": core.events_seen,
+        "steps": core.steps,
+        "last_recorded_step": core.last_recorded_step,
+        "unverified": core.unverified,
+        "stopped": core.stopped,
+        "run": [ctx.run_id, ctx.seed] if ctx.seed is not None else None,
+        "timers": [[t.name, t.set_offset, t.due_count, t.due_wall_ms, t.firing] for t in core.timers.values()],
+        "pending": [[step, [[o.event_id, o.event_type, encode_value(o.payload), o.to, list(o.causes)]
+                            for o in outs.values()]] for step, outs in core.pending.items()],
+        "divergences": [d.to_json() for d in core.divergences],
+    }
+
+
+def restore(core: AgentCore, doc: dict[str, Any]) -> None:
+    """Put a :func:`capture` of the same agent back into ``core`` (freshly built, nothing folded yet)."""
+    if doc.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointUnreadable(agent=core.name, reason=f"format {doc.get('format')!r}, this swarmlog reads "
+                                                           f"format {CHECKPOINT_FORMAT}")
+    if doc.get("agent") != core.name:
+        raise CheckpointUnreadable(agent=core.name, reason=f"it is agent {doc.get('agent')!r}'s")
+    try:
+        state = decode_value(doc["state"])
+        if state_hash(state) != doc["state_hash"]:
+            raise CheckpointUnreadable(agent=core.name, reason="its state does not hash to the hash beside it")
+        core.agent.state = state
+        core.position = doc["position"]
+        core.events_seen = doc["events_seen"]
+        core.steps = doc["steps"]
+        core.last_recorded_step = doc["last_recorded_step"]
+        core.unverified = doc["unverified"]
+        core.stopped = doc["stopped"]
+        if doc["run"] is not None:
+            core.ctx.set_run(run_id=doc["run"][0], seed=doc["run"][1])
+        core.timers = {name: Timer(name=name, set_offset=set_offset, due_count=due_count, due_wall_ms=due_wall_ms,
+                                   firing=firing)
+                       for name, set_offset, due_count, due_wall_ms, firing in doc["timers"]}
+        core.pending = {step: {event_id: Output(event_id, event_type, decode_value(payload), to, causes)
+                               for event_id, event_type, payload, to, causes in outs}
+                        for step, outs in doc["pending"]}
+        core.divergences = [Divergence(**d) for d in doc["divergences"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointUnreadable(agent=core.name, reason=f"malformed ({exc!r})") from None
