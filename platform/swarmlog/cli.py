@@ -173,13 +173,20 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[Any, st
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .runtime import load_swarm, result_json, run_agents, start_run
+    from .runtime import find_run, load_swarm, result_json, run_agents, start_run
+    from .schema.registry import SchemaRegistry
 
     settings = _settings(args)
     swarm = load_swarm(args.swarm)
     if args.agent is None or args.start:
+        if args.run_id is None and args.seed is None:
+            # A topic that already holds a run (a restart, a fork) goes on with it.
+            existing = find_run(settings, settings.topic, SchemaRegistry.load(settings.schema_dir))
+            if existing is not None:
+                args.run_id, args.seed = existing.run_id, existing.seed
         if args.run_id is None or args.seed is None:
-            raise UsageError("starting a run needs --run-id and --seed (they are recorded in run.started)")
+            raise UsageError("starting a run needs --run-id and --seed (they are recorded in run.started); a topic "
+                             "that already holds a run goes on with it without them")
         info = start_run(settings=settings, swarm=swarm, run_id=args.run_id, seed=args.seed)
         print(f"run {info.run_id} {'started' if info.created else 'already started'} at offset {info.offset}",
               file=sys.stderr)
@@ -274,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a swarm's agents live (all in this process, or one with --agent)")
     run.add_argument("swarm", help="module:swarm")
-    run.add_argument("--run-id")
+    run.add_argument("--run-id", help="recorded in run.started (a topic that holds a run goes on with its own)")
     run.add_argument("--seed", type=int)
     run.add_argument("--agent", help="run only this agent (one pod per agent)")
     run.add_argument("--start", action="store_true", help="write run.started (if missing); alone: only that")
@@ -287,6 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("what", choices=["causality"])
     c.add_argument("--topic")
     c.set_defaults(func=cmd_check)
+
+    from .debug.command import add_parsers as add_debug_parsers
+
+    add_debug_parsers(sub)  # log, show, state, debug, snapshot, fork
 
     d = sub.add_parser("demo", help="run a small swarm, mirror it, replay it")
     d.add_argument("--topic")

@@ -53,8 +53,8 @@ from dataclasses import dataclass, field
 
 from .errors import NondeterminismError
 
-__all__ = ["DENY_LIST", "Forbidden", "ForbiddenCall", "TRUSTED_LIBRARIES", "allowed", "guarded", "is_guarded",
-           "trust_library"]
+__all__ = ["DEBUGGER_MODULES", "DENY_LIST", "Forbidden", "ForbiddenCall", "TRUSTED_LIBRARIES", "allowed", "guarded",
+           "is_guarded", "trust_library"]
 
 
 class ForbiddenCall(NondeterminismError):
@@ -229,6 +229,27 @@ def trust_library(package: str) -> None:
 def _trusted(frame: types.FrameType) -> bool:
     module = frame.f_globals.get("__name__", "")
     return module in TRUSTED_LIBRARIES or module.partition(".")[0] in TRUSTED_LIBRARIES
+
+
+DEBUGGER_MODULES = frozenset({"pdb", "bdb", "ipdb", "pudb", "debugpy", "pydevd", "_pydevd_bundle", "_pydev_bundle",
+                              "_pydevd_frame_eval"})
+"""Debuggers: what they do on their own account (``~/.pdbrc``, source files, their clocks) is not the
+handler's. A debugger's prompt runs inside a trace function, where CPython calls no profile hook at
+all; but one entered from inside a handler (``breakpoint()``, ``pdb.set_trace()``) sets itself up
+first, in the handler's thread. A denied call passes when it is made by a debugger module's frame,
+or by the standard library on a debugger's behalf — never when handler code sits between the call
+and the debugger (a handler run *by* a debugger, ``pdb.runcall(handler)``, stays guarded)."""
+
+
+def _for_debugger(frame: types.FrameType | None) -> bool:
+    while frame is not None:
+        top = frame.f_globals.get("__name__", "").partition(".")[0]
+        if top in DEBUGGER_MODULES:
+            return True
+        if top not in sys.stdlib_module_names:
+            return False
+        frame = frame.f_back
+    return False
 
 
 def resolve(call: str) -> object:
@@ -520,6 +541,8 @@ def _violation(frame: types.FrameType, entry: Forbidden, intercepted: str) -> No
     # it is not the handler's logic and nothing it does flows into the handler's state
     # (hypothesis, for one, times collections with perf_counter from such a callback).
     gc_codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
+    if _for_debugger(frame):
+        return
     f: types.FrameType | None = frame
     caller: types.FrameType | None = frame  # the frame that called what the handler is charged with
     while f is not None:  # rare path: cost does not matter here

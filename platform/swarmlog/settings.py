@@ -15,6 +15,8 @@ Variables:
                                  (default -1: the broker's ``default.replication.factor``).
 ``SWARMLOG_MIN_INSYNC_REPLICAS`` ``min.insync.replicas`` for topics swarmlog creates (default: broker's).
 ``SWARMLOG_TOKEN_KEY``           key that signs and checks replay tokens (HMAC-SHA256); optional.
+``SWARMLOG_SWARM``               the swarm's code, ``module:swarm``, for the commands that run it over the
+                                 log (``state``, ``debug``, ``snapshot``) when ``--swarm`` is not given.
 ``SWARMLOG_KAFKA_<KEY>``         any librdkafka property, ``_`` standing for ``.``:
                                  ``SWARMLOG_KAFKA_SECURITY_PROTOCOL=SASL_SSL``,
                                  ``SWARMLOG_KAFKA_SASL_MECHANISM=SCRAM-SHA-512``,
@@ -55,6 +57,8 @@ class Settings(BaseModel):
     replication_factor: int = -1
     min_insync_replicas: int | None = None
     token_key: SecretStr | None = None
+    swarm: str | None = None
+    """``module:swarm`` of the swarm's code, the default of ``--swarm``."""
     kafka: Mapping[str, str] = Field(default_factory=dict)
     """Extra librdkafka properties (security, SASL, TLS, tuning) applied to every client."""
 
@@ -71,6 +75,7 @@ class Settings(BaseModel):
             "SWARMLOG_REPLICATION_FACTOR": "replication_factor",
             "SWARMLOG_MIN_INSYNC_REPLICAS": "min_insync_replicas",
             "SWARMLOG_TOKEN_KEY": "token_key",
+            "SWARMLOG_SWARM": "swarm",
         }
         for var, field in simple.items():
             if env.get(var):

@@ -1,0 +1,51 @@
+"""Debugging a swarm like a single-threaded program: read its log, travel to any offset, stop in a
+real debugger at any step, keep snapshots, fork a run.
+
+The public face (``tests/unit/test_layout.py`` pins it):
+
+* :class:`LogView` — the log's events decoded (:class:`LoggedEvent`), filtered, followed,
+  with causes resolved both ways (:meth:`LogView.explain`, :meth:`LogView.graph`).
+* :class:`Session` — the swarm's code over its log: :meth:`~Session.state` just before any
+  offset, :meth:`~Session.diff`, :meth:`~Session.steps` (:class:`Step`: input, handler, state
+  before and after, outputs, divergences), a :class:`Cursor` stepping forward and back,
+  :meth:`~Session.first_divergence`, :meth:`~Session.debug` (a step's handler under pdb or
+  ``breakpoint()``'s debugger), :meth:`~Session.snapshot`.
+* :class:`SnapshotStore` — per-agent snapshots beside the log, tagged with code and schema versions.
+* :func:`fork` — a run's prefix copied, offset for offset, into a new topic to go on from.
+
+What a stepping view or a timeline needs is all here: the events of a range with their causes
+(``graph``), every agent's state before and after each step (``steps``, ``Cursor``), moving
+forward and back (``Cursor.forward/back/next_step/prev_step``), and the first divergence.
+The machinery is private: ``_fold`` (the fold, from zero or a snapshot, effects looked up
+ahead), ``_debugger`` (the handler trap and the debugger hook).
+"""
+
+from ._debugger import Stop
+from ._fold import SnapshotStale, Step
+from .diff import Change, StateDiff
+from .fork import Forked, fork
+from .logview import CausalGraph, Explained, LoggedEvent, LogView
+from .session import AgentState, Cursor, Replayed, Session, SnapshotsTaken
+from .snapshots import Ignored, SnapshotInfo, SnapshotStore
+
+__all__ = [
+    "AgentState",
+    "CausalGraph",
+    "Change",
+    "Cursor",
+    "Explained",
+    "Forked",
+    "Ignored",
+    "LogView",
+    "LoggedEvent",
+    "Replayed",
+    "Session",
+    "SnapshotInfo",
+    "SnapshotStale",
+    "SnapshotStore",
+    "SnapshotsTaken",
+    "StateDiff",
+    "Step",
+    "Stop",
+    "fork",
+]

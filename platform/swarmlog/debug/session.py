@@ -1,0 +1,467 @@
+"""A debugging session: a swarm's code over its recorded log, at any offset, step by step.
+
+:class:`Session` is what a notebook, a test, ``swarmlog state``/``debug``/``snapshot``, and
+interactive views (a stepping TUI, a timeline) call. Everything it says is what the
+*swarm's code* rebuilds from the log — the same fold as ``swarmlog replay --swarm``,
+effects and LLM responses served from the log, nothing written to it:
+
+* :meth:`Session.state` — one agent's state just before offset N (from the latest usable
+  snapshot at or before N); :meth:`Session.diff` — what changed between two offsets.
+* :meth:`Session.steps` / :meth:`Session.step` — the steps of a range (or an agent's K-th):
+  input, handler, state before and after, outputs, divergences.
+* :meth:`Session.cursor` — a :class:`Cursor` that moves forward and back one message at a
+  time, or to the next / previous step matching a predicate (breakpoints).
+* :meth:`Session.first_divergence` — where this code first departs from the recorded run.
+* :meth:`Session.debug` — rebuild everything before a step, run that step's handler under
+  the debugger, then carry on the replay.
+* :meth:`Session.snapshot` — write periodic snapshots (:mod:`swarmlog.debug.snapshots`).
+
+``session.log`` is a :class:`~swarmlog.debug.logview.LogView` of the same topic: the
+events decoded, with their causes both ways.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..agent import Swarm
+from ..errors import ConfigurationError, UsageError
+from ..kafka.backend import backend_for
+from ..log.base import LogBackend
+from ..runtime import code_version
+from ..runtime._checkpoint import StateNotCapturable, capture, clean, restore
+from ..runtime._core import Divergence
+from ..schema.codec import Decoder
+from ..schema.registry import SchemaRegistry
+from ..settings import Settings
+from ._debugger import HandlerTrap, Stop
+from ._fold import SnapshotStale, Step, SwarmFold
+from .diff import StateDiff, diff
+from .logview import LogView
+from .snapshots import DEFAULT_EVERY, Chosen, Ignored, SnapshotStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentState:
+    """An agent's state just before offset ``at``, as the swarm's code rebuilds it."""
+
+    agent: str
+    at: int
+    state: dict[str, Any]
+    steps: int
+    """Handler runs of the agent before ``at``."""
+    from_snapshot: int | None
+    """The snapshot the fold started from (its offset), None: from offset zero."""
+    ignored: list[Ignored] = field(default_factory=list)
+    """Later snapshots not used (another code version, other schemas), and why."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"agent": self.agent, "at": self.at, "state": self.state, "steps": self.steps,
+                "from_snapshot": self.from_snapshot, "ignored_snapshots": [str(i) for i in self.ignored]}
+
+
+@dataclass(slots=True)
+class Replayed:
+    """A whole replay by the session (to the end of the log, or ``end``)."""
+
+    end: int
+    states: dict[str, dict[str, Any]]
+    steps: dict[str, int]
+    divergences: list[Divergence]
+    from_snapshot: int | None
+    stops: list[Stop] = field(default_factory=list)
+    """``debug``: the steps the debugger stopped at."""
+    unverified_from: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def first_divergence(self) -> Divergence | None:
+        return self.divergences[0] if self.divergences else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"end": self.end, "steps": self.steps, "divergences": [d.to_json() for d in self.divergences],
+                "from_snapshot": self.from_snapshot, "stops": [s.to_json() for s in self.stops],
+                "unverified_from": self.unverified_from}
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotsTaken:
+    offsets: list[int]
+    """The offsets snapshots were written at."""
+    records: int
+    skipped: dict[str, str]
+    """Agent -> why none of it was written at some offset (a divergence, a state a snapshot cannot keep)."""
+    from_snapshot: int | None
+    end: int
+
+
+class Session:
+    """``swarm``'s code over the log of ``topic`` (``backend``: Kafka by default)."""
+
+    def __init__(self, *, settings: Settings, swarm: Swarm, topic: str | None = None,
+                 registry: SchemaRegistry | None = None, backend: LogBackend | None = None,
+                 snapshots: bool = True) -> None:
+        """``snapshots=False``: every fold starts at offset zero (what snapshots save is measured so)."""
+        self.settings = settings
+        self.swarm = swarm
+        self.topic = topic or settings.topic
+        self.registry = registry or SchemaRegistry.load(settings.schema_dir)
+        self.backend = backend_for(settings, backend)
+        self.decoder = Decoder(self.registry)
+        self.code_version = code_version(swarm)
+        self.log = LogView(settings=settings, topic=self.topic, registry=self.registry, backend=self.backend)
+        self.store = SnapshotStore(backend=self.backend, topic=self.topic, registry=self.registry,
+                                   code_version=self.code_version)
+        self.use_snapshots = snapshots
+
+    @property
+    def agents(self) -> list[str]:
+        return list(self.swarm.agent_names)
+
+    def _check_agent(self, agent: str) -> None:
+        if agent not in self.swarm.agent_names:
+            raise ConfigurationError(f"swarm {self.swarm.name!r} has no agent {agent!r} "
+                                     f"(agents: {', '.join(self.swarm.agent_names)})")
+
+    # -- folds ---------------------------------------------------------------------------------
+
+    def _choose(self, agents: list[str], before: int | None,
+                fits: Callable[[dict[str, dict[str, Any]]], bool] | None = None) -> Chosen:
+        if not self.use_snapshots:
+            return Chosen(at=None, folds={}, last=None, ignored=[])
+        chosen = self.store.choose(agents=agents, before=before if before is not None else 2**62, fits=fits)
+        if chosen.ignored:
+            # Never silently: a snapshot of other code or other schemas would hold a state this code
+            # would not have built, so it is skipped — and said.
+            logger.warning("%d snapshot(s) later than the one used were not used: %s%s", len(chosen.ignored),
+                           "; ".join(str(i) for i in chosen.ignored[:3]), " ..." if len(chosen.ignored) > 3 else "")
+        return chosen
+
+    @contextmanager
+    def _fold(self, agents: list[str], before: int | None,
+              fits: Callable[[dict[str, dict[str, Any]]], bool] | None = None) -> Iterator[SwarmFold]:
+        """A fold of ``agents`` started at the latest usable snapshot at or before ``before``."""
+        chosen = self._choose(agents, before, fits)
+        fold = SwarmFold(backend=self.backend, topic=self.topic, swarm=self.swarm, decoder=self.decoder,
+                         agents=agents, starts=chosen.folds, last=chosen.last)
+        fold.chosen = chosen  # type: ignore[attr-defined]
+        try:
+            yield fold
+        finally:
+            fold.close()
+
+    def _run(self, agents: list[str], before: int | None, body: Callable[[SwarmFold], Any],
+             fits: Callable[[dict[str, dict[str, Any]]], bool] | None = None) -> Any:
+        try:
+            with self._fold(agents, before, fits) as fold:
+                return body(fold)
+        except SnapshotStale as exc:
+            logger.warning("%s; folding %s from offset zero instead", exc, ", ".join(agents))
+            previous, self.use_snapshots = self.use_snapshots, False
+            try:
+                with self._fold(agents, before, fits) as fold:
+                    return body(fold)
+            finally:
+                self.use_snapshots = previous
+
+    # -- travel in time -----------------------------------------------------------------------
+
+    def state(self, agent: str, *, at: int) -> AgentState:
+        """``agent``'s state just before offset ``at`` (past the end: at the end of the log)."""
+        self._check_agent(agent)
+
+        def body(fold: SwarmFold) -> AgentState:
+            fold.run_to(at)
+            chosen: Chosen = fold.chosen  # type: ignore[attr-defined]
+            return AgentState(agent=agent, at=at, state=fold.state(agent), steps=fold.cores[agent].steps,
+                              from_snapshot=chosen.at, ignored=chosen.ignored)
+
+        return self._run([agent], at, body)
+
+    def states(self, *, at: int) -> dict[str, AgentState]:
+        """Every agent's state just before ``at``."""
+
+        def body(fold: SwarmFold) -> dict[str, AgentState]:
+            fold.run_to(at)
+            chosen: Chosen = fold.chosen  # type: ignore[attr-defined]
+            return {a: AgentState(agent=a, at=at, state=fold.state(a), steps=fold.cores[a].steps,
+                                  from_snapshot=chosen.at, ignored=chosen.ignored) for a in fold.names}
+
+        return self._run(self.agents, at, body)
+
+    def diff(self, agent: str, start: int, end: int) -> StateDiff:
+        """What changed in ``agent``'s state from just before ``start`` to just before ``end``."""
+        self._check_agent(agent)
+        if end < start:
+            raise UsageError(f"--diff {start} {end}: the second offset must not be before the first")
+
+        def body(fold: SwarmFold) -> StateDiff:
+            fold.run_to(start)
+            before, steps0 = fold.state(agent), fold.cores[agent].steps
+            fold.run_to(end)
+            after = fold.state(agent)
+            return StateDiff(agent=agent, start=start, end=end, before=before, after=after,
+                             changes=diff(before, after), steps=fold.cores[agent].steps - steps0)
+
+        return self._run([agent], start, body)
+
+    def steps(self, *, start: int = 0, end: int | None = None, agent: str | None = None) -> list[Step]:
+        """Every step of ``[start, end)`` (of one agent, or all), in offset order."""
+        agents = [agent] if agent is not None else self.agents
+        if agent is not None:
+            self._check_agent(agent)
+
+        def body(fold: SwarmFold) -> list[Step]:
+            fold.run_to(start)
+            out: list[Step] = []
+            fold.run_to(end, observe=out.extend)
+            return out
+
+        return self._run(agents, start, body)
+
+    def step(self, agent: str, number: int) -> Step:
+        """``agent``'s ``number``-th handler run (1 = its first)."""
+        self._check_agent(agent)
+        if number < 1:
+            raise UsageError("steps are counted from 1")
+
+        def body(fold: SwarmFold) -> Step:
+            for m in fold.messages():
+                for s in fold.apply(m, observe=fold.cores[agent].steps == number - 1):
+                    if s.agent == agent and s.number == number:
+                        return s
+            raise UsageError(f"agent {agent!r} ran {fold.cores[agent].steps} handler(s) in this log, "
+                             f"not {number}")
+
+        return self._run([agent], None, body, fits=lambda folds: folds[agent]["steps"] < number)
+
+    def cursor(self, *, at: int = 0, checkpoint_every: int = 200) -> Cursor:
+        """A :class:`Cursor` with every agent's state just before ``at``. Close it when done."""
+        return Cursor(self, at=at, checkpoint_every=checkpoint_every)
+
+    # -- whole replays ------------------------------------------------------------------------
+
+    def replay(self, *, to: int | None = None) -> Replayed:
+        """Every agent to ``to`` (default: the end of the log), with every divergence found."""
+        return self._replay(to=to, before=to)
+
+    def first_divergence(self) -> Divergence | None:
+        """Where this code first departs from what the log recorded (None: nowhere)."""
+        return self.replay().first_divergence
+
+    def _replay(self, *, to: int | None, before: int | None, traps: Callable[[SwarmFold], list[HandlerTrap]]
+                | None = None, fits: Callable[[dict[str, dict[str, Any]]], bool] | None = None) -> Replayed:
+        def body(fold: SwarmFold) -> Replayed:
+            armed = traps(fold) if traps is not None else []
+            fold.run_to(to)
+            if fold.ended:
+                fold.finish()
+            chosen: Chosen = fold.chosen  # type: ignore[attr-defined]
+            return Replayed(end=fold.position, states={a: fold.state(a) for a in fold.names},
+                            steps={a: c.steps for a, c in fold.cores.items()}, divergences=fold.divergences(),
+                            from_snapshot=chosen.at, stops=[s for t in armed for s in t.stops],
+                            unverified_from={a: c.unverified for a, c in fold.cores.items()
+                                             if c.unverified is not None})
+
+        return self._run(self.agents, before, body, fits)
+
+    def debug(self, *, at: int | None = None, agent: str | None = None, step: int | None = None,
+              divergence: bool = False, to: int | None = None,
+              on_stop: Callable[[Stop], None] | None = None) -> Replayed:
+        """Rebuild everything before the chosen step, run its handler under the debugger, carry on.
+
+        The step: the handler(s) of offset ``at`` (of ``agent`` only, if given); or ``agent``'s
+        ``step``-th handler run; or, with ``divergence``, the step where the code first departs
+        from the log. The debugger is ``breakpoint()``'s (pdb unless ``PYTHONBREAKPOINT`` says
+        otherwise); it stops at the handler's first line. Leaving it carries on the replay, to
+        ``to`` or the end of the log. ``on_stop`` is told each step just before the debugger takes over.
+        """
+        chosen_modes = sum(x for x in (at is not None, step is not None, divergence))
+        if chosen_modes != 1:
+            raise UsageError("debug one step: give --at OFFSET, --agent A --step K, or --divergence")
+        if agent is not None:
+            self._check_agent(agent)
+        if divergence:
+            first = self.first_divergence()
+            if first is None:
+                raise UsageError(f"this code ({self.code_version}) does not diverge from the log: there is no "
+                                 f"divergence to stop at")
+            at, agent = first.offset, first.agent
+        if step is not None:
+            if agent is None:
+                raise UsageError("--step K counts one agent's handler runs: give --agent too")
+            k, who = step, agent
+
+            def traps(fold: SwarmFold) -> list[HandlerTrap]:
+                return [HandlerTrap(fold.cores[who], when=lambda _off, n: n == k, on_stop=on_stop)]
+
+            return self._replay(to=to, before=None, traps=traps, fits=lambda folds: folds[who]["steps"] < k)
+        target = at
+        names = [agent] if agent is not None else self.agents
+
+        def traps_at(fold: SwarmFold) -> list[HandlerTrap]:
+            return [HandlerTrap(fold.cores[n], when=lambda off, _n: off == target, on_stop=on_stop) for n in names]
+
+        return self._replay(to=to, before=at, traps=traps_at)
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    def snapshot(self, *, every: int = DEFAULT_EVERY, to: int | None = None) -> SnapshotsTaken:
+        """Fold every agent from the latest usable snapshot to ``to`` (the end of the log), keeping
+        a snapshot of each agent at every multiple of ``every``."""
+        if every < 1:
+            raise UsageError("--every must be at least 1")
+
+        def body(fold: SwarmFold) -> SnapshotsTaken:
+            chosen: Chosen = fold.chosen  # type: ignore[attr-defined]
+            last_at = chosen.at if chosen.at is not None else 0
+            offsets: list[int] = []
+            records = 0
+            skipped: dict[str, str] = {}
+            for m in fold.messages(to):
+                boundary = (m.offset() // every) * every
+                if boundary > last_at and fold.last_message is not None:
+                    docs = {}
+                    for name, core in fold.cores.items():
+                        if not clean(core):
+                            skipped[name] = "its fold diverged from the log or could not be checked"
+                            continue
+                        try:
+                            docs[name] = capture(core)
+                        except StateNotCapturable as exc:
+                            skipped[name] = str(exc)
+                    if docs:
+                        records += self.store.write(at=boundary, folds=docs, last=fold.last_message)
+                        offsets.append(boundary)
+                    last_at = boundary
+                fold.apply(m)
+            return SnapshotsTaken(offsets=offsets, records=records, skipped=skipped, from_snapshot=chosen.at,
+                                  end=fold.position)
+
+        return self._run(self.agents, to, body)
+
+
+class Cursor:
+    """A place in the log with every agent's state just before it, moving one message at a time.
+
+    ``forward()`` folds the next message and returns the steps it made; ``back()`` returns to
+    before the last message folded (restoring an in-memory checkpoint and re-folding the few
+    messages after it, which it keeps); ``next_step``/``prev_step`` move to the next/previous
+    step that matches (an agent, an event type, any predicate: breakpoints).
+    """
+
+    def __init__(self, session: Session, *, at: int, checkpoint_every: int) -> None:
+        self.session = session
+        self._every = max(1, checkpoint_every)
+        self._ctx = session._fold(session.agents, at)
+        self._fold = self._ctx.__enter__()
+        self._fold.run_to(at)
+        self._origin = at
+        self._history: list[tuple[Any, list[Step]]] = []
+        """Every message folded since the start, with the steps it made."""
+        self._index = 0
+        """How many of ``_history`` are folded now."""
+        self._checkpoints: dict[int, dict[str, dict[str, Any]]] = {0: self._capture()}
+        self._messages = self._fold.messages()
+
+    def _capture(self) -> dict[str, dict[str, Any]]:
+        return {name: capture(core) for name, core in self._fold.cores.items()}
+
+    @property
+    def position(self) -> int:
+        """Every message before this offset is folded."""
+        if self._index == 0:
+            return self._origin
+        return int(self._history[self._index - 1][0].offset()) + 1
+
+    @property
+    def last_steps(self) -> list[Step]:
+        """The steps the last message folded made."""
+        return self._history[self._index - 1][1] if self._index else []
+
+    def state(self, agent: str) -> dict[str, Any]:
+        return self._fold.state(agent)
+
+    def states(self) -> dict[str, dict[str, Any]]:
+        return {a: self._fold.state(a) for a in self._fold.names}
+
+    def divergences(self) -> list[Divergence]:
+        return self._fold.divergences()
+
+    def forward(self) -> list[Step] | None:
+        """Fold the next message; its steps (possibly none). None at the end of the log."""
+        if self._index < len(self._history):
+            m, steps = self._history[self._index]
+            self._fold.apply(m)
+        else:
+            m = next(self._messages, None)
+            if m is None:
+                return None
+            steps = self._fold.apply(m, observe=True)
+            self._history.append((m, steps))
+        self._index += 1
+        if self._index % self._every == 0 and self._index not in self._checkpoints:
+            self._checkpoints[self._index] = self._capture()
+        return steps
+
+    def back(self) -> bool:
+        """Un-fold the last message folded; False at the start."""
+        if self._index == 0:
+            return False
+        target = self._index - 1
+        base = max(k for k in self._checkpoints if k <= target)
+        fold = self._fold
+        for name, doc in self._checkpoints[base].items():
+            core = fold._core(next(a for a in self.session.swarm.agents() if a.name == name))
+            restore(core, doc)
+            fold.cores[name] = core
+        fold._last_json.clear()
+        for m, _ in self._history[base:target]:
+            fold.apply(m)
+        self._index = target
+        return True
+
+    def goto(self, offset: int) -> None:
+        """Move to just before ``offset`` (within what this cursor has read, or forward)."""
+        while self.position > offset and self.back():
+            pass
+        while self.position < offset:
+            nxt = self._history[self._index][0] if self._index < len(self._history) else None
+            if nxt is not None and nxt.offset() >= offset:
+                break
+            if self.forward() is None:
+                break
+
+    def next_step(self, where: Callable[[Step], bool] | None = None) -> Step | None:
+        """Fold forward to the next step matching ``where`` (any step when None); None at the end."""
+        while True:
+            steps = self.forward()
+            if steps is None:
+                return None
+            for s in steps:
+                if where is None or where(s):
+                    return s
+
+    def prev_step(self, where: Callable[[Step], bool] | None = None) -> Step | None:
+        """Move back to just before the previous step matching ``where``; None if there is none."""
+        while self._index > 0:
+            steps = self._history[self._index - 1][1]
+            self.back()
+            for s in reversed(steps):
+                if where is None or where(s):
+                    return s
+        return None
+
+    def close(self) -> None:
+        self._ctx.__exit__(None, None, None)
+
+    def __enter__(self) -> Cursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
