@@ -89,3 +89,11 @@ class RelayChanged(Relay):
 
 
 relay_changed = Swarm(name="relay", agents=lambda: [RelayChanged(n) for n in _names()], code_version="relay-2")
+
+
+class LongRelayChanged(RelayChanged):
+    ttl = 150
+
+
+relay_changed_long = Swarm(name="relay-long", agents=lambda: [LongRelayChanged(n) for n in _names()],
+                           code_version="long-2")

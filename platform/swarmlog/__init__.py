@@ -2,9 +2,10 @@
 
 The public surface: the agent API (``Agent``, ``Swarm``, the handler decorators and
 ``ctx``), running and replaying a swarm, appending events, the settings and the
-errors. Subpackages have faces of their own (``swarmlog.kafka``, ``swarmlog.log``,
+errors. Subpackages have faces of their own (``swarmlog.debug``, ``swarmlog.kafka``, ``swarmlog.log``,
 ``swarmlog.runtime``, ``swarmlog.schema``); modules whose names start with ``_`` are
-machinery. ``tests/unit/test_layout.py`` pins this list.
+machinery. ``swarmlog.debug`` is the debugging API (the log decoded, state at any offset,
+a debugger at a step, snapshots, forks). ``tests/unit/test_layout.py`` pins this list.
 """
 
 from .agent import Agent, Swarm, on, on_message, on_timer
@@ -13,8 +14,11 @@ from .errors import (
     AgentFenced,
     AppendFailed,
     ConfigurationError,
+    CopyFailed,
     EffectDiverged,
     EffectFailed,
+    EventNotFound,
+    ForkPointInsideStep,
     GroupHasActiveMembers,
     GroupNotAtStart,
     GroupResetFailed,
@@ -31,6 +35,7 @@ from .errors import (
     ServiceUnavailable,
     SwarmlogError,
     TopicCreateFailed,
+    TopicExists,
     TopicNotFound,
     TopicNotSinglePartition,
     TransactionAborted,
@@ -52,11 +57,14 @@ __all__ = [
     "AppendFailed",
     "ConfigurationError",
     "Context",
+    "CopyFailed",
     "Divergence",
     "EffectDiverged",
     "EffectFailed",
     "Event",
     "EventLog",
+    "EventNotFound",
+    "ForkPointInsideStep",
     "GroupHasActiveMembers",
     "GroupNotAtStart",
     "GroupResetFailed",
@@ -79,6 +87,7 @@ __all__ = [
     "SwarmReplayResult",
     "SwarmlogError",
     "TopicCreateFailed",
+    "TopicExists",
     "TopicNotFound",
     "TopicNotSinglePartition",
     "TransactionAborted",

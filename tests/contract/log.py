@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from swarmlog.errors import AgentFenced, GroupHasActiveMembers, TopicNotFound
+from swarmlog.errors import AgentFenced, GroupHasActiveMembers, TopicExists, TopicNotFound
 from swarmlog.log.base import LogBackend
 from swarmlog.protocol import agent_group
 
@@ -218,3 +218,57 @@ class LogContract:
                 if got == [b"a", b"b"]:
                     break
         assert got == [b"a", b"b"] and idle >= 2
+
+    def test_a_copy_holds_every_message_at_its_own_offset_with_its_bytes_and_time_and_no_gap_shows(
+            self, backend, log_topic):
+        # A source whose offsets have gaps of every size: a commit marker (1), two markers side by
+        # side (2), and aborted transactions with their markers (3 and more).
+        append(backend, log_topic, b"a")
+        a_ch, b_ch = backend.agent_channel(log_topic, "agent-a"), backend.agent_channel(log_topic, "agent-b")
+        try:
+            for ch in (a_ch, b_ch):
+                ch.fence()
+                ch.start(lambda: 0)
+            a_ch.begin()
+            a_ch.send_located(b"b", b"agent-a", [("sl.agent", b"agent-a")])
+            a_ch.commit(0)  # gap of 1
+            a_ch.begin()
+            a_ch.send_located(b"c", b"agent-a", [])
+            b_ch.begin()
+            b_ch.send_located(b"d", b"agent-b", [])
+            a_ch.commit(0)
+            b_ch.commit(0)  # gap of 2
+            a_ch.begin()
+            a_ch.send_located(b"never", b"agent-a", [])
+            a_ch.abort()  # gap of 2 (the aborted record, its marker)...
+            a_ch.begin()
+            a_ch.send_located(b"never again", b"agent-a", [])
+            a_ch.send_located(b"nor this", b"agent-a", [])
+            a_ch.abort()  # ...and 3 more
+        finally:
+            a_ch.close()
+            b_ch.close()
+        append(backend, log_topic, b"e")
+        source = self._eventually(lambda: values(read_all(backend, log_topic)), [b"a", b"b", b"c", b"d", b"e"])
+        assert source == [b"a", b"b", b"c", b"d", b"e"]
+        msgs = read_all(backend, log_topic)
+        offsets = [m.offset() for m in msgs]
+        assert offsets[-1] - offsets[0] > len(offsets)  # the source does have gaps
+
+        copy = f"{log_topic}-copy"
+        end = backend.create_copy(copy, iter(msgs[:-1]), end=offsets[-1])
+        assert end >= offsets[-1]
+        copied = self._eventually(lambda: [m.offset() for m in read_all(backend, copy)], offsets[:-1])
+        assert copied == offsets[:-1]
+        for src, dst in zip(msgs, read_all(backend, copy), strict=False):
+            assert (dst.value(), dst.key(), dst.headers()) == (src.value(), src.key(), src.headers())
+            assert dst.timestamp()[1] == src.timestamp()[1]
+        # It takes new appends after the copied prefix, stamped by the log again.
+        new = append(backend, copy, b"after the fork")[0]
+        assert new >= offsets[-1]
+        last = read_all(backend, copy)[-1]
+        assert last.value() == b"after the fork" and last.timestamp()[1] >= msgs[-1].timestamp()[1]
+
+    def test_a_copy_is_never_written_into_a_topic_that_exists(self, backend, log_topic):
+        with pytest.raises(TopicExists):
+            backend.create_copy(log_topic, iter(()))

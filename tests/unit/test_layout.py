@@ -19,15 +19,20 @@ SOURCES = sorted(PACKAGE.rglob("*.py")) + sorted((REPO / "connectors").rglob("*.
 
 PUBLIC = {
     "swarmlog": [
-        "Agent", "AgentFenced", "AppendFailed", "ConfigurationError", "Context", "Divergence", "EffectDiverged",
-        "EffectFailed", "Event", "EventLog", "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed",
-        "HTTPRequestDiverged", "InMemoryLog", "InvalidEvent", "KafkaOperationFailed", "MissingDependency",
-        "NoRunStarted", "NondeterminismError", "OutsideStep", "ReadFailed", "ReplayResult", "RunAlreadyRecorded",
-        "SchemaError",
+        "Agent", "AgentFenced", "AppendFailed", "ConfigurationError", "Context", "CopyFailed", "Divergence",
+        "EffectDiverged", "EffectFailed", "Event", "EventLog", "EventNotFound", "ForkPointInsideStep",
+        "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed", "HTTPRequestDiverged",
+        "InMemoryLog", "InvalidEvent", "KafkaOperationFailed", "MissingDependency", "NoRunStarted",
+        "NondeterminismError", "OutsideStep", "ReadFailed", "ReplayResult", "RunAlreadyRecorded", "SchemaError",
         "SchemaNotFound", "ServiceUnavailable", "Settings", "Swarm", "SwarmReplayResult", "SwarmlogError",
-        "TopicCreateFailed", "TopicNotFound", "TopicNotSinglePartition", "TransactionAborted",
+        "TopicCreateFailed", "TopicExists", "TopicNotFound", "TopicNotSinglePartition", "TransactionAborted",
         "UndecodableMessage", "UnknownEventType", "UsageError", "on", "on_message", "on_timer", "replay",
         "replay_swarm", "run_agents", "start_run",
+    ],
+    "swarmlog.debug": [
+        "AgentState", "CausalGraph", "Change", "Cursor", "Explained", "Forked", "Ignored", "LogView", "LoggedEvent",
+        "Replayed", "Session", "SnapshotInfo", "SnapshotStale", "SnapshotStore", "SnapshotsTaken", "StateDiff",
+        "Step", "Stop", "fork",
     ],
     "swarmlog.kafka": [
         "KafkaBackend", "LogReader", "TOPIC_CONFIG", "TopicInfo", "committed_offset", "create_topic",

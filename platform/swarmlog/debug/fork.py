@@ -2,9 +2,10 @@
 
 The fork is a new single-partition topic holding the source's prefix ``[0, N)`` exactly
 — every event at its own offset, byte for byte, with its headers and timestamp
-(:meth:`swarmlog.log.base.LogBackend.create_copy`) — followed by one ``run.forked`` event
-saying where it came from (source topic, N, the number of events, and the stream hash
-of the prefix, which equals the source's over ``[0, N)``). The source is only read.
+(:meth:`swarmlog.log.base.LogBackend.create_copy`), nothing readable between them up to N —
+followed, at N or just after, by one ``run.forked`` event saying where it came from
+(source topic, N, the number of events, and the stream hash of the prefix, which
+equals the source's over ``[0, N)``). The source is only read.
 
 ``swarmlog run`` on the fork then does what it does after any restart: every agent
 rebuilds from offset zero, its steps with recorded outputs replay as history, and
@@ -109,6 +110,7 @@ def fork(*, settings: Settings, at: int, to_topic: str, topic: str | None = None
     source = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dir)
     backend = backend_for(settings, backend)
+    at = min(at, backend.watermarks(source)[1])  # past the end: the whole log
     check_cut(backend, source, at)
     hasher = StreamHasher()
     run_id = [""]
@@ -124,7 +126,7 @@ def fork(*, settings: Settings, at: int, to_topic: str, topic: str | None = None
                         run_id[0] = decoder.decode(m.value(), m.offset())[1]["run_id"]
                     yield m
 
-    end = backend.create_copy(to_topic, prefix())
+    end = backend.create_copy(to_topic, prefix(), end=at)
     logger.info("forked %s before offset %d into %s: %d events (next offset %d)", source, at, to_topic,
                 hasher.count, end)
     with EventLog(settings=settings, registry=registry, topic=to_topic, run_id=run_id[0], backend=backend) as log:

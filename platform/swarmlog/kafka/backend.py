@@ -65,8 +65,8 @@ class KafkaBackend:
     def create_topic(self, topic: str) -> bool:
         return create_topic(self.settings, topic).created
 
-    def create_copy(self, topic: str, messages: Iterable[Any]) -> int:
-        return create_copy(self.settings, topic, messages)
+    def create_copy(self, topic: str, messages: Iterable[Any], *, end: int = 0) -> int:
+        return create_copy(self.settings, topic, messages, end=end)
 
 
 def backend_for(settings: Settings, backend: LogBackend | None = None) -> LogBackend:

@@ -100,7 +100,7 @@ class _Writer:
         self.open = False
 
 
-def create_copy(settings: Settings, topic: str, messages: Iterable[Any]) -> int:
+def create_copy(settings: Settings, topic: str, messages: Iterable[Any], *, end: int = 0) -> int:
     """:meth:`swarmlog.log.base.LogBackend.create_copy` on Kafka."""
     info = create_topic(settings, topic, overrides={"message.timestamp.type": "CreateTime",
                                                     "message.timestamp.before.max.ms": str(2**63 - 1)})
@@ -116,6 +116,7 @@ def create_copy(settings: Settings, topic: str, messages: Iterable[Any]) -> int:
             plan.fill_to(m.offset())
             _, ts = m.timestamp()
             plan.write(visible, m.value(), m.key(), m.headers(), ts)
+        plan.fill_to(end)
         plan.close()
         set_topic_config(settings, topic, {"message.timestamp.type": TOPIC_CONFIG["message.timestamp.type"]})
         return plan.end_offset()

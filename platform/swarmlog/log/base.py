@@ -174,8 +174,8 @@ class LogBackend(Protocol):
     def create_topic(self, topic: str) -> bool:
         """Create a single-partition topic; False if it already existed."""
 
-    def create_copy(self, topic: str, messages: Iterable[Any]) -> int:
+    def create_copy(self, topic: str, messages: Iterable[Any], *, end: int = 0) -> int:
         """Create ``topic`` (refused if it exists) holding ``messages`` — read from another topic, in
         offset order — at their own offsets, with their bytes, keys, headers and timestamps, and
-        nothing readable between them; then let it take new appends, stamped by the log as usual.
-        Returns the offset the next append will get."""
+        nothing readable between them, up to ``end`` at least; then let it take new appends, stamped
+        by the log as usual. Returns the offset the next append will get (``end`` or more)."""

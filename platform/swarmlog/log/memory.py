@@ -152,7 +152,7 @@ class InMemoryLog:
             raise TopicNotFound(topic=topic)
         return t
 
-    def create_copy(self, topic: str, messages: Iterable[Any]) -> int:
+    def create_copy(self, topic: str, messages: Iterable[Any], *, end: int = 0) -> int:
         """:meth:`~swarmlog.log.base.LogBackend.create_copy`: each gap becomes control records, as on Kafka."""
         with self._cond:
             if topic in self._topics:
@@ -168,6 +168,8 @@ class InMemoryLog:
                 _, ts = m.timestamp()
                 self._last_ts = max(self._last_ts, ts)
                 t.entries.append(_Entry(MemoryMessage(off, m.value(), m.key(), m.headers(), ts), None))
+            while len(t.entries) < end:
+                t.entries.append(_Entry(None, gap))
             self._cond.notify_all()
             return len(t.entries)
 

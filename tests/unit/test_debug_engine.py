@@ -1,0 +1,221 @@
+"""The debugging engine on the in-memory log: state at any offset, snapshots, steps, the cursor, forks.
+
+The oracle for "the state just before N" is the replayer's own machinery — an
+``AgentCore`` given the full first-pass index of the log (``runtime._index``) and fed every
+message before N — so the engine's fold (effects looked up ahead, resumed from snapshots)
+is checked against the fold every replay and every live agent uses.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from swarmlog.debug import Session, fork
+from swarmlog.errors import ForkPointInsideStep, TopicExists
+from swarmlog.hashing import state_hash
+from swarmlog.log.memory import InMemoryLog
+from swarmlog.protocol import RUN_FORKED, route
+from swarmlog.replay import replay_swarm
+from swarmlog.runtime import run_agents, start_run
+from swarmlog.runtime._checkpoint import FOLD_FIELDS, WIRING_FIELDS, copy_state, decode_value, encode_value
+from swarmlog.runtime._core import AgentCore
+from swarmlog.runtime._index import index_log
+from swarmlog.schema.codec import Decoder
+from swarmlog.schema.registry import SchemaRegistry
+from swarmlog.settings import Settings
+
+from .. import swarms
+
+
+@pytest.fixture(scope="module")
+def long_log() -> tuple[InMemoryLog, Settings]:
+    """A real run of a 5-agent swarm (random draws, effects, logical timers, broadcasts): ~1,300 offsets."""
+    backend = InMemoryLog()
+    backend.create_topic("relay")
+    settings = Settings(topic="relay", bootstrap_servers="127.0.0.1:1", database_url="postgresql://nobody@127.0.0.1:1/x")
+    start_run(settings=settings, swarm=swarms.relay_long, run_id="long", seed=11, backend=backend)
+    run_agents(settings=settings, swarm=swarms.relay_long, until_quiet=0.3, backend=backend)
+    return backend, settings
+
+
+def oracle_states(backend: InMemoryLog, settings: Settings, registry: SchemaRegistry,
+                  offsets: list[int]) -> dict[int, dict[str, Any]]:
+    """Every agent's state just before each of ``offsets``, by the replayer's fold with a full index."""
+    decoder = Decoder(registry)
+    agents = swarms.relay_long.agents()
+    indexes, _ = index_log(backend=backend, topic=settings.topic, decoder=decoder, agents=[a.name for a in agents])
+    cores = [AgentCore(agent=a, decoder=decoder, index=indexes[a.name], live_sink=None, strict=True) for a in agents]
+    out: dict[int, dict[str, Any]] = {}
+    wanted = sorted(offsets)
+    msgs = backend.messages(settings.topic)
+    i = 0
+    for n in wanted:
+        while i < len(msgs) and msgs[i].offset() < n:
+            r = route(msgs[i].headers())
+            for c in cores:
+                c.process(msgs[i], r)
+            i += 1
+        out[n] = {c.name: copy_state(c.agent.state) for c in cores}
+    return out
+
+
+def test_the_state_before_any_offset_is_what_the_replayers_fold_with_a_full_index_gives(long_log, registry):
+    backend, settings = long_log
+    end = backend.watermarks(settings.topic)[1]
+    offsets = list(range(0, end + 3, 53)) + [end]
+    expected = oracle_states(backend, settings, registry, offsets)
+    session = Session(settings=settings, swarm=swarms.relay_long, backend=backend, registry=registry,
+                      snapshots=False)
+    for n in offsets:
+        for agent in ("r0", "r3"):
+            assert session.state(agent, at=n).state == expected[n][agent], (agent, n)
+
+
+def test_snapshot_plus_tail_equals_full_replay(long_log, registry):
+    backend, settings = long_log
+    session = Session(settings=settings, swarm=swarms.relay_long, backend=backend, registry=registry)
+    taken = session.snapshot(every=97)
+    assert taken.skipped == {} and len(taken.offsets) > 10
+    assert taken.records == 5 * len(taken.offsets)
+    plain = Session(settings=settings, swarm=swarms.relay_long, backend=backend, registry=registry, snapshots=False)
+    end = backend.watermarks(settings.topic)[1]
+    used = set()
+    for n in range(0, end + 2, 61):
+        every = session.states(at=n)
+        assert {a: (s.state, s.steps) for a, s in every.items()} == \
+            {a: (s.state, s.steps) for a, s in plain.states(at=n).items()}, n
+        one = session.state("r1", at=n)  # one agent folded alone, from its own snapshot
+        assert (one.state, one.steps, one.from_snapshot) == (every["r1"].state, every["r1"].steps,
+                                                             every["r1"].from_snapshot)
+        used.add(one.from_snapshot)
+    assert len(used) > 10  # the snapshots were used, each from the latest one at or before n
+    # The whole swarm from the last snapshot to the end: the live run's hashes, no divergence.
+    full = replay_swarm(settings=settings, swarm=swarms.relay_long, backend=backend, registry=registry)
+    resumed = session.replay()
+    assert resumed.from_snapshot == taken.offsets[-1]
+    assert resumed.divergences == [] and full.divergences == []
+    assert {a: state_hash(s) for a, s in resumed.states.items()} == full.agents
+
+
+def test_a_snapshot_of_another_code_version_is_never_used_silently(long_log, registry, caplog):
+    backend, settings = long_log
+    Session(settings=settings, swarm=swarms.relay_long, backend=backend, registry=registry).snapshot(every=200)
+    changed = Session(settings=settings, swarm=swarms.relay_changed_long, backend=backend, registry=registry)
+    with caplog.at_level(logging.WARNING, logger="swarmlog.debug"):
+        st = changed.state("r1", at=900)
+    assert st.from_snapshot is None  # folded from offset zero
+    assert st.ignored and all("code version 'long-1'" in i.reason for i in st.ignored)
+    assert any("not used" in r.getMessage() for r in caplog.records)
+
+
+def test_snapshots_keep_sets_tuples_bytes_and_key_order_as_they_were():
+    state = {"z": 1, "a": {3, 1}, "t": (1, "x"), "b": b"\x00\xff", "n": {1: "one", (2, 3): "pair"},
+             "$sl:set": "a user's key that looks like a tag", "f": frozenset({"q"}), "nested": [{"k": (None,)}]}
+    back = decode_value(encode_value(state))
+    assert back == state
+    assert list(back) == list(state)
+    assert type(back["a"]) is set and type(back["t"]) is tuple and type(back["b"]) is bytes
+    assert type(back["f"]) is frozenset and type(back["nested"][0]["k"]) is tuple
+
+
+def test_every_attribute_of_the_agent_core_is_either_captured_or_wiring():
+    registry = SchemaRegistry.load(Settings().schema_dir)
+    from swarmlog.runtime._index import OwnIndex
+
+    core = AgentCore(agent=swarms.relay_long.agents()[0], decoder=Decoder(registry), index=OwnIndex(),
+                     live_sink=None)
+    unknown = set(vars(core)) - FOLD_FIELDS - WIRING_FIELDS
+    assert unknown == set(), f"new AgentCore state {unknown}: add it to runtime/_checkpoint.py (capture/restore)"
+
+
+def test_each_step_shows_the_state_before_and_after_and_the_next_step_starts_where_it_ended(long_log, registry):
+    backend, settings = long_log
+    session = Session(settings=settings, swarm=swarms.relay_long, backend=backend, registry=registry)
+    steps = session.steps(start=0, end=400)
+    assert steps and all(0 <= s.offset < 400 for s in steps)
+    last_after: dict[str, Any] = {}
+    for s in steps:
+        if s.agent in last_after:
+            assert s.before == last_after[s.agent]
+        last_after[s.agent] = s.after
+    hop = next(s for s in steps if s.handler == "Relay.hop")
+    assert hop.event is not None and hop.event.kind == "hop"
+    assert hop.after["hops"] == hop.before["hops"] + 1
+    assert any(o["event_type"] == "agent.message" for o in hop.outputs)
+    # The K-th step of an agent is the K-th of its steps with a handler.
+    r2 = [s for s in steps if s.agent == "r2" and s.number is not None]
+    assert session.step("r2", 3) == r2[2]
+
+
+def test_the_cursor_steps_forward_and_back_to_the_same_states(long_log, registry):
+    backend, settings = long_log
+    session = Session(settings=settings, swarm=swarms.relay_long, backend=backend, registry=registry)
+    with session.cursor(at=100, checkpoint_every=16) as cursor:
+        seen = [(cursor.position, cursor.states())]
+        for _ in range(60):
+            assert cursor.forward() is not None
+            seen.append((cursor.position, cursor.states()))
+        for position, states in reversed(seen[:-1]):
+            assert cursor.back()
+            assert (cursor.position, cursor.states()) == (position, states)
+        # Breakpoints: the next step of r4, then the previous one of any agent with a hop.
+        step = cursor.next_step(lambda s: s.agent == "r4")
+        assert step is not None and step.agent == "r4"
+        assert cursor.state("r4") == step.after
+        at = cursor.position
+        back = cursor.prev_step(lambda s: s.handler == "Relay.hop")
+        assert back is not None and cursor.position <= back.offset < at
+        assert cursor.state(back.agent) == back.before
+        cursor.goto(300)
+        assert cursor.position <= 300
+        assert cursor.states() == {a: st.state for a, st in session.states(at=cursor.position).items()}
+
+
+def test_the_first_divergence_of_changed_code_is_where_the_replay_says(long_log, registry):
+    backend, settings = long_log
+    session = Session(settings=settings, swarm=swarms.relay_changed_long, backend=backend, registry=registry)
+    first = session.first_divergence()
+    expected = replay_swarm(settings=settings, swarm=swarms.relay_changed_long, backend=backend,
+                            registry=registry).first_divergence
+    assert first is not None and expected is not None
+    assert (first.offset, first.agent, first.detail) == (expected.offset, expected.agent, expected.detail)
+
+
+def test_a_fork_holds_the_prefix_at_its_offsets_and_says_where_it_came_from(long_log, registry):
+    backend, settings = long_log
+    at = 600
+    source = backend.messages(settings.topic)
+    try:
+        forked = fork(settings=settings, at=at, to_topic="relay-fork", backend=backend, registry=registry)
+    except ForkPointInsideStep as exc:
+        at = exc.first
+        forked = fork(settings=settings, at=at, to_topic="relay-fork", backend=backend, registry=registry)
+    copy = backend.messages("relay-fork")
+    prefix = [m for m in source if m.offset() < at]
+    assert [(m.offset(), m.value(), m.timestamp()) for m in copy[:-1]] == \
+        [(m.offset(), m.value(), m.timestamp()) for m in prefix]
+    assert forked.events == len(prefix) and forked.forked_offset >= at
+    decoder = Decoder(registry)
+    writer, rec = decoder.decode(copy[-1].value())
+    assert writer.event_type == RUN_FORKED
+    assert rec["payload"]["source_topic"] == settings.topic and rec["payload"]["at"] == at
+    with pytest.raises(TopicExists):
+        fork(settings=settings, at=at, to_topic="relay-fork", backend=backend, registry=registry)
+
+
+def test_a_fork_inside_one_steps_outputs_is_refused_with_the_offsets_that_work(long_log, registry):
+    backend, settings = long_log
+    msgs = backend.messages(settings.topic)
+    headers = [dict(m.headers() or ()) for m in msgs]
+    # Two records of one agent's one step, next to each other: cutting between them splits the step.
+    i = next(i for i in range(len(msgs) - 1) if headers[i].get("sl.step") is not None
+             and headers[i].get("sl.step") == headers[i + 1].get("sl.step")
+             and headers[i].get("sl.agent") == headers[i + 1].get("sl.agent"))
+    with pytest.raises(ForkPointInsideStep) as err:
+        fork(settings=settings, at=msgs[i + 1].offset(), to_topic="relay-bad-fork", backend=backend,
+             registry=registry)
+    assert err.value.first <= msgs[i].offset() and err.value.last >= msgs[i + 1].offset()
+    assert err.value.step == int(headers[i]["sl.step"])
