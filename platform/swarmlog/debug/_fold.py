@@ -35,6 +35,7 @@ from ..agent import Agent, Swarm
 from ..context import Output
 from ..errors import SwarmlogError
 from ..events import Event
+from ..guard import allowed
 from ..hashing import canonical
 from ..log.base import LogBackend
 from ..protocol import H_AGENT, H_STEP, H_TYPE, RECORDED_EFFECT_HEADERS, agent_group, parse_step, route
@@ -195,10 +196,13 @@ class _LookaheadEffects(dict):
         self.agent = agent
 
     def get(self, event_id: str, default: Any = None) -> Any:
-        rec = self.lookahead.lookup(self.agent, event_id)
-        if rec is None:
-            self.fold._learn_reach(self.agent)
-            return default
+        # Asked from inside a handler (ctx.effect, ctx.llm), under the determinism guard: reading
+        # the log ahead is swarmlog's own I/O serving the record, as running an effect live is.
+        with allowed():
+            rec = self.lookahead.lookup(self.agent, event_id)
+            if rec is None:
+                self.fold._learn_reach(self.agent)
+                return default
         return rec
 
 
