@@ -32,7 +32,7 @@ from . import common
 from .replay import start_probe_server
 
 BENCH_DIR = Path(__file__).resolve().parent
-BENCHMARKS = ("append", "replay", "sink", "swarm", "hop", "llm_clients")
+BENCHMARKS = ("append", "replay", "sink", "swarm", "hop", "llm_clients", "snapshots")
 
 # (column title, key, format)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
@@ -45,7 +45,8 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("ratio", "ratio", lambda v: "—" if v is None else f"{v:.2f}×"),
 )
 EXTRA_KEYS = ("p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "rss_mb", "baseline_rss_mb",
-              "rss_growth_mb", "rss_growth_within_run_mb", "vm_hwm_mb", "processes", "chains_in_flight")
+              "rss_growth_mb", "rss_growth_within_run_mb", "vm_hwm_mb", "processes", "chains_in_flight",
+              "log_offsets", "every", "mean_tail_offsets", "snapshot_records")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,158 @@
+"""What snapshots save: ``state AGENT --at N`` on a long log, from a snapshot versus from offset zero.
+
+Subject ``snapshots.state_at``: :meth:`swarmlog.debug.Session.state` of one agent at
+offsets spread over a log of ``BENCH_SNAPSHOT_EVENTS`` (1M) offsets, with the snapshots
+``Session.snapshot(every=BENCH_SNAPSHOT_EVERY)`` (10k) wrote: read the snapshot topic's
+headers, restore the latest usable snapshot at or before N, fold the tail.
+
+Baseline, same run, same log, same queries: ``snapshots.state_at_from_zero``, the same
+call with ``snapshots=False`` (the agent folded from offset zero). Repetitions interleaved;
+``ratio`` is how many times faster the subject is (target >= 10x).
+
+Also measured: ``snapshots.take`` (writing the snapshots: one fold of every agent over the
+whole log), and ``snapshots.cli_state_at`` against ``snapshots.cli_state_at_from_zero``:
+``swarmlog state`` as a process (Python start-up and imports included) at the last query.
+
+The log is a real run of the swarm below (five agents relaying hops among themselves,
+with random draws, a recorded effect every tenth hop and logical timers), run live on the
+broker until it has ``BENCH_SNAPSHOT_EVENTS`` offsets — so replaying it checks every
+recorded output, exactly as ``state --at`` does on a production log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from time import perf_counter
+from typing import Any
+
+from swarmlog import Agent, Swarm, on, on_message, on_timer
+from swarmlog.debug import Session
+from swarmlog.runtime import run_agents, start_run
+from swarmlog.schema.registry import SchemaRegistry
+from swarmlog.settings import Settings
+
+from .common import Run, env_int, fresh_topic, interleave, log, reps, row
+
+AGENTS = [f"s{i}" for i in range(5)]
+CHAINS = 40
+EVENTS = env_int("BENCH_SNAPSHOT_EVENTS", 1_000_000)
+TTL = max(1, EVENTS // CHAINS)
+"""Hops per chain: each hop is one step and one message, a transaction marker or so beside it."""
+SWARM = "bench.snapshots:swarm"
+
+
+def _lookup(chain: int, ttl: int) -> dict[str, int]:
+    return {"chain": chain, "ttl": ttl}
+
+
+class Hopper(Agent):
+    def initial_state(self) -> dict[str, Any]:
+        return {"hops": 0, "total": 0, "last": [], "ticks": 0, "lookups": 0}
+
+    @on("run.started")
+    def start(self, ctx, event):
+        ctx.timer("tick", after_events=5000)
+        if self.name == AGENTS[0]:
+            for chain in range(CHAINS):
+                ctx.send(ctx.choice(AGENTS[1:]), "hop", {"c": chain, "ttl": TTL})
+
+    @on_message("hop")
+    def hop(self, ctx, event):
+        msg = event.json()
+        draw = ctx.randint(0, 1000)
+        self.state["hops"] += 1
+        self.state["total"] += draw
+        self.state["last"] = (self.state["last"] + [draw])[-4:]
+        if msg["ttl"] % 10 == 0:
+            ctx.effect("lookup", _lookup, msg["c"], msg["ttl"])
+            self.state["lookups"] += 1
+        if msg["ttl"] > 0:
+            ctx.send(ctx.choice([a for a in AGENTS if a != self.name]), "hop", {"c": msg["c"], "ttl": msg["ttl"] - 1})
+
+    @on_timer("tick")
+    def tick(self, ctx, event):
+        self.state["ticks"] += 1
+        ctx.timer("tick", after_events=5000)
+
+
+swarm = Swarm(name="bench-snapshots", agents=lambda: [Hopper(a) for a in AGENTS], code_version="bench-snapshots-1")
+
+
+def _make_log(s: Settings) -> tuple[Settings, int, float]:
+    topic = fresh_topic(s, "snapshots")
+    ts = s.model_copy(update={"topic": topic})
+    t0 = perf_counter()
+    start_run(settings=ts, swarm=swarm, run_id="bench-snapshots", seed=1)
+    run_agents(settings=ts, swarm=swarm, until_quiet=2.0)
+    seconds = perf_counter() - t0
+    from swarmlog.kafka.reader import watermarks
+
+    return ts, watermarks(ts, topic)[1], seconds
+
+
+def _cli(ts: Settings, at: int, *extra: str) -> float:
+    env = dict(os.environ, SWARMLOG_TOPIC=ts.topic,
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    t0 = perf_counter()
+    cp = subprocess.run([sys.executable, "-m", "swarmlog.cli", "state", AGENTS[2], "--swarm", SWARM, "--at", str(at),
+                         "--json", *extra], env=env, capture_output=True, text=True, timeout=600)
+    seconds = perf_counter() - t0
+    if cp.returncode != 0:
+        raise RuntimeError(f"swarmlog state failed: {cp.stderr}")
+    json.loads(cp.stdout)
+    return seconds
+
+
+def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
+    log(f"snapshots: running a {len(AGENTS)}-agent swarm live until it has ~{EVENTS:,} offsets")
+    ts, end, gen_s = _make_log(s)
+    log(f"snapshots: the live run wrote {end:,} offsets in {gen_s:.0f} s")
+    every = env_int("BENCH_SNAPSHOT_EVERY", 10_000, scale=False)
+    with_snap = Session(settings=ts, swarm=swarm, registry=registry)
+    t0 = perf_counter()
+    taken = with_snap.snapshot(every=every)
+    take_s = perf_counter() - t0
+    if taken.skipped:
+        raise RuntimeError(f"snapshots not written: {taken.skipped}")
+    log(f"snapshots: {taken.records} snapshot records at {len(taken.offsets)} offsets in {take_s:.1f} s")
+    take = Run("snapshots.take", end)
+    take.add(take_s)
+
+    from_zero = Session(settings=ts, swarm=swarm, registry=registry, snapshots=False)
+    queries = [int(end * f) + 7 for f in (0.25, 0.5, 0.75, 0.95)]
+    agent = AGENTS[2]
+    # The two must agree before either is timed.
+    for q in queries:
+        a, b = with_snap.state(agent, at=q), from_zero.state(agent, at=q)
+        if a.state != b.state or a.from_snapshot is None:
+            raise RuntimeError(f"state at {q}: from the snapshot {a.from_snapshot} != from zero")
+
+    sub = Run("snapshots.state_at", len(queries))
+    base = Run("snapshots.state_at_from_zero", len(queries))
+
+    def timed(session: Session, run_: Run) -> Any:
+        def go(r: int) -> None:
+            t = perf_counter()
+            for q in queries:
+                session.state(agent, at=q)
+            run_.add(perf_counter() - t)
+            log(f"{run_.name} rep {r}: {run_.samples[-1] / len(queries) * 1000:,.0f} ms a query")
+        return go
+
+    interleave(reps(3), timed(with_snap, sub), timed(from_zero, base))
+    cli = Run("snapshots.cli_state_at", 1)
+    cli_base = Run("snapshots.cli_state_at_from_zero", 1)
+    interleave(reps(2) - 1 or 1, lambda r: cli.add(_cli(ts, queries[-1])),
+               lambda r: cli_base.add(_cli(ts, queries[-1], "--no-snapshots")))
+    mean_tail = sum(q - (q // every) * every for q in queries) / len(queries)
+    return [
+        row(sub, base, headline=True, target=">= 10x (ratio)", log_offsets=end, every=every,
+            queries=queries, mean_tail_offsets=round(mean_tail)),
+        row(take, None, snapshot_records=taken.records, snapshot_offsets=len(taken.offsets),
+            live_run_s=round(gen_s, 1)),
+        row(cli, cli_base, note="one `swarmlog state` process each, Python start-up included"),
+    ]
