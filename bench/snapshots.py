@@ -38,7 +38,8 @@ from swarmlog.settings import Settings
 from .common import Run, env_int, fresh_topic, interleave, log, reps, row
 
 AGENTS = [f"s{i}" for i in range(5)]
-CHAINS = 40
+CHAINS = env_int("BENCH_SNAPSHOT_CHAINS", 1000, scale=False)
+"""Chains in flight: a chain is sequential (one hop at a time), so the run's pace is the chains in flight."""
 EVENTS = env_int("BENCH_SNAPSHOT_EVENTS", 1_000_000)
 TTL = max(1, EVENTS // CHAINS)
 """Hops per chain: each hop is one step and one message, a transaction marker or so beside it."""
@@ -87,11 +88,14 @@ def _make_log(s: Settings) -> tuple[Settings, int, float]:
     ts = s.model_copy(update={"topic": topic})
     t0 = perf_counter()
     start_run(settings=ts, swarm=swarm, run_id="bench-snapshots", seed=1)
-    run_agents(settings=ts, swarm=swarm, until_quiet=2.0)
+    run_agents(settings=ts, swarm=swarm, until_quiet=5.0)
     seconds = perf_counter() - t0
     from swarmlog.kafka.reader import watermarks
 
-    return ts, watermarks(ts, topic)[1], seconds
+    end = watermarks(ts, topic)[1]
+    if end < CHAINS * TTL:
+        raise RuntimeError(f"the live run stopped at {end:,} offsets, short of its {CHAINS * TTL:,} hops")
+    return ts, end, seconds
 
 
 def _cli(ts: Settings, at: int, *extra: str) -> float:
@@ -110,7 +114,7 @@ def _cli(ts: Settings, at: int, *extra: str) -> float:
 def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
     log(f"snapshots: running a {len(AGENTS)}-agent swarm live until it has ~{EVENTS:,} offsets")
     ts, end, gen_s = _make_log(s)
-    log(f"snapshots: the live run wrote {end:,} offsets in {gen_s:.0f} s")
+    log(f"snapshots: the live run wrote {end:,} offsets to {ts.topic} in {gen_s:.0f} s")
     every = env_int("BENCH_SNAPSHOT_EVERY", 10_000, scale=False)
     with_snap = Session(settings=ts, swarm=swarm, registry=registry)
     t0 = perf_counter()
