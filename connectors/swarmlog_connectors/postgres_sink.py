@@ -30,12 +30,18 @@ expects, in offset order. Batches decoded while a transaction runs go into the
 next one together (up to ``transaction_size`` messages): when Postgres is the
 slower side, fewer, larger transactions. When a transaction finds itself fenced,
 the batches decoded after it are dropped and the sink re-seeks.
+
+It logs where it resumes, when it has caught up, dead letters as they happen, and its
+progress every ``_PROGRESS_EVERY_S`` seconds; :meth:`PostgresSink.metric_families` gives
+its position, lag and counts at scrape time.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,6 +53,8 @@ from psycopg import sql
 
 from swarmlog.errors import ServiceUnavailable
 from swarmlog.kafka.reader import LogReader
+from swarmlog.log.base import ReadPosition
+from swarmlog.observe import Family
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -77,14 +85,20 @@ _INSERT_DEAD = sql.SQL("INSERT INTO dead_letters ({}) VALUES ({}) ON CONFLICT DO
 _TRANSACTION_BYTES = 64 * 1024 * 1024
 # Serialises concurrent CREATE TABLE IF NOT EXISTS (which is not race-free in Postgres).
 _DDL_LOCK_KEY = 0x5357_4C47  # "SWLG"
+_PROGRESS_EVERY_S = 30.0
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
 class SinkStats:
     position: int = 0
+    """The next offset to mirror, as committed in Postgres."""
     rows: int = 0
     dead_letters: int = 0
     batches: int = 0
+    caught_up_to: int = -1
+    """The log end (exclusive) the sink last found with everything before it committed; -1 before."""
 
 
 def ensure_schema(conn: psycopg.Connection[Any]) -> None:
@@ -95,12 +109,33 @@ def ensure_schema(conn: psycopg.Connection[Any]) -> None:
         conn.execute(ddl)
 
 
-def connect(settings: Settings) -> psycopg.Connection[Any]:
+def connect(settings: Settings, **kwargs: Any) -> psycopg.Connection[Any]:
     try:
-        return psycopg.connect(settings.database_url, autocommit=True)
+        return psycopg.connect(settings.database_url, autocommit=True, **kwargs)
     except psycopg.OperationalError as exc:
         raise ServiceUnavailable(service="Postgres", address=_redact(settings.database_url),
                                  detail=str(exc).strip()) from None
+
+
+class PostgresCheck:
+    """A health check (:class:`swarmlog.observe.Health`): ``SELECT 1`` on a connection of its own."""
+
+    def __init__(self, settings: Settings, *, timeout_s: int = 5) -> None:
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def __call__(self) -> None:
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = connect(self.settings, connect_timeout=self.timeout_s)
+            self._conn.execute("SELECT 1")
+        except psycopg.Error as exc:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+            raise ServiceUnavailable(service="Postgres", address=_redact(self.settings.database_url),
+                                     detail=str(exc).strip()) from None
 
 
 class PostgresSink:
@@ -121,6 +156,9 @@ class PostgresSink:
         self.transaction_size = transaction_size
         self.stats = SinkStats()
         self._stop = threading.Event()
+        self.log_end: int | None = None
+        """The high watermark, when something (the health checker) last asked; for the lag metric."""
+        self._reported = (0, 0, 0.0)  # rows, dead letters, when: what the last progress line said
 
     def stop(self) -> None:
         """Ask the sink to write what it has consumed so far, then return."""
@@ -139,6 +177,8 @@ class PostgresSink:
             conn.autocommit = False
             position = self._read_position(conn)
             conn.commit()
+            logger.info("sink: mirroring topic %s into Postgres from offset %d", self.topic, position)
+            self._reported = (self.stats.rows, self.stats.dead_letters, time.monotonic())
             with LogReader(settings=self.settings, topic=self.topic) as reader:
                 reader.assign(position)
                 self.stats.position = position
@@ -164,6 +204,8 @@ class PostgresSink:
                             if in_flight is None and pending:
                                 in_flight = db.submit(self._write, conn, pending, self.stats.position)
                                 pending = []
+                            elif in_flight is None and not batch:
+                                self._caught_up(reader.position)
                             if self._stop.is_set():
                                 break
                         if not fenced and in_flight is not None:  # caught up, or stopping
@@ -182,11 +224,65 @@ class PostgresSink:
                             reader.assign(position)
                             self.stats.position = position
                         elif until_end:
+                            self._caught_up(reader.position)
                             break
                 finally:
                     if in_flight is not None:  # leaving on an error: let the transaction end first
                         in_flight.exception()
+        logger.info("sink: stopped at offset %d (%d rows, %d dead letters mirrored by this process)",
+                    self.stats.position, self.stats.rows, self.stats.dead_letters)
         return self.stats
+
+    # -- what an operator sees ---------------------------------------------------------------
+
+    def _caught_up(self, read: ReadPosition) -> None:
+        if not read.reached_end_of_log:
+            return
+        if self.stats.caught_up_to < 0:
+            logger.info("sink: caught up at offset %d", read.end_offset)
+        self.stats.caught_up_to = max(read.end_offset, self.stats.position)
+
+    def _progress(self) -> None:
+        rows, dead, when = self._reported
+        stats = self.stats
+        if stats.dead_letters > dead:
+            logger.warning("sink: %d message(s) dead-lettered (table dead_letters) before offset %d",
+                           stats.dead_letters - dead, stats.position)
+        now = time.monotonic()
+        if now - when >= _PROGRESS_EVERY_S and stats.rows != rows:
+            logger.info("sink: mirrored up to offset %d: %d rows in the last %.0f s (%d rows, %d dead letters "
+                        "by this process)", stats.position, stats.rows - rows, now - when, stats.rows,
+                        stats.dead_letters)
+            self._reported = (stats.rows, stats.dead_letters, now)
+        elif stats.dead_letters > dead:
+            self._reported = (rows, stats.dead_letters, when)
+
+    def lag(self) -> int | None:
+        """Offsets in the log not yet mirrored (transaction markers included); None if the end is unknown."""
+        if self.log_end is None:
+            return None
+        return max(0, self.log_end - max(self.stats.position, self.stats.caught_up_to))
+
+    def metric_families(self) -> list[Family]:
+        stats = self.stats
+        topic = (self.topic,)
+        families = [
+            Family("swarmlog_sink_position", "gauge", "The next offset to mirror, committed in Postgres.",
+                   ("topic",), [(topic, stats.position)]),
+            Family("swarmlog_sink_rows", "counter", "Events mirrored into Postgres by this process.", ("topic",),
+                   [(topic, stats.rows)]),
+            Family("swarmlog_sink_dead_letters", "counter",
+                   "Messages written to dead_letters by this process (undecodable, or refused by Postgres).",
+                   ("topic",), [(topic, stats.dead_letters)]),
+            Family("swarmlog_sink_transactions", "counter", "Postgres transactions committed (batches).",
+                   ("topic",), [(topic, stats.batches)]),
+        ]
+        lag = self.lag()
+        if lag is not None:
+            families.append(Family("swarmlog_sink_lag_offsets", "gauge",
+                                   "The log end minus the sink's position: offsets not yet mirrored.", ("topic",),
+                                   [(topic, lag)]))
+        return families
 
     def _full(self, pending: list[CopyBatch]) -> bool:
         return (sum(len(b.messages) for b in pending) >= self.transaction_size
@@ -195,8 +291,10 @@ class PostgresSink:
     def _settle(self, in_flight: Future[bool], on_batch: Callable[[SinkStats], None] | None) -> bool:
         """Wait for the db thread's transaction: True if it committed, False if it was fenced."""
         written = in_flight.result()
-        if written and on_batch is not None:
-            on_batch(self.stats)
+        if written:
+            self._progress()
+            if on_batch is not None:
+                on_batch(self.stats)
         return written
 
     # -- one transaction (on the db thread) --------------------------------------------------

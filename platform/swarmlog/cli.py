@@ -67,20 +67,55 @@ def cmd_append(args: argparse.Namespace) -> int:
 
 
 def cmd_sink(args: argparse.Namespace) -> int:
-    from swarmlog_connectors.postgres_sink import PostgresSink
+    from swarmlog_connectors.postgres_sink import PostgresCheck, PostgresSink
 
-    sink = PostgresSink(settings=_settings(args))
+    from .observe import Metrics
+
+    settings = _settings(args)
+    sink = PostgresSink(settings=settings)
     sink.install_signal_handlers()
-    stats = sink.run(until_end=args.until_end)
+    server = None
+    if args.metrics_port is not None:
+        metrics = Metrics()
+        metrics.add(sink.metric_families)
+        server = _serve(args.metrics_port, settings, metrics, checks={"Postgres": PostgresCheck(settings)},
+                        on_log_end=lambda end: setattr(sink, "log_end", end))
+    try:
+        stats = sink.run(until_end=args.until_end)
+    finally:
+        if server is not None:
+            server.close()
     print(json.dumps({"position": stats.position, "rows": stats.rows, "dead_letters": stats.dead_letters}))
     return 0
 
 
+def _serve(port: int, settings: Settings, metrics: Any, *, checks: dict[str, Any] | None = None,
+           ready: Any = None, live: Any = None, on_log_end: Any = None) -> Any:
+    """``/metrics``, ``/livez``, ``/readyz`` on ``port``, with Kafka (and ``checks``) checked in the background."""
+    from .kafka.backend import KafkaBackend
+    from .observe import Family, Health, serve
+
+    backend = KafkaBackend(settings)
+    topic = settings.topic
+    seen: dict[str, int] = {}
+
+    def kafka() -> None:
+        # The high watermark: proves the partition's leader answers, and is the log end for lag.
+        end = backend.watermarks(topic)[1]
+        seen["end"] = end
+        if on_log_end is not None:
+            on_log_end(end)
+
+    metrics.add(lambda: [Family("swarmlog_log_end_offset", "gauge",
+                                "The topic's high watermark at the last health check.", ("topic",),
+                                [((topic,), seen["end"])] if "end" in seen else [])])
+    health = Health(checks={"Kafka": kafka, **(checks or {})}, ready=ready, live=live)
+    return serve(port=port, metrics=metrics, health=health)
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from .replay import replay
-    from .runtime import find_run
-    from .schema.registry import SchemaRegistry
-    from .token import ReplayToken, mismatches, token_from
+    from .token import ReplayToken
 
     expected = None
     if args.verify:
@@ -92,9 +127,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise UsageError(f"this token holds the states of swarm {expected.reducer[6:]!r}: "
                                 f"pass --swarm module:swarm to verify it")
     settings = _settings(args)
+    if args.publish and not args.swarm:
+        raise UsageError("--publish writes a swarm replay's report: use it with --swarm module:swarm")
     if args.swarm:
-        result, reducer = _replay_swarm(args, settings)
-        status = 4 if result.divergences else 0
+        status, token = _replay_swarm(args, settings)
     else:
         reducer_obj = _load_object(args.reducer) if args.reducer else None
         reducer = f"reducer:{args.reducer}" if args.reducer else "ledger"
@@ -116,45 +152,60 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 print(f"  {agent:<20} {h}")
             print(f"stream hash {result.stream_hash}")
         status = 3 if (args.strict and result.undecodable) else 0
-    if args.token_out or expected is not None:
-        run = find_run(settings, settings.topic, SchemaRegistry.load(settings.schema_dir))
-        token = token_from(result, topic=settings.topic, run=run, code_version=run.code_version if run else None,
-                           reducer=reducer)
-        if args.token_out:
-            token.signed(settings.token_key_bytes()).save(args.token_out)
-            print(f"replay token written to {args.token_out}", file=sys.stderr)
-        if expected is not None:
-            diff = mismatches(expected, token)
-            if diff:
-                print(f"the replay does NOT match the token {args.verify}:")
-                for line in diff:
-                    print(f"  {line}")
-                return 5
-            print(f"the replay matches the token {args.verify}: {token.events} events, offsets "
-                  f"[{token.start_offset}, {token.end_offset}), stream {token.stream_hash[:16]}, "
-                  f"{len(token.agents)} agent state(s)")
+        token = _token(settings, result, reducer) if (args.token_out or expected is not None) else None
+    if token is not None and args.token_out:
+        token.save(args.token_out)
+        print(f"replay token written to {args.token_out}", file=sys.stderr)
+    if token is not None and expected is not None:
+        from .token import mismatches
+
+        diff = mismatches(expected, token)
+        if diff:
+            print(f"the replay does NOT match the token {args.verify}:")
+            for line in diff:
+                print(f"  {line}")
+            return 5
+        print(f"the replay matches the token {args.verify}: {token.events} events, offsets "
+              f"[{token.start_offset}, {token.end_offset}), stream {token.stream_hash[:16]}, "
+              f"{len(token.agents)} agent state(s)")
     return status
 
 
-def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[Any, str]:
+def _token(settings: Settings, result: Any, reducer: str) -> Any:
+    """The replay token of ``result``, signed when SWARMLOG_TOKEN_KEY is set."""
+    from .runtime import find_run
+    from .schema.registry import SchemaRegistry
+    from .token import token_from
+
+    run = find_run(settings, settings.topic, SchemaRegistry.load(settings.schema_dir))
+    token = token_from(result, topic=settings.topic, run=run, code_version=run.code_version if run else None,
+                       reducer=reducer)
+    return token.signed(settings.token_key_bytes())
+
+
+def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, Any]:
+    """Re-run the swarm's code against the log; print (and with --publish, store) its report."""
     from .replay import replay_swarm
+    from .replay_report import swarm_report
     from .runtime import load_swarm
 
-    if args.group:
-        raise UsageError("--swarm replays the code against the log without a consumer group; to rebuild a "
-                            "live agent, reset its group (swarmlog.<topic>.<agent>) and restart it: it always "
-                            "rebuilds from offset zero")
     bar = _progress_bar("replay", unit="ev")
     swarm = load_swarm(args.swarm)
     try:
-        result = replay_swarm(settings=settings, swarm=swarm, to=args.to,
+        result = replay_swarm(settings=settings, swarm=swarm, to=args.to, group=args.group, reset=not args.no_reset,
                               progress=bar.update_to if bar else None)
     finally:
         if bar:
             bar.close()
-    doc = result.to_json()
+    token = _token(settings, result, f"swarm:{swarm.name}")
+    report = swarm_report(result, swarm=swarm.name, topic=settings.topic, group=args.group, token=token)
+    if args.publish:
+        from swarmlog_connectors.replay_reports import publish_report
+
+        report["report_id"] = publish_report(settings, report)
     if args.json:
-        print(json.dumps(doc, indent=2, default=str))
+        # One line: a log collector (kubectl logs, Loki, CloudWatch) keeps it as one record.
+        print(json.dumps(report, default=str, sort_keys=True))
     else:
         print(f"replayed {result.events} events of {args.swarm} up to offset {result.end_offset} (exclusive)")
         for agent, h in sorted(result.agents.items()):
@@ -169,11 +220,17 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[Any, st
             print(f"  now:      {json.dumps(first.replayed, default=str)}")
             if len(result.divergences) > 1:
                 print(f"  ({len(result.divergences) - 1} more divergence(s) after it)")
-    return result, f"swarm:{swarm.name}"
+        if args.publish:
+            print(f"report {report['report_id']} published to Postgres (table replay_reports)")
+    return (4 if result.divergences else 0), token
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .runtime import find_run, load_swarm, result_json, run_agents, start_run
+    import signal
+    import threading
+
+    from .observe import Metrics
+    from .runtime import AgentWorker, find_run, load_swarm, result_json, run_agents, start_run, wait_for_run
     from .schema.registry import SchemaRegistry
 
     settings = _settings(args)
@@ -192,10 +249,49 @@ def cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         if args.start and args.agent is None:
             return 0
-    results = run_agents(settings=settings, swarm=swarm, agents=[args.agent] if args.agent else None,
-                         until_quiet=args.until_quiet)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    workers: list[AgentWorker] = []
+    server = None
+    if args.metrics_port is not None:
+        metrics = Metrics()
+        metrics.add(lambda: [f for w in workers for f in w.metric_families()])
+        server = _serve(args.metrics_port, settings, metrics, ready=lambda: _agents_ready(workers),
+                        live=lambda: _agents_alive(workers, args.stall_timeout))
+    try:
+        if args.agent is not None and not args.start:
+            if wait_for_run(settings=settings, timeout=args.wait_for_run, run_id=args.run_id, seed=args.seed,
+                            stop=stop) is None:
+                return 0  # asked to stop while waiting
+        results = run_agents(settings=settings, swarm=swarm, agents=[args.agent] if args.agent else None,
+                             until_quiet=args.until_quiet, stop=stop, on_started=workers.extend)
+    finally:
+        if server is not None:
+            server.close()
     print(json.dumps(result_json(results)))
     return 0
+
+
+def _agents_ready(workers: list[Any]) -> str | None:
+    if not workers:
+        return "waiting for the run to start (no run.started in the topic yet)"
+    for w in workers:
+        why = w.readiness()
+        if why is not None:
+            return str(why)
+    return None
+
+
+def _agents_alive(workers: list[Any], stall_timeout: float) -> str | None:
+    import time
+
+    now = time.monotonic()
+    for w in workers:
+        if now - w.heartbeat > stall_timeout:
+            return (f"agent {w.agent.name}: its loop has not turned for {now - w.heartbeat:.0f} s "
+                    f"(a handler that never returns?)")
+    return None
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -237,6 +333,11 @@ def _progress_bar(desc: str, unit: str) -> Any:
 # --- parser -----------------------------------------------------------------------------
 
 
+def _metrics_port_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve Prometheus /metrics and the /livez and /readyz probes on PORT")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="swarmlog", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = p.add_subparsers(dest="command", required=True)
@@ -262,12 +363,14 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sink", help="mirror the topic into Postgres, exactly once")
     s.add_argument("--topic")
     s.add_argument("--until-end", action="store_true", help="stop once caught up instead of following")
+    _metrics_port_arg(s)
     s.set_defaults(func=cmd_sink)
 
     r = sub.add_parser("replay", help="rebuild every agent's state from offset zero")
     r.add_argument("--topic")
     r.add_argument("--to", type=int, help="stop before this offset (exclusive)")
-    r.add_argument("--group", help="reset this consumer group to the log start and replay as it")
+    r.add_argument("--group", help="reset this consumer group to the log start and replay as it (with --swarm: "
+                                    "the replay's own group, never an agent's)")
     r.add_argument("--no-reset", action="store_true",
                    help="with --group: do not reset; the group must already be at the log start")
     r.add_argument("--reducer", help="module:object folding events into agent state (default: the ledger)")
@@ -277,6 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--verify", metavar="FILE", help="replay the token's range and check it matches (exit 5 if not)")
     r.add_argument("--swarm", help="module:swarm — re-run this code against the log and report divergences "
                                     "(exit 4 if it diverges)")
+    r.add_argument("--publish", action="store_true",
+                   help="with --swarm: also write the report into Postgres (table replay_reports)")
     r.set_defaults(func=cmd_replay)
 
     run = sub.add_parser("run", help="run a swarm's agents live (all in this process, or one with --agent)")
@@ -287,7 +392,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--start", action="store_true", help="write run.started (if missing); alone: only that")
     run.add_argument("--until-quiet", type=float, metavar="SECONDS",
                      help="stop once the log has not grown for SECONDS and no timeout is pending")
+    run.add_argument("--wait-for-run", type=float, default=300.0, metavar="SECONDS",
+                     help="with --agent: wait this long for the run's run.started, saying so in the log, then fail "
+                          "(default 300)")
+    run.add_argument("--stall-timeout", type=float, default=900.0, metavar="SECONDS",
+                     help="/livez fails when an agent's loop has not turned for SECONDS (default 900)")
     run.add_argument("--topic")
+    _metrics_port_arg(run)
     run.set_defaults(func=cmd_run)
 
     c = sub.add_parser("check", help="check a whole log")
@@ -307,8 +418,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _configure_logging() -> None:
+    """swarmlog's own INFO lines (rebuild, caught up, progress, aborted transactions) on stderr."""
+    import logging
+
+    root = logging.getLogger()
+    if root.handlers:  # embedded (tests, a host program): its configuration wins
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("swarmlog").setLevel(logging.INFO)
+    logging.getLogger("swarmlog_connectors").setLevel(logging.INFO)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _configure_logging()
     try:
         if argv and argv[0] == "dev":
             return cmd_dev(argv[1:])

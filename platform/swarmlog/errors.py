@@ -228,6 +228,18 @@ class NoRunStarted(SwarmlogError):
                          f"no seed to derive randomness from; start runs with `swarmlog run` (it writes run.started)")
 
 
+class RunNotStarted(SwarmlogError):
+    """An agent waited for the topic's ``run.started`` and none came: nothing started the run."""
+
+    def __init__(self, *, topic: str, waited_s: float) -> None:
+        self.topic = topic
+        self.waited_s = waited_s
+        super().__init__(
+            f"no run.started in topic {topic!r} after waiting {waited_s:.0f} s, so the agents have nothing to do. "
+            f"Start the run with `swarmlog run <module:swarm> --start --run-id ID --seed N` (the Helm chart's "
+            f"run-start hook Job does it on install: see its logs), or wait longer with --wait-for-run SECONDS")
+
+
 class OutsideStep(SwarmlogError):
     """``ctx`` was used outside a handler."""
 

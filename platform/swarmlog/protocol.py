@@ -10,7 +10,8 @@ One home for every convention that readers and writers of the log share:
 * the **routing headers** (``sl.type``, ``sl.v``, ``sl.agent``, ``sl.to``, ``sl.step``)
   that let a reader skip an event without decoding it, and their parsing;
 * the names of the **Kafka resources** of an agent (its transactional id and
-  consumer group), which operators see in Kafka's own tools.
+  consumer group) and of the replay Job (its consumer group), which operators see in
+  Kafka's own tools.
 """
 
 from __future__ import annotations
@@ -143,6 +144,14 @@ def agent_transactional_id(topic: str, agent: str) -> str:
 def agent_group(topic: str, agent: str) -> str:
     """The agent's consumer group: its committed offset says how far the live agent got."""
     return f"swarmlog.{topic}.{agent}"
+
+
+def replay_group(topic: str) -> str:
+    """The consumer group the replay Job reads as by default: its own, so a replay never touches an agent.
+
+    Outside the agents' ``swarmlog.<topic>.`` prefix, so no agent name can ever collide with it.
+    """
+    return f"swarmlog-replay.{topic}"
 
 
 # --- Kafka resources of the debugging tools ------------------------------------------------------

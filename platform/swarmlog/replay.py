@@ -24,10 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .agent import Swarm
-from .errors import GroupNotAtStart
+from .errors import GroupNotAtStart, UsageError
 from .fold import Fold, Reducer, ReplayResult, Undecodable
 from .kafka.backend import backend_for
 from .log.base import LogBackend
+from .protocol import agent_group, replay_group
 from .runtime import Divergence, SwarmReplayResult, replay_swarm_log
 from .schema.registry import SchemaRegistry
 from .settings import Settings
@@ -90,11 +91,17 @@ def replay_swarm(
     topic: str | None = None,
     to: int | None = None,
     strict: bool = False,
+    group: str | None = None,
+    reset: bool = True,
     registry: SchemaRegistry | None = None,
     progress: Callable[[int, int], None] | None = None,
     backend: LogBackend | None = None,
 ) -> SwarmReplayResult:
-    """Re-run ``swarm``'s handlers over the recorded log (writing nothing).
+    """Re-run ``swarm``'s handlers over the recorded log (writing nothing to it).
+
+    With ``group``, read as that consumer group (the replay's own: never an agent's, whose
+    group says how far the live agent got): reset it to the log start first, or with
+    ``reset=False`` require it to be there already; it commits where the replay ended.
 
     Returns a :class:`SwarmReplayResult`: per-agent hashes of ``agent.state``, the
     stream hash, and every divergence between what the code does now and what the
@@ -103,9 +110,15 @@ def replay_swarm(
     :class:`~swarmlog.errors.NondeterminismError` at the first divergence instead.
     """
     topic = topic or settings.topic
+    if group is not None:
+        for name in swarm.agent_names:
+            if group == agent_group(topic, name):
+                raise UsageError(f"consumer group {group!r} is agent {name!r}'s own: its committed offset says how "
+                                 f"far the live agent got. Give the replay a group of its own (the chart's default "
+                                 f"is {replay_group(topic)!r})")
     registry = registry or SchemaRegistry.load(settings.schema_dir)
     backend = backend_for(settings, backend)
     with backend.reader(topic):
         pass  # refuses a missing or multi-partition topic with a clear error
     return replay_swarm_log(backend=backend, swarm=swarm, topic=topic, registry=registry, to=to, strict=strict,
-                            progress=progress)
+                            group=group, reset=reset, progress=progress)

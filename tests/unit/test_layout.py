@@ -23,7 +23,8 @@ PUBLIC = {
         "EffectDiverged", "EffectFailed", "Event", "EventLog", "EventNotFound", "ForkPointInsideStep",
         "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed", "HTTPRequestDiverged",
         "InMemoryLog", "InvalidEvent", "KafkaOperationFailed", "MissingDependency", "NoRunStarted",
-        "NondeterminismError", "OutsideStep", "ReadFailed", "ReplayResult", "RunAlreadyRecorded", "SchemaError",
+        "NondeterminismError", "OutsideStep", "ReadFailed", "ReplayResult", "RunAlreadyRecorded",
+        "RunNotStarted", "SchemaError",
         "SchemaNotFound", "ServiceUnavailable", "Settings", "Swarm", "SwarmReplayResult", "SwarmlogError",
         "TopicCreateFailed", "TopicExists", "TopicNotFound", "TopicNotSinglePartition", "TransactionAborted",
         "UndecodableMessage", "UnknownEventType", "UsageError", "on", "on_message", "on_timer", "replay",
@@ -45,9 +46,10 @@ PUBLIC = {
     ],
     "swarmlog.runtime": [
         "AgentWorker", "Divergence", "RunInfo", "SwarmReplayResult", "WorkerResult", "code_version", "find_run",
-        "load_swarm", "replay_swarm_log", "result_json", "run_agents", "start_run",
+        "load_swarm", "replay_swarm_log", "result_json", "run_agents", "start_run", "wait_for_run",
     ],
     "swarmlog.schema": ["Decoder", "Encoder", "EventSchema", "SchemaRegistry"],
+    "swarmlog.observe": ["Family", "Health", "LatencyHistogram", "Metrics", "ObservabilityServer", "serve"],
     "swarmlog.replay": ["Divergence", "Fold", "ReplayResult", "SwarmReplayResult", "Undecodable", "replay",
                         "replay_swarm"],
 }

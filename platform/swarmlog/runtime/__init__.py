@@ -10,7 +10,7 @@ over a log), ``_worker`` (a live agent on a channel of the log), ``_replayer``
 from ._core import Divergence
 from ._replayer import SwarmReplayResult, replay_swarm_log
 from ._worker import AgentWorker, WorkerResult
-from .runner import RunInfo, code_version, find_run, load_swarm, result_json, run_agents, start_run
+from .runner import RunInfo, code_version, find_run, load_swarm, result_json, run_agents, start_run, wait_for_run
 
 __all__ = [
     "AgentWorker",
@@ -25,4 +25,5 @@ __all__ = [
     "result_json",
     "run_agents",
     "start_run",
+    "wait_for_run",
 ]

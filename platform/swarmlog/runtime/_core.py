@@ -32,6 +32,7 @@ its fixed place in the total order.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -146,6 +147,8 @@ class AgentCore:
         self.reach: int | None = None
         """Replay only: the live agent is known to have got to here (exclusive); see finish()."""
         self.stopped = False  # a non-strict replay that could not go on (an effect it cannot serve)
+        self.step_latency: Any = None
+        """A :class:`~swarmlog.observe.LatencyHistogram` the live worker gives; None in replay."""
         self._handled = agent.handled_types()
         self._raised: NondeterminismError | None = None  # recorded and raised already (strict)
 
@@ -192,6 +195,7 @@ class AgentCore:
                 handler = self.agent.handler_for(event)
                 if handler is not None:
                     self.steps += 1
+                    started = time.perf_counter()
                     try:
                         with guarded(agent=self.name, offset=off):
                             handler(ctx, event)
@@ -203,6 +207,8 @@ class AgentCore:
                                            HANDLER_FAILED, exc_info=exc)
                         ctx.emit(HANDLER_FAILED, {"error_type": type(exc).__name__, "message": str(exc)},
                                  to=self.name)
+                    if self.step_latency is not None:
+                        self.step_latency.observe(time.perf_counter() - started)
             self._fire_logical(off)
         except NondeterminismError as exc:
             self._diverge(exc)

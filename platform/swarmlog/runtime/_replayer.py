@@ -8,15 +8,25 @@ one the log recorded for that step. Nothing is written. With the code that made
 the log, the result is the live state hashes and no divergence. With changed
 code, it says where the changed program first diverges, and the state it would
 have reached on the same inputs: a "what if" on a production failure.
+
+With ``group``, the fold reads as a member of that consumer group (the replay Job's own,
+never an agent's): the group is reset to the log start through the admin API first, or,
+with ``reset=False``, must already be there (``kafka-consumer-groups --reset-offsets
+--to-earliest --execute``); at the end the group commits where the replay stopped, so
+Kafka's own tools show how far it got. The agents keep running: their groups are not
+touched. Progress is logged every ``_PROGRESS_EVERY_S`` seconds.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..agent import Swarm
+from ..errors import GroupNotAtStart
 from ..hashing import StreamHasher
 from ..log.base import LogBackend
 from ..protocol import agent_group, route
@@ -24,6 +34,10 @@ from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ._core import AgentCore, Divergence
 from ._index import index_log
+
+logger = logging.getLogger(__name__)
+
+_PROGRESS_EVERY_S = 10.0
 
 
 @dataclass(slots=True)
@@ -63,9 +77,11 @@ class SwarmReplayResult:
 
 
 def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry: SchemaRegistry,
-                     to: int | None = None, strict: bool = False,
+                     to: int | None = None, strict: bool = False, group: str | None = None, reset: bool = True,
                      progress: Callable[[int, int], None] | None = None) -> SwarmReplayResult:
     decoder = Decoder(registry)
+    logger.info("replaying swarm %s against topic %s%s%s", swarm.name, topic,
+                f" up to offset {to}" if to is not None else "", f" as consumer group {group}" if group else "")
     agents = swarm.agents()
     indexes, _ = index_log(backend=backend, topic=topic, decoder=decoder, agents=[a.name for a in agents], end=to)
     cores = [AgentCore(agent=a, decoder=decoder, index=indexes[a.name], live_sink=None, strict=strict)
@@ -78,8 +94,20 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
     events = 0
     low, high = backend.watermarks(topic)
     total = (min(high, to) if to is not None else high) - low
-    with backend.reader(topic) as reader:
-        reader.assign(low)
+    last_report = time.monotonic()
+    with backend.reader(topic, group=group) as reader:
+        if group is None:
+            reader.assign(low)
+        else:
+            if reset:
+                backend.reset_group(group, topic, low)
+            else:
+                committed = backend.committed(group, topic)
+                if committed is None or committed != low:
+                    raise GroupNotAtStart(group=group, committed=-1 if committed is None else committed,
+                                          log_start=low)
+            reader.position.end_offset = low
+            reader.subscribe()
         for batch in reader.batches(end=to):
             for m in batch:
                 hasher.update(m.offset(), m.value())
@@ -89,10 +117,18 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
                     core.process(m, r)
             if progress is not None:
                 progress(reader.position.end_offset - low, total)
+            if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
+                last_report = time.monotonic()
+                logger.info("replay of %s: at offset %d of %d (%d events)", swarm.name, reader.position.end_offset,
+                            low + total, events)
         end = reader.position.end_offset
+        if group is not None:
+            reader.commit(end)
     for core in cores:
         core.finish()
     divergences = sorted((d for c in cores for d in c.divergences), key=lambda d: d.offset)
+    logger.info("replay of %s done: %d events up to offset %d, %d divergence(s)", swarm.name, events, end,
+                len(divergences))
     return SwarmReplayResult(
         end_offset=end, events=events, agents={c.name: c.state_hash() for c in cores},
         stream_hash=hasher.hexdigest(), divergences=divergences, steps={c.name: c.steps for c in cores},

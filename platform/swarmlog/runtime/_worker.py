@@ -21,6 +21,11 @@ group consumer, :mod:`swarmlog.kafka.channel`):
    start, so history is never pre-empted by a firing that already happened.
 
 SIGTERM (via ``stop``) finishes the current batch's transaction and returns.
+
+What it logs (``swarmlog.runtime._worker``): the rebuild's start and target, its progress
+every ``_PROGRESS_EVERY_S`` seconds, "caught up at offset N, live", live progress when there
+was any, every aborted transaction and why, and where it stopped. What it measures is read at
+scrape time (:meth:`AgentWorker.metric_families`); the per-step cost is one histogram bucket.
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ from typing import Any
 
 from ..agent import Agent, Swarm
 from ..context import Output
+from ..errors import TransactionAborted
 from ..events import Event
 from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend
+from ..observe import Family, LatencyHistogram
 from ..protocol import H_STEP, TIMER_FIRED, parse_step, route, wall_timer_id
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
@@ -48,6 +55,8 @@ logger = logging.getLogger(__name__)
 _OFFSET_COMMIT_EVERY_S = 2.0
 """A caught-up agent with nothing to write still commits its position this often, so its
 group's lag stays honest."""
+_PROGRESS_EVERY_S = 30.0
+"""How often a rebuilding agent logs how far it got, and a live one that it is making progress."""
 
 
 class _LiveSink:
@@ -116,6 +125,15 @@ class AgentWorker:
         self.eof_at = -1
         """The log end (exclusive) the agent last read up to; transaction markers make it differ
         from the last event's offset + 1."""
+        self.start_end = -1
+        """The log end it found at start: rebuilt once it has read that far."""
+        self.step_latency = LatencyHistogram()
+        self.commit_latency = LatencyHistogram()
+        self.transactions = 0
+        self.transactions_aborted = 0
+        self.rebuild_steps = 0
+        self.heartbeat = time.monotonic()
+        """Set on every turn of the loop: a stale one means it is stuck (a handler that never returns)."""
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -140,17 +158,30 @@ class AgentWorker:
         channel.fence()
         indexes, start_end = index_log(backend=self.backend, topic=self.topic, decoder=self.decoder, agents=[name])
         index = indexes[name]
-        logger.info("agent %s: rebuilding from offset 0 (log end %d, its last recorded step %d)", name, start_end,
-                    index.last_step)
+        self.start_end = start_end
+        logger.info("agent %s: rebuild started from offset 0 up to the log end %d (its last recorded step: %d)",
+                    name, start_end, index.last_step)
         sink = self._sink = _LiveSink(channel=channel, registry=self.registry, agent=name)
         core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, index=index, live_sink=sink,
                                      llm_client=self.swarm.llm, strict=True)
+        core.step_latency = self.step_latency
         sink.core = core
         channel.start(lambda: core.position)
-        last_commit = time.monotonic()
+        last_commit = last_report = time.monotonic()
+        reported_steps = 0
         committed_position = -1
         try:
             while not self.stop_event.is_set():
+                self.heartbeat = now = time.monotonic()
+                if now - last_report >= _PROGRESS_EVERY_S:
+                    last_report = now
+                    if not self.caught_up.is_set():
+                        logger.info("agent %s: rebuilding, at offset %d of %d (%d steps replayed)", name,
+                                    core.position, start_end, core.steps)
+                    elif core.steps != reported_steps:
+                        logger.info("agent %s: live at offset %d, %d steps (%d in the last %.0f s)", name,
+                                    core.position, core.steps, core.steps - reported_steps, _PROGRESS_EVERY_S)
+                    reported_steps = core.steps
                 wait = 0.1
                 due = core.next_wall_due_ms()
                 read_to = max(core.position, self.eof_at)
@@ -164,6 +195,7 @@ class AgentWorker:
                 read_to = max(core.position, self.eof_at)
                 if read_to >= start_end:
                     if not self.caught_up.is_set():
+                        self.rebuild_steps = reported_steps = core.steps
                         self.caught_up.set()
                         logger.info("agent %s: caught up at offset %d, live (%d steps replayed)", name, read_to,
                                     core.steps)
@@ -189,9 +221,13 @@ class AgentWorker:
                 channel.begin()
                 sink.in_txn = True
                 self._commit(channel, sink, read_to)
-        except BaseException:
+        except BaseException as exc:
             if sink.in_txn:
                 sink.in_txn = False
+                self.transactions_aborted += 1
+                logger.error("agent %s: transaction aborted at offset %d because of %s: %s; none of its outputs "
+                             "became visible, and the next start re-runs those steps", name, core.position,
+                             type(exc).__name__, exc)
                 channel.abort()
             raise
         logger.info("agent %s: stopped at offset %d after %d steps", name, core.position, core.steps)
@@ -199,10 +235,61 @@ class AgentWorker:
                             state=self.agent.state)
 
     def _commit(self, channel: AgentChannel, sink: _LiveSink, position: int) -> None:
+        started = time.perf_counter()
         try:
             channel.commit(position)
+        except TransactionAborted as exc:
+            self.transactions_aborted += 1
+            logger.error("agent %s: transaction aborted at offset %d: %s", self.agent.name, position, exc.detail)
+            raise
         except Exception as exc:
-            logger.error("agent %s: %s", self.agent.name, exc)
+            self.transactions_aborted += 1
+            logger.error("agent %s: committing at offset %d failed: %s", self.agent.name, position, exc)
             raise
         finally:
             sink.in_txn = False
+        self.commit_latency.observe(time.perf_counter() - started)
+        self.transactions += 1
+
+    # -- what an operator sees -------------------------------------------------------------
+
+    def readiness(self) -> str | None:
+        """None once the agent is live; else what it is doing."""
+        if self.caught_up.is_set():
+            return None
+        core = self.core
+        if core is None:
+            return f"agent {self.agent.name}: starting"
+        return f"agent {self.agent.name}: rebuilding, at offset {core.position} of {self.start_end}"
+
+    def metric_families(self) -> list[Family]:
+        """This agent's metrics, read now (``swarmlog_agent_*``, label ``agent``)."""
+        core = self.core
+        me = (self.agent.name,)
+        steps = core.steps if core is not None else 0
+        position = core.position if core is not None else 0
+        rebuilt = 1.0 if self.caught_up.is_set() else (
+            min(1.0, position / self.start_end) if self.start_end > 0 else 0.0)
+        return [
+            Family("swarmlog_agent_steps", "counter", "Steps handled since the process started (rebuild and live).",
+                   ("agent",), [(me, steps)]),
+            Family("swarmlog_agent_rebuild_steps", "gauge", "Steps replayed by the rebuild before turning live.",
+                   ("agent",), [(me, self.rebuild_steps if self.caught_up.is_set() else steps)]),
+            Family("swarmlog_agent_step_seconds", "histogram", "Time one step takes: the handler and its outputs.",
+                   ("agent",), [(me, self.step_latency)]),
+            Family("swarmlog_agent_commit_seconds", "histogram",
+                   "Time one transaction's commit takes (outputs and position together).", ("agent",),
+                   [(me, self.commit_latency)]),
+            Family("swarmlog_agent_transactions", "counter", "Transactions committed.", ("agent",),
+                   [(me, self.transactions)]),
+            Family("swarmlog_agent_transactions_aborted", "counter", "Transactions aborted (outputs never visible).",
+                   ("agent",), [(me, self.transactions_aborted)]),
+            Family("swarmlog_agent_position", "gauge", "The next offset the agent reads.", ("agent",),
+                   [(me, position)]),
+            Family("swarmlog_agent_rebuild_target_offset", "gauge", "The log end found at start.", ("agent",),
+                   [(me, self.start_end)]),
+            Family("swarmlog_agent_rebuild_progress", "gauge", "Share of the rebuild done (1: caught up, live).",
+                   ("agent",), [(me, rebuilt)]),
+            Family("swarmlog_agent_live", "gauge", "1 once the agent has caught up and runs live.", ("agent",),
+                   [(me, 1.0 if self.caught_up.is_set() else 0.0)]),
+        ]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Swarm
-from ..errors import ConfigurationError, RunAlreadyRecorded
+from ..errors import ConfigurationError, RunAlreadyRecorded, RunNotStarted
 from ..kafka.backend import backend_for
 from ..log.append import EventLog
 from ..log.base import LogBackend
@@ -112,6 +112,50 @@ def start_run(*, settings: Settings, swarm: Swarm, run_id: str, seed: int, topic
     logger.info("run %s of swarm %s started at offset %d (seed %d, code %s)", run_id, swarm.name, offset, seed,
                 version)
     return RunInfo(run_id=run_id, seed=seed, offset=offset, created=True, code_version=version)
+
+
+_RUN_POLL_S = 1.0
+_RUN_WAIT_LOG_EVERY_S = 30.0
+
+
+def wait_for_run(*, settings: Settings, timeout: float, topic: str | None = None, run_id: str | None = None,
+                 seed: int | None = None, registry: SchemaRegistry | None = None,
+                 backend: LogBackend | None = None, stop: threading.Event | None = None) -> RunInfo | None:
+    """The topic's run, waiting up to ``timeout`` seconds for its ``run.started``.
+
+    An agent started before its run (a pod that beat the chart's run-start Job, or a run
+    nobody started) says so in its log and waits instead of idling silently, then fails with
+    :class:`~swarmlog.errors.RunNotStarted`. Given ``run_id``/``seed`` (the agent's own
+    ``--run-id``/``--seed``), a recorded run that differs is refused with
+    :class:`~swarmlog.errors.RunAlreadyRecorded`: the agent was configured for another run.
+    Returns None only if ``stop`` was set while waiting.
+    """
+    topic = topic or settings.topic
+    registry = registry or SchemaRegistry.load(settings.schema_dir)
+    backend = backend_for(settings, backend)
+    stop = stop or threading.Event()
+    started = last_log = time.monotonic()
+    while True:
+        run = find_run(settings, topic, registry, backend=backend)
+        if run is not None:
+            if (run_id is not None and run.run_id != run_id) or (seed is not None and run.seed != seed):
+                raise RunAlreadyRecorded(topic=topic, run_id=run.run_id, seed=run.seed,
+                                         requested_run_id=run_id if run_id is not None else run.run_id,
+                                         requested_seed=seed if seed is not None else run.seed)
+            if last_log != started:
+                logger.info("found run %s (seed %d) at offset %d after %.0f s", run.run_id, run.seed, run.offset,
+                            time.monotonic() - started)
+            return run
+        waited = time.monotonic() - started
+        if waited >= timeout:
+            raise RunNotStarted(topic=topic, waited_s=waited)
+        if last_log == started or time.monotonic() - last_log >= _RUN_WAIT_LOG_EVERY_S:
+            last_log = time.monotonic()
+            logger.warning("no run.started in topic %s yet: waiting for the run to be started (%.0f of %.0f s; "
+                           "`swarmlog run <module:swarm> --start --run-id ID --seed N` starts it)", topic, waited,
+                           timeout)
+        if stop.wait(_RUN_POLL_S):
+            return None
 
 
 def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = None, topic: str | None = None,

@@ -1,0 +1,15 @@
+"""What an operator sees of a running agent, sink or replay: Prometheus metrics and HTTP probes.
+
+Public face: :class:`Metrics` (families read from the running objects at scrape time, so
+the hot path pays nothing but a counter or a histogram bucket), :class:`LatencyHistogram`
+(the one per-step cost), :class:`Health` (liveness and readiness from background checks
+of Kafka and Postgres), and :func:`serve` (``/metrics``, ``/livez``, ``/readyz`` on one
+port: ``--metrics-port``). ``prometheus_client`` is an optional extra
+(``pip install 'swarmlog[metrics]'``); the probes work without it.
+"""
+
+from ._health import Health
+from ._metrics import Family, LatencyHistogram, Metrics
+from ._server import ObservabilityServer, serve
+
+__all__ = ["Family", "Health", "LatencyHistogram", "Metrics", "ObservabilityServer", "serve"]
