@@ -140,8 +140,7 @@ def prod_values() -> dict[str, Any]:
 def replay_manifests(
     helm: list[str], helm_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> list[Manifest]:
-    overrides = values_file(tmp_path_factory.mktemp("replay"), {
-        "agents": {"replicas": 0}, "replay": {"enabled": True, "to": 120000, "json": True}})
+    overrides = values_file(tmp_path_factory.mktemp("replay"), {"replay": {"enabled": True, "to": 120000}})
     return render(helm, helm_env, *template_args(PROD_VALUES, overrides))
 
 
@@ -234,8 +233,119 @@ def test_exactly_one_sink_with_one_replica_that_never_overlaps(manifests: list[M
     (sink,) = component(manifests, "Deployment", "sink")
     assert sink["spec"]["replicas"] == 1
     assert sink["spec"]["strategy"] == {"type": "Recreate"}
-    assert container(sink)["args"] == ["sink"]
+    assert container(sink)["args"] == ["sink", "--metrics-port", "9400"]
     assert pod_spec(sink)["terminationGracePeriodSeconds"] >= 30
+
+
+# --- starting the run ------------------------------------------------------------------
+
+
+def test_the_run_is_started_by_a_hook_after_the_topic_and_before_any_agent(
+    manifests: list[Manifest], configured_agents: list[str]
+) -> None:
+    (topic_job,) = component(manifests, "Job", "topic")
+    (start,) = component(manifests, "Job", "run-start")
+    annotations = start["metadata"]["annotations"]
+    # pre-install: the agents' Deployments are created only after every pre-install hook
+    # succeeded, so an agent's first read finds run.started. pre-upgrade: an upgrade that
+    # changes swarm.runId or swarm.seed fails here, before any agent restarts with them.
+    assert set(annotations["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade"}
+    assert int(annotations["helm.sh/hook-weight"]) > int(topic_job["metadata"]["annotations"]["helm.sh/hook-weight"])
+    args = container(start)["args"]
+    (agent, *_) = component(manifests, "Deployment", "agent")
+    agent_args = container(agent)["args"]
+    assert args[:3] == ["run", agent_args[1], "--start"]
+    assert arg_after(args, "--run-id") == arg_after(agent_args, "--run-id")
+    assert arg_after(args, "--seed") == arg_after(agent_args, "--seed")
+    assert "--agent" not in args
+    assert "envFrom" not in container(start)  # a hook: the ConfigMap does not exist yet
+    assert pod_spec(start)["restartPolicy"] == "Never"
+
+
+def test_agents_wait_a_bounded_time_for_the_run(manifests: list[Manifest]) -> None:
+    for deployment in component(manifests, "Deployment", "agent"):
+        assert int(arg_after(container(deployment)["args"], "--wait-for-run")) > 0
+
+
+def test_no_run_start_hook_when_disabled(helm: list[str], helm_env: dict[str, str], tmp_path: Path) -> None:
+    manifests = render(helm, helm_env, *template_args(values_file(tmp_path, {"runStart": {"enabled": False}})))
+    assert component(manifests, "Job", "run-start") == []
+
+
+# --- observability ---------------------------------------------------------------------
+
+
+def test_agents_and_the_sink_serve_metrics_and_probes_on_the_port_they_are_given(
+    manifests: list[Manifest],
+) -> None:
+    workloads = component(manifests, "Deployment", "agent") + component(manifests, "Deployment", "sink")
+    assert workloads
+    for workload in workloads:
+        c = container(workload)
+        port = int(arg_after(c["args"], "--metrics-port"))
+        (named,) = c["ports"]
+        assert (named["name"], named["containerPort"]) == ("metrics", port)
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+        assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
+        annotations = workload["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/port"] == str(port)
+    for job in [m for m in manifests if m["kind"] == "Job"]:
+        assert "readinessProbe" not in container(job) and "--metrics-port" not in container(job)["args"]
+
+
+def test_metrics_can_be_turned_off(helm: list[str], helm_env: dict[str, str], tmp_path: Path) -> None:
+    manifests = render(helm, helm_env, *template_args(values_file(tmp_path, {"metrics": {"enabled": False}})))
+    for workload in pod_workloads(manifests):
+        c = container(workload)
+        assert "--metrics-port" not in c["args"] and "livenessProbe" not in c and "ports" not in c
+
+
+# --- service account and per-agent overrides -------------------------------------------
+
+
+def test_a_created_service_account_carries_its_iam_annotations_and_exists_before_the_hooks(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    role = {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/research-swarm"}
+    manifests = render(helm, helm_env, *template_args(PROD_VALUES, values_file(tmp_path, {
+        "serviceAccount": {"create": True, "annotations": role}})))
+    (account,) = [m for m in manifests if m["kind"] == "ServiceAccount"]
+    assert role.items() <= account["metadata"]["annotations"].items()
+    assert account["automountServiceAccountToken"] is False
+    weight = int(account["metadata"]["annotations"]["helm.sh/hook-weight"])
+    for workload in pod_workloads(manifests):
+        assert pod_spec(workload)["serviceAccountName"] == account["metadata"]["name"]
+        assert pod_spec(workload)["automountServiceAccountToken"] is False
+        hook = workload["metadata"].get("annotations", {}).get("helm.sh/hook-weight")
+        if hook is not None:
+            assert weight < int(hook)
+
+
+def test_an_existing_service_account_is_only_referenced(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    manifests = render(helm, helm_env, *template_args(values_file(tmp_path, {"serviceAccount": {"name": "swarms"}})))
+    assert not [m for m in manifests if m["kind"] == "ServiceAccount"]
+    assert {pod_spec(w)["serviceAccountName"] for w in pod_workloads(manifests)} == {"swarms"}
+
+
+def test_per_agent_overrides_apply_to_that_agent_only(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path, prod_values: dict[str, Any]
+) -> None:
+    big = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}}
+    manifests = render(helm, helm_env, *template_args(PROD_VALUES, values_file(tmp_path, {"agents": {"overrides": {
+        "coder": {"resources": big, "extraEnv": [{"name": "SANDBOX_URL", "value": "http://sandbox:8080"}],
+                  "podAnnotations": {"team": "coders"}}}}})))
+    by_agent = {arg_after(container(d)["args"], "--agent"): d for d in component(manifests, "Deployment", "agent")}
+    coder = by_agent.pop("coder")
+    assert container(coder)["resources"] == big
+    assert env_of(coder)["SANDBOX_URL"]["value"] == "http://sandbox:8080"
+    assert "OPENAI_API_KEY" in env_of(coder)  # agents.extraEnv still applies
+    assert coder["spec"]["template"]["metadata"]["annotations"]["team"] == "coders"
+    for other in by_agent.values():
+        assert container(other)["resources"] == prod_values["agents"]["resources"]
+        assert "SANDBOX_URL" not in env_of(other)
+        assert "team" not in other["spec"]["template"]["metadata"]["annotations"]
 
 
 # --- topic -----------------------------------------------------------------------------
@@ -345,25 +455,42 @@ def test_no_replay_job_unless_enabled(manifests: list[Manifest]) -> None:
     assert component(manifests, "Job", "replay") == []
 
 
-def test_replay_job_resets_the_configured_group(
+def test_replay_job_re_runs_the_swarm_code_as_its_own_group_while_the_agents_run(
     replay_manifests: list[Manifest], prod_values: dict[str, Any]
 ) -> None:
     (job,) = component(replay_manifests, "Job", "replay")
     assert container(job)["args"] == [
-        "replay", "--group", prod_values["replay"]["group"], "--to", "120000", "--json"]
+        "replay", "--swarm", prod_values["swarm"]["app"], "--group", prod_values["replay"]["group"], "--json",
+        "--to", "120000", "--publish"]
     assert pod_spec(job)["restartPolicy"] == "Never"
     # Not a hook: a long replay must not hold `helm upgrade --wait` hostage.
     assert "helm.sh/hook" not in job["metadata"].get("annotations", {})
+    # A divergence (exit 4) is an answer: the Job fails at once instead of replaying again.
+    (rule,) = job["spec"]["podFailurePolicy"]["rules"]
+    assert rule["action"] == "FailJob" and rule["onExitCodes"]["values"] == [4]
     for agent in component(replay_manifests, "Deployment", "agent"):
-        assert agent["spec"]["replicas"] == 0
+        assert agent["spec"]["replicas"] == 1
 
 
-def test_replay_is_refused_while_agents_run(
+def test_replay_defaults_to_a_group_of_its_own_and_can_keep_a_kafka_tools_reset(
     helm: list[str], helm_env: dict[str, str], tmp_path: Path
 ) -> None:
-    overrides = values_file(tmp_path, {"replay": {"enabled": True}})
+    manifests = render(helm, helm_env, *template_args(values_file(tmp_path, {
+        "replay": {"enabled": True, "reset": False, "publish": False}})))
+    (job,) = component(manifests, "Job", "replay")
+    args = container(job)["args"]
+    assert arg_after(args, "--group") == f"swarmlog-replay.swarmlog.{RELEASE}"
+    assert "--no-reset" in args and "--publish" not in args
+    assert "SWARMLOG_DATABASE_URL" not in env_of(job)
+
+
+def test_replay_refuses_an_agents_own_group(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path, prod_values: dict[str, Any]
+) -> None:
+    group = f"swarmlog.{prod_values['kafka']['topic']}.planner"
+    overrides = values_file(tmp_path, {"replay": {"enabled": True, "group": group}})
     stderr = render_fails(helm, helm_env, *template_args(PROD_VALUES, overrides))
-    assert "agents.replicas=0" in stderr
+    assert "own consumer group" in stderr and "planner" in stderr
 
 
 @pytest.fixture(scope="session")
@@ -392,17 +519,17 @@ def render_notes(helm: list[str], env: dict[str, str], chart: Path, *values: Pat
     return configmap["data"]["notes"]
 
 
-def test_notes_say_to_scale_agents_to_zero_before_a_replay(
+def test_notes_say_how_to_replay_without_stopping_the_agents_and_where_the_report_is(
     helm: list[str], helm_env: dict[str, str], notes_chart: Path, tmp_path: Path
 ) -> None:
     before = render_notes(helm, helm_env, notes_chart, PROD_VALUES)
-    assert "--set agents.replicas=0" in before
-    assert "no active members" in before
-    replay = values_file(tmp_path, {"agents": {"replicas": 0}, "replay": {"enabled": True}})
+    assert "--set replay.enabled=true" in before and "agents keep running" in before
+    assert "replicas=0" not in before
+    replay = values_file(tmp_path, {"replay": {"enabled": True}})
     during = render_notes(helm, helm_env, notes_chart, PROD_VALUES, replay)
-    assert f"job/{RELEASE}-swarmlog-replay-1" in during
-    assert "scaled to 0" in during
-    assert "--set replay.enabled=false --set agents.replicas=1" in during
+    assert f"kubectl -n swarms logs job/{RELEASE}-swarmlog-replay-1 | tail -n 1" in during
+    assert "replay_reports" in during and "exit 4" in during
+    assert "--set replay.enabled=false" in during
 
 
 # --- what the chart rejects ------------------------------------------------------------
@@ -421,12 +548,14 @@ def test_notes_say_to_scale_agents_to_zero_before_a_replay(
         ({"kafka": {"replicationFactor": 0}}, "/kafka/replicationFactor"),
         ({"kafka": {"securityProtocol": "TLS"}}, "/kafka/securityProtocol"),
         ({"kafka": {"bootstrapServers": "kafka"}}, "/kafka/bootstrapServers"),
-        ({"replay": {"enabled": True, "group": ""}}, "/replay/group"),
         ({"swarm": {"app": "my_swarm.Swarm"}}, "/swarm/app"),
+        ({"agents": {"overrides": {"planner": {"replicas": 2}}}}, "/agents/overrides/planner"),
+        ({"metrics": {"port": 0}}, "/metrics/port"),
+        ({"serviceAccountName": "swarms"}, "serviceAccountName"),
     ],
     ids=["sink-replicas-2", "agent-replicas-2", "no-agents", "repeated-agent", "agent-name",
-         "numeric-tag", "typo", "replication-0", "protocol", "no-port", "replay-no-group",
-         "app-not-module-colon-class"],
+         "numeric-tag", "typo", "replication-0", "protocol", "no-port", "app-not-module-colon-class",
+         "override-not-a-pod-setting", "metrics-port-0", "old-service-account-key"],
 )
 def test_values_schema_rejects(
     helm: list[str], helm_env: dict[str, str], tmp_path: Path, overrides: dict[str, Any],
@@ -448,10 +577,11 @@ def test_values_schema_rejects(
         ({"kafka": {"extraConfig": {"security.protocol": "SSL"}}}, "its own value"),
         ({"database": {"url": ""}}, "database.existingSecret"),
         ({"database": {"existingSecret": "pg"}}, "not both"),
+        ({"agents": {"overrides": {"plannr": {"resources": {}}}}}, "not one of swarm.agents"),
     ],
     ids=["min-isr-above-rf", "sasl-without-credentials", "sasl-secret-and-password",
          "ca-without-tls", "password-in-configmap", "shadowed-setting", "no-database",
-         "database-twice"],
+         "database-twice", "override-for-no-agent"],
 )
 def test_templates_reject_inconsistent_values(
     helm: list[str], helm_env: dict[str, str], tmp_path: Path, overrides: dict[str, Any],

@@ -70,6 +70,18 @@ The agent keeps its real name in `--agent`; this form only names its Deployment.
 {{- .Values.kafka.topic | default (printf "swarmlog.%s" .Release.Name) }}
 {{- end }}
 
+{{- define "swarmlog.replayGroup" -}}
+{{- .Values.replay.group | default (printf "swarmlog-replay.%s" (include "swarmlog.topic" .)) }}
+{{- end }}
+
+{{- define "swarmlog.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- .Values.serviceAccount.name | default (include "swarmlog.fullname" .) }}
+{{- else }}
+{{- .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
 {{- define "swarmlog.runId" -}}
 {{- .Values.swarm.runId | default .Release.Name }}
 {{- end }}
@@ -139,8 +151,18 @@ which every release has, so a bad combination fails `helm install` before anythi
 {{- if and $v.kafka.tls.caSecret (not (has $v.kafka.securityProtocol (list "SSL" "SASL_SSL"))) }}
 {{- fail (printf "kafka.tls.caSecret is set but kafka.securityProtocol is %s, which does not use TLS: use SSL or SASL_SSL" $v.kafka.securityProtocol) }}
 {{- end }}
-{{- if and $v.replay.enabled (gt ($v.agents.replicas | int) 0) (not $v.replay.allowRunningAgents) }}
-{{- fail (printf "replay.enabled: Kafka refuses to reset consumer group %q while it has active members, so stop the agents first: `helm upgrade %s <chart> --reuse-values --set agents.replicas=0`, then enable the replay (or set replay.allowRunningAgents=true if no agent consumes in that group)" $v.replay.group .Release.Name) }}
+{{- if $v.replay.enabled }}
+{{- $group := include "swarmlog.replayGroup" . }}
+{{- range $v.swarm.agents }}
+{{- if eq $group (printf "swarmlog.%s.%s" (include "swarmlog.topic" $) .) }}
+{{- fail (printf "replay.group %q is agent %q's own consumer group: its committed offset says how far the live agent got, and Kafka refuses to reset it while the agent runs. Leave replay.group empty for the replay's own group (%s)" $group . (printf "swarmlog-replay.%s" (include "swarmlog.topic" $))) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $name, $_ := $v.agents.overrides }}
+{{- if not (has $name $v.swarm.agents) }}
+{{- fail (printf "agents.overrides: %q is not one of swarm.agents (%s)" $name (join ", " $v.swarm.agents)) }}
+{{- end }}
 {{- end }}
 {{- range $key, $_ := $v.kafka.extraConfig }}
 {{- if has $key (list "bootstrap.servers" "security.protocol" "sasl.mechanism" "sasl.mechanisms" "sasl.username" "ssl.ca.location") }}
@@ -153,8 +175,8 @@ which every release has, so a bad combination fails `helm install` before anythi
 {{- if and $v.database.url $v.database.existingSecret }}
 {{- fail "database: set either existingSecret or url, not both" }}
 {{- end }}
-{{- if and (or $v.sink.enabled $v.replay.enabled) (not (or $v.database.url $v.database.existingSecret)) }}
-{{- fail "database: the sink and replay need Postgres: set database.existingSecret (a Secret holding the libpq URL) or database.url" }}
+{{- if and (or $v.sink.enabled (and $v.replay.enabled $v.replay.publish)) (not (or $v.database.url $v.database.existingSecret)) }}
+{{- fail "database: the sink and the replay's report (replay.publish) need Postgres: set database.existingSecret (a Secret holding the libpq URL) or database.url" }}
 {{- end }}
 {{- end }}
 
@@ -240,6 +262,7 @@ The pod template shared by every workload. Takes a dict:
   values      the component's values (resources, podAnnotations, extraEnv,
               terminationGracePeriodSeconds)
   restartPolicy  for Jobs
+  probes      serve metrics.port (`--metrics-port` is among the args) and probe it
 */}}
 {{- define "swarmlog.podTemplate" -}}
 {{- $root := .root }}
@@ -260,8 +283,13 @@ metadata:
     {{- with $c.podAnnotations }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+    {{- if and .probes $v.metrics.scrapeAnnotations }}
+    prometheus.io/scrape: "true"
+    prometheus.io/port: {{ $v.metrics.port | int64 | toString | quote }}
+    prometheus.io/path: /metrics
+    {{- end }}
 spec:
-  {{- with $v.serviceAccountName }}
+  {{- with include "swarmlog.serviceAccountName" $root }}
   serviceAccountName: {{ . }}
   {{- end }}
   # swarmlog talks to Kafka and Postgres only, never to the Kubernetes API.
@@ -288,6 +316,28 @@ spec:
         {{- range .args }}
         - {{ . | quote }}
         {{- end }}
+      {{- if .probes }}
+      ports:
+        - name: metrics
+          containerPort: {{ $v.metrics.port | int64 }}
+          protocol: TCP
+      # Ready: Kafka (and Postgres, for the sink) answer and an agent has caught up with the
+      # log (a rebuilding agent is not ready yet). Live: the loop turns and no dependency
+      # has been unreachable for 5 minutes. Both answered from cached checks, never blocking.
+      readinessProbe:
+        httpGet:
+          path: /readyz
+          port: metrics
+        periodSeconds: 10
+        failureThreshold: 3
+      livenessProbe:
+        httpGet:
+          path: /livez
+          port: metrics
+        initialDelaySeconds: 10
+        periodSeconds: 20
+        failureThreshold: 3
+      {{- end }}
       {{- if not .inlineEnv }}
       envFrom:
         - configMapRef:
