@@ -14,6 +14,7 @@ A service that cannot be reached fails the session; nothing is skipped.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -87,3 +88,35 @@ def read_log(settings: Settings, registry: SchemaRegistry) -> list[LogRecord]:
                 writer, rec = decoder.decode(m.value(), m.offset())
                 out.append(LogRecord(m.offset(), writer.event_type, rec, m.headers() or []))
     return out
+
+
+# --- helm (`make tools` builds it into .tools/bin) -----------------------------------------
+
+
+def _find_helm() -> str:
+    local = REPO / ".tools" / "bin" / "helm"
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    found = shutil.which("helm")
+    if found:
+        return found
+    pytest.fail(
+        f"helm is not installed (looked for {local} and on PATH): run `make tools`, "
+        f"which builds it with helm/install-helm.sh",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def helm() -> list[str]:
+    return [_find_helm()]
+
+
+@pytest.fixture(scope="session")
+def helm_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """helm's config, cache and data kept out of the user's home."""
+    home = tmp_path_factory.mktemp("helm-home")
+    env = dict(os.environ)
+    for var in ("HELM_CONFIG_HOME", "HELM_CACHE_HOME", "HELM_DATA_HOME"):
+        env[var] = str(home / var.lower())
+    return env

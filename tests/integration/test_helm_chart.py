@@ -9,7 +9,6 @@ always referenced from Secrets, never written into manifests.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -29,35 +28,6 @@ Manifest = dict[str, Any]
 
 
 # --- running helm ----------------------------------------------------------------------
-
-
-def _find_helm() -> str:
-    local = REPO / ".tools" / "bin" / "helm"
-    if local.is_file() and os.access(local, os.X_OK):
-        return str(local)
-    found = shutil.which("helm")
-    if found:
-        return found
-    pytest.fail(
-        f"helm is not installed (looked for {local} and on PATH): run `make tools`, "
-        f"which builds it with helm/install-helm.sh",
-        pytrace=False,
-    )
-
-
-@pytest.fixture(scope="session")
-def helm() -> list[str]:
-    return [_find_helm()]
-
-
-@pytest.fixture(scope="session")
-def helm_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """helm's config, cache and data kept out of the user's home."""
-    home = tmp_path_factory.mktemp("helm-home")
-    env = dict(os.environ)
-    for var in ("HELM_CONFIG_HOME", "HELM_CACHE_HOME", "HELM_DATA_HOME"):
-        env[var] = str(home / var.lower())
-    return env
 
 
 def run_helm(helm: list[str], env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -602,5 +572,19 @@ def test_image_runs_swarmlog_as_the_non_root_user_the_chart_expects() -> None:
     assert re.search(r'^ENTRYPOINT \["swarmlog"\]$', dockerfile, re.MULTILINE)
     schema_dir = re.search(r"SWARMLOG_SCHEMA_DIR=(\S+)", dockerfile)
     assert schema_dir
-    assert re.search(rf"^COPY schemas/ {re.escape(schema_dir.group(1))}/?$", dockerfile, re.MULTILINE)
+    assert re.search(rf"^COPY (--chown=0:0 )?schemas/ {re.escape(schema_dir.group(1))}/?$", dockerfile, re.MULTILINE)
     assert re.search(r"^FROM python:3\.11-slim\b", dockerfile, re.MULTILINE)
+
+
+def test_a_derived_image_can_pip_install_into_swarmlogs_environment() -> None:
+    """`FROM swarmlog` + `RUN pip install my-swarm` runs as the image's USER: the venv must be theirs."""
+    dockerfile = DOCKERFILE.read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    uid = values["podSecurityContext"]["runAsUser"]
+    venv = re.search(r"^RUN python -m venv (\S+)$", dockerfile, re.MULTILINE)
+    assert venv
+    assert re.search(rf"^COPY --from=build --chown={uid}:{uid} {re.escape(venv.group(1))} {re.escape(venv.group(1))}$",
+                     dockerfile, re.MULTILINE)
+    assert re.search(rf"^ENV PATH={re.escape(venv.group(1))}/bin:\$PATH", dockerfile, re.MULTILINE)
+    # The chart turns --metrics-port on: the image must have the metrics extra.
+    assert re.search(r"pip install '\.\[[a-z,]*metrics[a-z,]*\]'", dockerfile)
