@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from swarmlog import Agent, Swarm, on, on_message, on_timer
-from swarmlog.errors import NondeterminismError
+from swarmlog.errors import GroupNotAtStart, NondeterminismError, RunAlreadyRecorded, RunNotStarted, UsageError
 from swarmlog.log.append import EventLog
 from swarmlog.log.base import LogBackend
-from swarmlog.protocol import agent_group, parse_step
+from swarmlog.protocol import agent_group, parse_step, replay_group
 from swarmlog.replay import replay_swarm
-from swarmlog.runtime import run_agents, start_run
+from swarmlog.runtime import run_agents, start_run, wait_for_run
 from swarmlog.schema.codec import Decoder
 
 from .. import swarms
@@ -226,3 +226,83 @@ class RuntimeContract:
         assert [o["payload"]["kind"] for o in outputs] == ["finished"]
         assert replay_swarm(settings=run_settings, swarm=swarms.relay, registry=registry,
                             backend=backend).divergences == []
+
+    # -- the replay Job: its own consumer group, the agents untouched ----------------------
+
+    def test_a_swarm_replay_as_its_own_group_resets_it_commits_its_end_and_leaves_agents_alone(
+            self, backend, run_settings, registry):
+        topic = run_settings.topic
+        start_run(settings=run_settings, swarm=swarms.relay, run_id="grp", seed=13, backend=backend)
+        live = {r.agent: r.state_hash for r in self._run(backend, run_settings, swarms.relay)}
+        agents_at = {a: backend.committed(agent_group(topic, a), topic) for a in live}
+        group = replay_group(topic)
+        backend.reset_group(group, topic, 5)  # somewhere else: the replay must reset it first
+        result = replay_swarm(settings=run_settings, swarm=swarms.relay, registry=registry, backend=backend,
+                              group=group)
+        assert result.divergences == [] and result.agents == live
+        assert backend.committed(group, topic) == result.end_offset
+        assert {a: backend.committed(agent_group(topic, a), topic) for a in live} == agents_at
+
+    def test_a_swarm_replay_without_reset_needs_its_group_at_the_log_start(self, backend, run_settings, registry):
+        topic = run_settings.topic
+        start_run(settings=run_settings, swarm=swarms.relay, run_id="noreset", seed=2, backend=backend)
+        live = {r.agent: r.state_hash for r in self._run(backend, run_settings, swarms.relay)}
+        group = replay_group(topic)
+        backend.reset_group(group, topic, 3)
+        with pytest.raises(GroupNotAtStart) as err:
+            replay_swarm(settings=run_settings, swarm=swarms.relay, registry=registry, backend=backend, group=group,
+                         reset=False)
+        assert err.value.committed == 3
+        backend.reset_group(group, topic, 0)  # what kafka-consumer-groups --reset-offsets --to-earliest does
+        result = replay_swarm(settings=run_settings, swarm=swarms.relay, registry=registry, backend=backend,
+                              group=group, reset=False)
+        assert result.agents == live
+
+    def test_a_swarm_replay_refuses_an_agents_own_group(self, backend, run_settings, registry):
+        with pytest.raises(UsageError, match="agent 'r1'"):
+            replay_swarm(settings=run_settings, swarm=swarms.relay, registry=registry, backend=backend,
+                         group=agent_group(run_settings.topic, "r1"))
+
+    # -- waiting for the run ------------------------------------------------------------------
+
+    def test_an_agent_waits_a_bounded_time_for_run_started_then_fails(self, backend, run_settings, registry, caplog):
+        with caplog.at_level("WARNING", logger="swarmlog.runtime.runner"), pytest.raises(RunNotStarted) as err:
+            wait_for_run(settings=run_settings, timeout=0.5, registry=registry, backend=backend)
+        assert err.value.topic == run_settings.topic and err.value.waited_s >= 0.5
+        assert "no run.started" in caplog.text
+
+    def test_an_agent_finds_a_run_started_while_it_waits(self, backend, run_settings, registry):
+        import threading
+
+        starter = threading.Timer(0.5, lambda: start_run(settings=run_settings, swarm=swarms.relay, run_id="late",
+                                                         seed=8, backend=backend))
+        starter.start()
+        try:
+            run = wait_for_run(settings=run_settings, timeout=30, run_id="late", seed=8, registry=registry,
+                               backend=backend)
+        finally:
+            starter.join()
+        assert run is not None and (run.run_id, run.seed) == ("late", 8)
+
+    def test_an_agent_configured_for_another_run_refuses_the_recorded_one(self, backend, run_settings, registry):
+        start_run(settings=run_settings, swarm=swarms.relay, run_id="this", seed=1, backend=backend)
+        with pytest.raises(RunAlreadyRecorded):
+            wait_for_run(settings=run_settings, timeout=5, run_id="this", seed=2, registry=registry, backend=backend)
+
+    # -- what an operator sees ----------------------------------------------------------------
+
+    def test_a_live_agent_reports_its_steps_commits_and_that_it_caught_up(self, backend, run_settings, registry):
+        start_run(settings=run_settings, swarm=swarms.relay, run_id="metrics", seed=4, backend=backend)
+        seen: list[Any] = []
+        results = self._run(backend, run_settings, swarms.relay, on_started=seen.extend)
+        by_name = {w.agent.name: w for w in seen}
+        for r in results:
+            w = by_name[r.agent]
+            families = {f.name: f for f in w.metric_families()}
+            (((agent,), steps),) = families["swarmlog_agent_steps"].samples
+            assert agent == r.agent and steps == r.steps
+            assert families["swarmlog_agent_live"].samples == [((r.agent,), 1.0)]
+            assert families["swarmlog_agent_rebuild_progress"].samples == [((r.agent,), 1.0)]
+            assert w.readiness() is None
+            assert w.step_latency.count == r.steps
+            assert w.commit_latency.count == w.transactions > 0

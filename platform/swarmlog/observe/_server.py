@@ -71,7 +71,8 @@ class ObservabilityServer:
 
     def close(self) -> None:
         self.health.stop()
-        self._http.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever, which must be running
+            self._http.shutdown()
         self._http.server_close()
 
 
