@@ -147,13 +147,13 @@ def wait_for_run(*, settings: Settings, timeout: float, topic: str | None = None
                             time.monotonic() - started)
             return run
         waited = time.monotonic() - started
-        if waited >= timeout:
-            raise RunNotStarted(topic=topic, waited_s=waited)
         if last_log == started or time.monotonic() - last_log >= _RUN_WAIT_LOG_EVERY_S:
             last_log = time.monotonic()
             logger.warning("no run.started in topic %s yet: waiting for the run to be started (%.0f of %.0f s; "
                            "`swarmlog run <module:swarm> --start --run-id ID --seed N` starts it)", topic, waited,
                            timeout)
+        if waited >= timeout:
+            raise RunNotStarted(topic=topic, waited_s=waited)
         if stop.wait(_RUN_POLL_S):
             return None
 
