@@ -114,7 +114,7 @@ def start_run(*, settings: Settings, swarm: Swarm, run_id: str, seed: int, topic
     return RunInfo(run_id=run_id, seed=seed, offset=offset, created=True, code_version=version)
 
 
-_RUN_POLL_S = 1.0
+_RUN_POLL_S = 2.0
 _RUN_WAIT_LOG_EVERY_S = 30.0
 
 
