@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import re
@@ -131,25 +132,27 @@ def workloads(manifests: list[Manifest], *, dockerfile: Path, venv: Path, home: 
 
 
 class Pod:
-    """A workload's process, its output in files (a pod's log)."""
+    """A workload's process, its output in files (a pod's log), one pair per life."""
+
+    _lives = itertools.count(1)
 
     def __init__(self, workload: Workload, *, cwd: Path, logs: Path) -> None:
         self.workload = workload
         self.cwd = cwd
         self.logs = logs
         self.proc: subprocess.Popen[bytes] | None = None
-        self.lives = 0
+        self.life = 0
 
     @property
     def stdout_path(self) -> Path:
-        return self.logs / f"{self.workload.name}.{self.lives}.out"
+        return self.logs / f"{self.workload.name}.{self.life}.out"
 
     @property
     def stderr_path(self) -> Path:
-        return self.logs / f"{self.workload.name}.{self.lives}.err"
+        return self.logs / f"{self.workload.name}.{self.life}.err"
 
     def start(self) -> Pod:
-        self.lives += 1
+        self.life = next(self._lives)
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(self.workload.argv, env=self.workload.env, cwd=self.cwd, stdout=out,
                                          stderr=err, stdin=subprocess.DEVNULL)
