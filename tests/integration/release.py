@@ -5,8 +5,9 @@
 * **command**: the container's ``command``, else the image's ``ENTRYPOINT`` (read from
   ``helm/Dockerfile``), then its ``args``, resolved in the virtual environment the wheel
   was installed into (the image's ``/opt/swarmlog`` venv is that environment here);
-* **environment**: the image's ``ENV`` (its ``/opt/swarmlog`` paths mapped the same way),
-  then ``envFrom`` ConfigMaps, then ``env`` (values, and ``secretKeyRef`` /
+* **environment**: the image's ``ENV`` (its ``/opt/swarmlog`` paths mapped the same way; one
+  naming a path that only the image build's ``COPY`` fills, such as a schema directory, is left
+  out: what is tested is the wheel), then ``envFrom`` ConfigMaps, then ``env`` (values, and ``secretKeyRef`` /
   ``configMapKeyRef`` resolved from the rendered Secrets and ConfigMaps), as the kubelet
   layers them;
 * **ports**: every pod has its own IP in Kubernetes, but these processes share 127.0.0.1,
@@ -59,7 +60,10 @@ def image_config(dockerfile: Path, *, venv: Path) -> tuple[list[str], dict[str, 
     for line in final.splitlines():
         if line.startswith("ENV "):
             for key, value in re.findall(r"(\w+)=(\S+)", line[4:]):
-                env[key] = value.replace(IMAGE_ROOT, str(venv))
+                local = value.replace(IMAGE_ROOT, str(venv))
+                if key != "PATH" and local != value and not Path(local).exists():
+                    continue  # filled by the image build, not by installing the wheel
+                env[key] = local
     (entrypoint,) = re.findall(r"^ENTRYPOINT (\[.*\])$", final, re.MULTILINE)
     return json.loads(entrypoint), env
 
