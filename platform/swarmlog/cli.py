@@ -69,7 +69,7 @@ def cmd_append(args: argparse.Namespace) -> int:
 def cmd_sink(args: argparse.Namespace) -> int:
     from swarmlog_connectors.postgres_sink import PostgresCheck, PostgresSink
 
-    from .observe import Metrics
+    from .observe import Metrics, serve_process
 
     settings = _settings(args)
     sink = PostgresSink(settings=settings)
@@ -78,8 +78,9 @@ def cmd_sink(args: argparse.Namespace) -> int:
     if args.metrics_port is not None:
         metrics = Metrics()
         metrics.add(sink.metric_families)
-        server = _serve(args.metrics_port, settings, metrics, checks={"Postgres": PostgresCheck(settings)},
-                        on_log_end=lambda end: setattr(sink, "log_end", end))
+        server = serve_process(port=args.metrics_port, settings=settings, metrics=metrics,
+                               checks={"Postgres": PostgresCheck(settings)},
+                               on_log_end=lambda end: setattr(sink, "log_end", end))
     try:
         stats = sink.run(until_end=args.until_end)
     finally:
@@ -87,30 +88,6 @@ def cmd_sink(args: argparse.Namespace) -> int:
             server.close()
     print(json.dumps({"position": stats.position, "rows": stats.rows, "dead_letters": stats.dead_letters}))
     return 0
-
-
-def _serve(port: int, settings: Settings, metrics: Any, *, checks: dict[str, Any] | None = None,
-           ready: Any = None, live: Any = None, on_log_end: Any = None) -> Any:
-    """``/metrics``, ``/livez``, ``/readyz`` on ``port``, with Kafka (and ``checks``) checked in the background."""
-    from .kafka.backend import KafkaBackend
-    from .observe import Family, Health, serve
-
-    backend = KafkaBackend(settings)
-    topic = settings.topic
-    seen: dict[str, int] = {}
-
-    def kafka() -> None:
-        # The high watermark: proves the partition's leader answers, and is the log end for lag.
-        end = backend.watermarks(topic)[1]
-        seen["end"] = end
-        if on_log_end is not None:
-            on_log_end(end)
-
-    metrics.add(lambda: [Family("swarmlog_log_end_offset", "gauge",
-                                "The topic's high watermark at the last health check.", ("topic",),
-                                [((topic,), seen["end"])] if "end" in seen else [])])
-    health = Health(checks={"Kafka": kafka, **(checks or {})}, ready=ready, live=live)
-    return serve(port=port, metrics=metrics, health=health)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -229,7 +206,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from .observe import Metrics
+    from .observe import Metrics, serve_process
     from .runtime import AgentWorker, find_run, load_swarm, result_json, run_agents, start_run, wait_for_run
     from .schema.registry import SchemaRegistry
 
@@ -257,8 +234,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.metrics_port is not None:
         metrics = Metrics()
         metrics.add(lambda: [f for w in workers for f in w.metric_families()])
-        server = _serve(args.metrics_port, settings, metrics, ready=lambda: _agents_ready(workers),
-                        live=lambda: _agents_alive(workers, args.stall_timeout))
+        server = serve_process(port=args.metrics_port, settings=settings, metrics=metrics,
+                               ready=lambda: _first_reason([w.readiness() for w in workers]) if workers
+                               else "waiting for the run to start (no run.started in the topic yet)",
+                               live=lambda: _first_reason([w.liveness(args.stall_timeout) for w in workers]))
     try:
         if args.agent is not None and not args.start:
             if wait_for_run(settings=settings, timeout=args.wait_for_run, run_id=args.run_id, seed=args.seed,
@@ -273,25 +252,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _agents_ready(workers: list[Any]) -> str | None:
-    if not workers:
-        return "waiting for the run to start (no run.started in the topic yet)"
-    for w in workers:
-        why = w.readiness()
-        if why is not None:
-            return str(why)
-    return None
-
-
-def _agents_alive(workers: list[Any], stall_timeout: float) -> str | None:
-    import time
-
-    now = time.monotonic()
-    for w in workers:
-        if now - w.heartbeat > stall_timeout:
-            return (f"agent {w.agent.name}: its loop has not turned for {now - w.heartbeat:.0f} s "
-                    f"(a handler that never returns?)")
-    return None
+def _first_reason(reasons: list[str | None]) -> str | None:
+    return next((r for r in reasons if r is not None), None)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

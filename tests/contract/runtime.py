@@ -304,5 +304,7 @@ class RuntimeContract:
             assert families["swarmlog_agent_live"].samples == [((r.agent,), 1.0)]
             assert families["swarmlog_agent_rebuild_progress"].samples == [((r.agent,), 1.0)]
             assert w.readiness() is None
+            assert w.liveness(stall_timeout=900) is None
+            assert "has not turned" in (w.liveness(stall_timeout=-1) or "")
             assert w.step_latency.count == r.steps
             assert w.commit_latency.count == w.transactions > 0

@@ -49,7 +49,8 @@ PUBLIC = {
         "load_swarm", "replay_swarm_log", "result_json", "run_agents", "start_run", "wait_for_run",
     ],
     "swarmlog.schema": ["Decoder", "Encoder", "EventSchema", "SchemaRegistry"],
-    "swarmlog.observe": ["Family", "Health", "LatencyHistogram", "Metrics", "ObservabilityServer", "serve"],
+    "swarmlog.observe": ["Family", "Health", "LatencyHistogram", "Metrics", "ObservabilityServer", "serve",
+                         "serve_process"],
     "swarmlog.replay": ["Divergence", "Fold", "ReplayResult", "SwarmReplayResult", "Undecodable", "replay",
                         "replay_swarm"],
 }

@@ -4,12 +4,13 @@ Public face: :class:`Metrics` (families read from the running objects at scrape 
 the hot path pays nothing but a counter or a histogram bucket), :class:`LatencyHistogram`
 (the one per-step cost), :class:`Health` (liveness and readiness from background checks
 of Kafka and Postgres), and :func:`serve` (``/metrics``, ``/livez``, ``/readyz`` on one
-port: ``--metrics-port``). ``prometheus_client`` is an optional extra
+port: ``--metrics-port``; :func:`serve_process` adds the Kafka check). ``prometheus_client`` is an optional extra
 (``pip install 'swarmlog[metrics]'``); the probes work without it.
 """
 
 from ._health import Health
 from ._metrics import Family, LatencyHistogram, Metrics
+from ._process import serve_process
 from ._server import ObservabilityServer, serve
 
-__all__ = ["Family", "Health", "LatencyHistogram", "Metrics", "ObservabilityServer", "serve"]
+__all__ = ["Family", "Health", "LatencyHistogram", "Metrics", "ObservabilityServer", "serve", "serve_process"]

@@ -262,6 +262,14 @@ class AgentWorker:
             return f"agent {self.agent.name}: starting"
         return f"agent {self.agent.name}: rebuilding, at offset {core.position} of {self.start_end}"
 
+    def liveness(self, stall_timeout: float) -> str | None:
+        """None while the loop turns; else how long it has been stuck (a handler that never returns?)."""
+        stalled = time.monotonic() - self.heartbeat
+        if stalled > stall_timeout:
+            return (f"agent {self.agent.name}: its loop has not turned for {stalled:.0f} s "
+                    f"(a handler that never returns?)")
+        return None
+
     def metric_families(self) -> list[Family]:
         """This agent's metrics, read now (``swarmlog_agent_*``, label ``agent``)."""
         core = self.core
