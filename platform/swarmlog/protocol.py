@@ -124,6 +124,13 @@ def run_started_id(run_id: str) -> str:
     return f"run@{run_id}"
 
 
+RUN_WRITER = "swarmlog"
+"""The ``agent`` that writes ``run.started``."""
+RUN_STARTER_CHANNEL = "@run-start"
+"""The name the run's starter opens its transactional channel under: its transactional id is
+``swarmlog.<topic>.@run-start``, which no agent's can be (``@`` is not allowed in agent names)."""
+
+
 def parse_step(event_id: str) -> tuple[int, int] | None:
     """``agent@step#i`` -> (step, i); None for a wall-clock firing or an id of another grammar."""
     _, _, tail = event_id.rpartition(_STEP_MARK)

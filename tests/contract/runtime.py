@@ -263,6 +263,35 @@ class RuntimeContract:
             replay_swarm(settings=run_settings, swarm=swarms.relay, registry=registry, backend=backend,
                          group=agent_group(run_settings.topic, "r1"))
 
+    # -- starting the run ---------------------------------------------------------------------
+
+    def test_the_run_starts_exactly_once_when_starters_race(self, backend, run_settings, registry):
+        import threading
+
+        starters = 4
+        barrier = threading.Barrier(starters)
+        results: list[Any] = []
+        errors: list[BaseException] = []
+
+        def start() -> None:
+            barrier.wait()
+            try:
+                results.append(start_run(settings=run_settings, swarm=swarms.relay, run_id="race", seed=9,
+                                         registry=registry, backend=backend))
+            except BaseException as exc:  # surfaced below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=start) for _ in range(starters)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, [repr(e) for e in errors]
+        log = events(backend, run_settings.topic, registry)
+        assert [t for _, t, _ in log] == ["run.started"]
+        assert sum(r.created for r in results) == 1
+        assert {(r.run_id, r.seed, r.offset) for r in results} == {("race", 9, log[0][0])}
+
     # -- waiting for the run ------------------------------------------------------------------
 
     def test_an_agent_waits_a_bounded_time_for_run_started_then_fails(self, backend, run_settings, registry, caplog):

@@ -45,7 +45,7 @@ class KafkaAgentChannel:
         self._consumer: Any = None
         self._in_txn = False
         self._located = -1
-        self._errors: list[str] = []
+        self._errors: list[KafkaError] = []
 
     # -- errors, translated at this seam ----------------------------------------------------
 
@@ -114,17 +114,23 @@ class KafkaAgentChannel:
                                on_delivery=self._delivered)
 
     def send_located(self, value: bytes, key: bytes | None, headers: Headers) -> int:
-        self._producer.produce(self.topic, value, key, partition=0, headers=headers,  # type: ignore[arg-type]
-                               on_delivery=self._locate)
-        self._producer.flush(_TXN_TIMEOUT_S)
+        try:
+            self._producer.produce(self.topic, value, key, partition=0, headers=headers,  # type: ignore[arg-type]
+                                   on_delivery=self._locate)
+            self._producer.flush(_TXN_TIMEOUT_S)
+        except (KafkaException, SystemError) as exc:  # fatal, e.g. fenced by a newer life
+            fatal = _fatal_cause(exc)
+            self._errors.clear()
+            raise self._failed(fatal, "producing its outputs") from None
         self._raise_delivery_errors()
         return self._located
 
-    def commit(self, position: int) -> None:
+    def commit(self, position: int | None) -> None:
         producer = self._producer
         try:
-            producer.send_offsets_to_transaction([TopicPartition(self.topic, 0, position)],
-                                                 self._consumer.consumer_group_metadata(), _TXN_TIMEOUT_S)
+            if position is not None:
+                producer.send_offsets_to_transaction([TopicPartition(self.topic, 0, position)],
+                                                     self._consumer.consumer_group_metadata(), _TXN_TIMEOUT_S)
             producer.commit_transaction(_TXN_TIMEOUT_S)
         except KafkaException as exc:
             failure = self._failed(exc, "committing its transaction")
@@ -150,27 +156,43 @@ class KafkaAgentChannel:
             self._consumer = None
         try:
             self._producer.flush(_TXN_TIMEOUT_S)
-        except KafkaException as exc:
+        except (KafkaException, SystemError) as exc:
             # A fenced or failed producer has nothing left to deliver that could count: whatever
             # it had in an open transaction is aborted by the life that fenced it.
             logger.debug("agent %s: closing its producer: %s", self.agent, exc)
 
     # -- delivery reports ----------------------------------------------------------------------
 
+
     def _locate(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
-            self._errors.append(err.str())
+            self._errors.append(err)
         else:
             self._located = msg.offset()
 
     def _delivered(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
-            self._errors.append(err.str())
+            self._errors.append(err)
 
     def _raise_delivery_errors(self) -> None:
         if self._errors:
             errors, self._errors = self._errors, []
-            raise TransactionAborted(agent=self.agent, detail=f"producing its outputs failed: {'; '.join(errors)}")
+            raise TransactionAborted(agent=self.agent,
+                                     detail=f"producing its outputs failed: {'; '.join(e.str() for e in errors)}")
+
+
+def _fatal_cause(exc: BaseException) -> KafkaException:
+    """The KafkaException behind ``exc``.
+
+    A fenced producer's ``flush()`` holds the fatal error to raise while it still runs the
+    delivery callbacks; the first Python call a callback makes then fails with a SystemError
+    whose cause is that KafkaException. Anything else is not ours to translate.
+    """
+    if isinstance(exc, KafkaException):
+        return exc
+    if isinstance(exc.__cause__, KafkaException):
+        return exc.__cause__
+    raise exc
 
 
 def next_batch(consumer: Any, size: int, wait: float) -> list[Any]:

@@ -141,8 +141,9 @@ class AgentChannel(Protocol):
     def send_located(self, value: bytes, key: bytes | None, headers: Headers) -> int:
         """Write into the open transaction and return the offset the message got (waits for it)."""
 
-    def commit(self, position: int) -> None:
-        """Commit the open transaction together with the agent's position; raises
+    def commit(self, position: int | None) -> None:
+        """Commit the open transaction together with the agent's position (None: outputs only, for a
+        writer that consumes nothing, e.g. the run's starter); raises
         :class:`~swarmlog.errors.TransactionAborted` (aborted, nothing visible) if it cannot."""
 
     def abort(self) -> None:

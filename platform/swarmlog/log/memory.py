@@ -410,7 +410,7 @@ class MemoryAgentChannel:
                 raise AgentFenced(agent=self.agent, detail="its transaction was aborted")
             return log._append(log._topic(self.topic), value, key, headers, self._txn)
 
-    def commit(self, position: int) -> None:
+    def commit(self, position: int | None) -> None:
         log = self.log
         with log._cond:
             txn, self._txn = self._txn, None
@@ -418,7 +418,8 @@ class MemoryAgentChannel:
             if txn is None or txn.state != "open":
                 raise AgentFenced(agent=self.agent, detail="its transaction was aborted")
             log._end_txn(log._topic(self.topic), txn, "committed")
-            log._committed[(self.group, self.topic)] = position
+            if position is not None:
+                log._committed[(self.group, self.topic)] = position
 
     def abort(self) -> None:
         log = self.log

@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Swarm
-from ..errors import ConfigurationError, RunAlreadyRecorded, RunNotStarted
+from ..errors import ConfigurationError, RunAlreadyRecorded, RunNotStarted, TransactionAborted
 from ..kafka.backend import backend_for
-from ..log.append import EventLog
 from ..log.base import LogBackend
-from ..protocol import RUN_STARTED, RUN_STARTED_HEADER, run_started_id
-from ..schema.codec import Decoder
+from ..protocol import RUN_STARTED, RUN_STARTED_HEADER, RUN_STARTER_CHANNEL, RUN_WRITER, run_started_id
+from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
 from ._worker import AgentWorker, WorkerResult
@@ -93,25 +92,76 @@ def find_run(settings: Settings, topic: str, registry: SchemaRegistry, *,
     return None
 
 
+_START_ATTEMPTS = 5
+_START_BACKOFF_S = 1.0
+
+
 def start_run(*, settings: Settings, swarm: Swarm, run_id: str, seed: int, topic: str | None = None,
               registry: SchemaRegistry | None = None, backend: LogBackend | None = None) -> RunInfo:
-    """Append ``run.started`` unless the topic already has it (idempotent for the same run)."""
+    """Append ``run.started`` unless the topic already has it: exactly once for the same run.
+
+    Exactly once even when starters race (a retried hook Job, a second pod of it, an operator
+    at the same moment): a starter first fences every other one, through a transactional id
+    of the run's own (:data:`~swarmlog.protocol.RUN_STARTER_CHANNEL`), then reads the log, and
+    writes only if it holds no run yet, in a transaction. Fencing waits for whatever an earlier
+    starter had in flight to commit or abort, so the read sees a run that any other starter
+    committed; and a starter fenced between its read and its commit commits nothing, reads
+    again, and finds the run of the one that fenced it.
+    """
     topic = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dir)
+    backend = backend_for(settings, backend)
     existing = find_run(settings, topic, registry, backend=backend)
-    if existing is not None:
-        if existing.run_id != run_id or existing.seed != seed:
-            raise RunAlreadyRecorded(topic=topic, run_id=existing.run_id, seed=existing.seed,
-                                     requested_run_id=run_id, requested_seed=seed)
-        return existing
-    version = code_version(swarm)
-    with EventLog(settings=settings, registry=registry, topic=topic, run_id=run_id, backend=backend) as log:
-        offset = log.append(RUN_STARTED, {"swarm": swarm.name, "seed": seed, "code_version": version,
-                                          "agents": swarm.agent_names}, agent="swarmlog",
-                            event_id=run_started_id(run_id))
-    logger.info("run %s of swarm %s started at offset %d (seed %d, code %s)", run_id, swarm.name, offset, seed,
-                version)
-    return RunInfo(run_id=run_id, seed=seed, offset=offset, created=True, code_version=version)
+    attempt = 0
+    while existing is None:
+        attempt += 1
+        version = code_version(swarm)
+        payload = {"swarm": swarm.name, "seed": seed, "code_version": version, "agents": swarm.agent_names}
+        try:
+            existing, offset = _write_run_started(settings=settings, backend=backend, topic=topic,
+                                                  registry=registry, run_id=run_id, payload=payload)
+        except TransactionAborted as exc:
+            if attempt == _START_ATTEMPTS:
+                raise
+            logger.info("starting run %s: another starter fenced this one (%s); reading the log again", run_id,
+                        exc.detail)
+            # Give the starter that fenced this one the time to commit, rather than fence it in turn.
+            time.sleep(_START_BACKOFF_S * attempt)
+            existing = find_run(settings, topic, registry, backend=backend)
+            continue
+        if existing is None:
+            logger.info("run %s of swarm %s started at offset %d (seed %d, code %s)", run_id, swarm.name,
+                        offset, seed, version)
+            return RunInfo(run_id=run_id, seed=seed, offset=offset, created=True, code_version=version)
+    if existing.run_id != run_id or existing.seed != seed:
+        raise RunAlreadyRecorded(topic=topic, run_id=existing.run_id, seed=existing.seed,
+                                 requested_run_id=run_id, requested_seed=seed)
+    return existing
+
+
+def _write_run_started(*, settings: Settings, backend: LogBackend, topic: str, registry: SchemaRegistry,
+                       run_id: str, payload: dict[str, Any]) -> tuple[RunInfo | None, int]:
+    """(the run already there, -1), or (None, the offset ``run.started`` was written at)."""
+    channel = backend.agent_channel(topic, RUN_STARTER_CHANNEL)
+    try:
+        channel.fence()  # from here on no other starter commits, and what one committed is readable
+        existing = find_run(settings, topic, registry, backend=backend)
+        if existing is not None:
+            return existing, -1
+        enc = Encoder(registry.latest(RUN_STARTED))
+        value = enc.encode_event(run_started_id(run_id), run_id, RUN_WRITER, None, [],
+                                 enc.schema.validate_payload(payload))
+        key = RUN_WRITER.encode()
+        channel.begin()
+        try:
+            offset = channel.send_located(value, key, enc.headers(key, None))
+            channel.commit(None)  # outputs only: the starter consumes nothing
+        except BaseException:
+            channel.abort()
+            raise
+        return None, offset
+    finally:
+        channel.close()
 
 
 _RUN_POLL_S = 2.0
