@@ -37,10 +37,11 @@ FOLD_FIELDS = frozenset({
 """Core attributes that are the fold's state (beside ``agent.state`` and the ``ctx``'s run)."""
 WIRING_FIELDS = frozenset({
     "agent", "name", "decoder", "index", "ctx", "live_sink", "verify_sink", "strict", "on_divergence", "reach",
-    "_handled", "_raised",
+    "_handled", "_raised", "step_latency",
 })
 """Core attributes that are how it is wired (or derived from the wiring), set up anew by whoever builds it.
-``reach`` is how far the live agent got, asked of its group; ``_raised`` is only ever set by a strict replay."""
+``reach`` is how far the live agent got, asked of its group; ``_raised`` is only ever set by a strict replay;
+``step_latency`` is the live worker's histogram (what the process measures, not what the fold is)."""
 
 
 class StateNotCapturable(SwarmlogError):
