@@ -2,14 +2,15 @@
 # Everything the project needs is installed here, never by hand: the Python
 # environment (.venv), Kafka's jars (Maven, on first `swarmlog dev up`), PostgreSQL
 # (Debian's package when the machine has none), and helm (built from the Go
-# module proxy) for the chart tests.
+# module proxy) for the chart tests, and headless Chromium (Debian's chromium and
+# chromium-driver) for the timeline page's tests.
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit integration lint bench bench-peers tools up down status schema-check clean help
+.PHONY: demo test unit integration lint bench bench-peers tools browser up down status schema-check clean help
 
 help:
 	@echo "make demo   run a swarm on a local Kafka + Postgres, mirror it, replay it"
@@ -21,7 +22,7 @@ help:
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics]'
+	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics,tui]'
 	touch $@
 
 # The peers (LangGraph, its Postgres checkpointer) are heavy and only the peers benchmark
@@ -29,10 +30,14 @@ $(STAMP): pyproject.toml
 PEERS_STAMP := $(VENV)/.installed-peers
 
 $(PEERS_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,bench,lint,peers]'
+	$(BIN)/pip install --quiet -e '.[test,bench,lint,tui,peers]'
 	touch $@
 
-tools: .tools/bin/helm
+tools: .tools/bin/helm browser
+
+# The timeline's HTML page is tested in a real browser; the script does nothing when both are there.
+browser:
+	bash scripts/install-chromium.sh
 
 .tools/bin/helm: helm/install-helm.sh
 	bash helm/install-helm.sh
