@@ -16,7 +16,8 @@ Variables:
 ``SWARMLOG_MIN_INSYNC_REPLICAS`` ``min.insync.replicas`` for topics swarmlog creates (default: broker's).
 ``SWARMLOG_TOKEN_KEY``           key that signs and checks replay tokens (HMAC-SHA256); optional.
 ``SWARMLOG_SWARM``               the swarm's code, ``module:swarm``, for the commands that run it over the
-                                 log (``state``, ``debug``, ``snapshot``) when ``--swarm`` is not given.
+                                 log (``state``, ``debug``, ``step``, ``snapshot``, ``timeline``) when
+                                 ``--swarm`` is not given.
 ``SWARMLOG_KAFKA_<KEY>``         any librdkafka property, ``_`` standing for ``.``:
                                  ``SWARMLOG_KAFKA_SECURITY_PROTOCOL=SASL_SSL``,
                                  ``SWARMLOG_KAFKA_SASL_MECHANISM=SCRAM-SHA-512``,

@@ -35,6 +35,8 @@ PUBLIC = {
         "Replayed", "Session", "SnapshotInfo", "SnapshotStale", "SnapshotStore", "SnapshotsTaken", "StateDiff",
         "Step", "Stop", "fork",
     ],
+    "swarmlog.debug.timeline": ["ROW_KINDS", "Row", "Timeline", "build_timeline", "from_graph", "render_html",
+                                "render_text", "write_html"],
     "swarmlog.kafka": [
         "KafkaBackend", "LogReader", "TOPIC_CONFIG", "TopicInfo", "committed_offset", "create_topic",
         "describe_topic", "group_members", "high_watermark", "require_single_partition", "reset_group",

@@ -12,6 +12,8 @@ The public face (``tests/unit/test_layout.py`` pins it):
   ``breakpoint()``'s debugger), :meth:`~Session.snapshot`.
 * :class:`SnapshotStore` — per-agent snapshots beside the log, tagged with code and schema versions.
 * :func:`fork` — a run's prefix copied, offset for offset, into a new topic to go on from.
+* :mod:`swarmlog.debug.timeline` — a range of the log as a sequence diagram, for a
+  terminal or as one self-contained HTML page (``swarmlog timeline``).
 
 What a stepping view or a timeline needs is all here: the events of a range with their causes
 (``graph``), every agent's state before and after each step (``steps``, ``Cursor``), moving

@@ -1,4 +1,4 @@
-"""The debugging commands: ``swarmlog log | show | state | debug | snapshot | fork``.
+"""The debugging commands: ``swarmlog log | show | state | debug | snapshot | fork | timeline``.
 
 Each is a thin layer over :mod:`swarmlog.debug`: parse, call the Python API, print. What
 the engine logs (a snapshot not used, and why) reaches the terminal as a ``note:`` line on
@@ -192,6 +192,31 @@ def cmd_fork(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_timeline(args: argparse.Namespace) -> int:
+    from . import LogView, Session
+    from .timeline import build_timeline, write_html
+    from .timeline.html import page_doc
+    from .timeline.text import write
+
+    _notes()
+    settings = _settings(args)
+    view = LogView(settings=settings)
+    session = None
+    if args.swarm or settings.swarm:  # the code, to find and mark where it first departs from the log
+        session = Session(settings=settings, swarm=_swarm(args, settings), snapshots=not args.no_snapshots)
+    timeline = build_timeline(view=view, start=args.start, end=args.end, session=session, agents=args.agent)
+    if args.html:
+        path = write_html(timeline, args.html)
+        print(f"wrote {path} ({len(timeline.rows)} events, {len(timeline.lanes)} agents): open it in a browser; "
+              f"it loads nothing from the network", file=sys.stderr)
+        return 0
+    if args.json:
+        print(json.dumps(page_doc(timeline), default=str, ensure_ascii=False))
+        return 0
+    write(timeline, sys.stdout, color=args.color)
+    return 0
+
+
 # --- parsers ----------------------------------------------------------------------------------
 
 
@@ -240,6 +265,16 @@ def add_parsers(sub: Any) -> None:
     sn.add_argument("--list", action="store_true", help="list the snapshots kept")
     _code_args(sn)
     sn.set_defaults(func=cmd_snapshot)
+
+    tl = sub.add_parser("timeline", help="a range of the log as a sequence diagram (terminal, or --html FILE)")
+    tl.add_argument("--from", dest="start", type=int, default=0, metavar="OFFSET", help="first offset")
+    tl.add_argument("--to", dest="end", type=int, metavar="OFFSET", help="stop before this offset")
+    tl.add_argument("--agent", action="append", default=[], help="only events this agent wrote or was sent")
+    tl.add_argument("--html", metavar="FILE", help="write one self-contained HTML page instead")
+    tl.add_argument("--json", action="store_true", help="print what the page draws, as JSON")
+    tl.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    _code_args(tl)
+    tl.set_defaults(func=cmd_timeline)
 
     fk = sub.add_parser("fork", help="copy the log before an offset into a new topic, to go on with new code")
     fk.add_argument("--at", type=int, required=True, metavar="OFFSET", help="copy the offsets before this one")
