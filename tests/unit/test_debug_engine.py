@@ -219,3 +219,31 @@ def test_a_fork_inside_one_steps_outputs_is_refused_with_the_offsets_that_work(l
              registry=registry)
     assert err.value.first <= msgs[i].offset() and err.value.last >= msgs[i + 1].offset()
     assert err.value.step == int(headers[i]["sl.step"])
+
+
+def test_goto_an_offset_just_past_a_gap_stops_before_it(long_log, registry):
+    # Offsets are ordered, not contiguous: after the message before a gap, the position is still below
+    # the next message's offset, which must not be folded by a goto to it.
+    backend, settings = long_log
+    offs = [m.offset() for m in backend.messages(settings.topic)]
+    after_gap = next(b for a, b in zip(offs, offs[1:], strict=False) if b > a + 1 and a > 50)
+    session = Session(settings=settings, swarm=swarms.relay_long, backend=backend, registry=registry)
+    with session.cursor(at=0) as cursor:
+        cursor.goto(after_gap)
+        assert cursor.last_event is not None and cursor.last_event.offset < after_gap
+        assert cursor.states() == {a: s.state for a, s in session.states(at=after_gap).items()}
+        assert cursor.forward() is not None and cursor.last_event.offset == after_gap
+
+
+def test_the_cursor_goes_back_to_any_point_it_read_and_keeps_what_each_message_made(long_log, registry):
+    backend, settings = long_log
+    session = Session(settings=settings, swarm=swarms.relay_long, backend=backend, registry=registry)
+    with session.cursor(at=0, checkpoint_every=50) as cursor:
+        cursor.goto(900)
+        folded = cursor.folded
+        assert [o for o, _ in folded] == [m.offset() for m in backend.messages(settings.topic) if m.offset() < 900]
+        assert cursor.origin == 0 and cursor.last_event is not None and cursor.last_event.offset == folded[-1][0]
+        made = dict(folded)
+        cursor.goto(123)  # one checkpoint restored, not 700 single steps back
+        assert cursor.states() == {a: s.state for a, s in session.states(at=123).items()}
+        assert dict(cursor.folded) == {o: steps for o, steps in made.items() if o < 123}

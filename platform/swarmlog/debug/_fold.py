@@ -312,8 +312,7 @@ class SwarmFold:
             return self._resumed_after
         return m.offset(), zlib.crc32(m.value() or b"")
 
-    def messages(self, end: int | None = None) -> Iterator[Any]:
-        """The log's messages from the fold's position up to ``end`` (exclusive), read once."""
+    def _opened_feed(self) -> _Feed:
         if self._feed is None:
             check = self._check
             self._feed = _Feed(self.backend, self.topic, check[0] if check is not None else self.position)
@@ -322,7 +321,19 @@ class SwarmFold:
                 if first is None or first.offset() != check[0] or zlib.crc32(first.value() or b"") != check[1]:
                     raise SnapshotStale(topic=self.topic, offset=check[0])
                 self._feed.pop()
-        feed = self._feed
+        return self._feed
+
+    def next_offset(self) -> int | None:
+        """The offset of the next message :meth:`messages` would yield (None: none yet, at the end).
+
+        Offsets are ordered, not contiguous (transaction markers): the only way to know
+        that the next message lies at or past an offset is to look at it."""
+        m = self._opened_feed().peek()
+        return None if m is None else int(m.offset())
+
+    def messages(self, end: int | None = None) -> Iterator[Any]:
+        """The log's messages from the fold's position up to ``end`` (exclusive), read once."""
+        feed = self._opened_feed()
         while True:
             m = feed.peek()
             if m is None:

@@ -23,6 +23,7 @@ events decoded, with their causes both ways.
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from ..settings import Settings
 from ._debugger import HandlerTrap, Stop
 from ._fold import SnapshotStale, Step, SwarmFold
 from .diff import StateDiff, diff
-from .logview import LogView
+from .logview import LoggedEvent, LogView
 from .snapshots import DEFAULT_EVERY, Chosen, Ignored, SnapshotStore
 
 logger = logging.getLogger(__name__)
@@ -384,6 +385,18 @@ class Cursor:
         """The steps the last message folded made."""
         return self._history[self._index - 1][1] if self._index else []
 
+    @property
+    def last_event(self) -> LoggedEvent | None:
+        """The last message folded, decoded — whether or not any agent handled it (None: none yet)."""
+        if self._index == 0:
+            return None
+        return self.session.log.read(self._history[self._index - 1][0])
+
+    @property
+    def origin(self) -> int:
+        """Where this cursor started: :meth:`back` goes no further (open another cursor to)."""
+        return self._origin
+
     def state(self, agent: str) -> dict[str, Any]:
         return self._fold.state(agent)
 
@@ -413,7 +426,12 @@ class Cursor:
         """Un-fold the last message folded; False at the start."""
         if self._index == 0:
             return False
-        target = self._index - 1
+        self._rewind(self._index - 1)
+        return True
+
+    def _rewind(self, target: int) -> None:
+        """Back to ``target`` messages of the history folded: one checkpoint restored, at most
+        ``checkpoint_every`` messages folded again, however far back ``target`` is."""
         base = max(k for k in self._checkpoints if k <= target)
         fold = self._fold
         for name, doc in self._checkpoints[base].items():
@@ -424,15 +442,26 @@ class Cursor:
         for m, _ in self._history[base:target]:
             fold.apply(m)
         self._index = target
-        return True
+
+    @property
+    def folded(self) -> list[tuple[int, list[Step]]]:
+        """Every message this cursor has folded up to its position: (offset, the steps it made), in order."""
+        return [(int(m.offset()), steps) for m, steps in self._history[: self._index]]
 
     def goto(self, offset: int) -> None:
         """Move to just before ``offset`` (within what this cursor has read, or forward)."""
-        while self.position > offset and self.back():
-            pass
+        if self.position > offset and self._index > 0:
+            # Back in one move: the history's offsets are ordered, so the target is a bisection away.
+            target = bisect_left(self._history, offset, hi=self._index, key=lambda h: int(h[0].offset()))
+            self._rewind(target)
         while self.position < offset:
-            nxt = self._history[self._index][0] if self._index < len(self._history) else None
-            if nxt is not None and nxt.offset() >= offset:
+            # Look at the next message before folding it: past a gap (a transaction marker) the
+            # position is still below ``offset`` while the next message already lies at or after it.
+            if self._index < len(self._history):
+                nxt: int | None = self._history[self._index][0].offset()
+            else:
+                nxt = self._fold.next_offset()
+            if nxt is None or nxt >= offset:
                 break
             if self.forward() is None:
                 break
@@ -453,12 +482,13 @@ class Cursor:
 
     def prev_step(self, where: Callable[[Step], bool] | None = None) -> Step | None:
         """Move back to just before the previous step matching ``where``; None if there is none."""
-        while self._index > 0:
-            steps = self._history[self._index - 1][1]
-            self.back()
-            for s in reversed(steps):
+        for i in range(self._index - 1, -1, -1):  # the steps are kept: look first, then move once
+            for s in reversed(self._history[i][1]):
                 if where is None or where(s):
+                    self._rewind(i)
                     return s
+        if self._index:
+            self._rewind(0)
         return None
 
     def close(self) -> None:
