@@ -31,9 +31,9 @@ PUBLIC = {
         "replay_swarm", "run_agents", "start_run",
     ],
     "swarmlog.debug": [
-        "AgentState", "CausalGraph", "Change", "Cursor", "Explained", "Forked", "Ignored", "LogView", "LoggedEvent",
-        "Replayed", "Session", "SnapshotInfo", "SnapshotStale", "SnapshotStore", "SnapshotsTaken", "StateDiff",
-        "Step", "Stop", "fork",
+        "AgentState", "Breakpoint", "CausalGraph", "Change", "Cursor", "Explained", "Forked", "Hit", "Ignored",
+        "LogView", "LoggedEvent", "Replayed", "Session", "SnapshotInfo", "SnapshotStale", "SnapshotStore",
+        "SnapshotsTaken", "StateDiff", "Step", "Stepper", "Stop", "fork",
     ],
     "swarmlog.debug.timeline": ["ROW_KINDS", "Row", "Timeline", "build_timeline", "from_graph", "render_html",
                                 "render_text", "write_html"],

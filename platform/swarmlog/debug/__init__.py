@@ -12,6 +12,8 @@ The public face (``tests/unit/test_layout.py`` pins it):
   ``breakpoint()``'s debugger), :meth:`~Session.snapshot`.
 * :class:`SnapshotStore` — per-agent snapshots beside the log, tagged with code and schema versions.
 * :func:`fork` — a run's prefix copied, offset for offset, into a new topic to go on from.
+* :class:`Stepper` — a whole run one event at a time, forward and back past any cursor's
+  start, stopping at :class:`Breakpoint` s both ways (a :class:`Hit`).
 * :mod:`swarmlog.debug.timeline` — a range of the log as a sequence diagram, for a
   terminal or as one self-contained HTML page (``swarmlog timeline``).
 
@@ -24,19 +26,23 @@ ahead), ``_debugger`` (the handler trap and the debugger hook).
 
 from ._debugger import Stop
 from ._fold import SnapshotStale, Step
+from .breakpoints import Breakpoint
 from .diff import Change, StateDiff
 from .fork import Forked, fork
 from .logview import CausalGraph, Explained, LoggedEvent, LogView
 from .session import AgentState, Cursor, Replayed, Session, SnapshotsTaken
 from .snapshots import Ignored, SnapshotInfo, SnapshotStore
+from .stepper import Hit, Stepper
 
 __all__ = [
     "AgentState",
+    "Breakpoint",
     "CausalGraph",
     "Change",
     "Cursor",
     "Explained",
     "Forked",
+    "Hit",
     "Ignored",
     "LogView",
     "LoggedEvent",
@@ -48,6 +54,7 @@ __all__ = [
     "SnapshotsTaken",
     "StateDiff",
     "Step",
+    "Stepper",
     "Stop",
     "fork",
 ]
