@@ -1,4 +1,4 @@
-"""The debugging commands: ``swarmlog log | show | state | debug | snapshot | fork | timeline``.
+"""The debugging commands: ``swarmlog log | show | state | debug | step | snapshot | fork | timeline``.
 
 Each is a thin layer over :mod:`swarmlog.debug`: parse, call the Python API, print. What
 the engine logs (a snapshot not used, and why) reaches the terminal as a ``note:`` line on
@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import MissingDependency, UsageError
 from ..settings import Settings
 
 
@@ -217,6 +217,22 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_step(args: argparse.Namespace) -> int:
+    from .breakpoints import Breakpoint
+
+    breakpoints = [Breakpoint.agent(a) for a in args.break_agent] + \
+        [Breakpoint.event_type(t) for t in args.break_type] + [Breakpoint.predicate(x) for x in args.break_if]
+    try:
+        from .stepview import StepApp
+    except ImportError as exc:  # Textual is an optional extra
+        raise MissingDependency(program="Textual (the view of `swarmlog step`)",
+                                install_hint="Install the extra: pip install 'swarmlog[tui]' (`make` does).") from exc
+    session = _session(args)
+    app = StepApp(session=session, at=args.at, breakpoints=breakpoints, divergence=args.divergence)
+    app.run()
+    return 0
+
+
 # --- parsers ----------------------------------------------------------------------------------
 
 
@@ -265,6 +281,19 @@ def add_parsers(sub: Any) -> None:
     sn.add_argument("--list", action="store_true", help="list the snapshots kept")
     _code_args(sn)
     sn.set_defaults(func=cmd_snapshot)
+
+    sp = sub.add_parser("step", help="step through a run in an interactive terminal view (needs swarmlog[tui])")
+    sp.add_argument("--at", type=int, default=0, metavar="OFFSET", help="start just before this offset")
+    sp.add_argument("--divergence", action="store_true", help="start at the step where the code first diverges")
+    sp.add_argument("--break-agent", action="append", default=[], metavar="AGENT",
+                    help="stop at this agent's steps (repeatable)")
+    sp.add_argument("--break-type", action="append", default=[], metavar="TYPE",
+                    help="stop at steps handling this event type, or type:kind (repeatable)")
+    sp.add_argument("--break-if", action="append", default=[], metavar="EXPR",
+                    help="stop where this Python expression is true, e.g. \"after['phase'] == 'timed_out'\" "
+                         "(names: step, event, agent, handler, offset, type, kind, before, after, outputs)")
+    _code_args(sp)
+    sp.set_defaults(func=cmd_step)
 
     tl = sub.add_parser("timeline", help="a range of the log as a sequence diagram (terminal, or --html FILE)")
     tl.add_argument("--from", dest="start", type=int, default=0, metavar="OFFSET", help="first offset")
