@@ -465,10 +465,6 @@ class Cursor:
                 break
             if self.forward() is None:
                 break
-        if self.position > offset:
-            # Past the history the next message is only known once folded: one at or after
-            # ``offset`` (offsets have gaps) is un-folded again.
-            self.back()
 
     def next_step(self, where: Callable[[Step], bool] | None = None) -> Step | None:
         """Fold forward to the next step matching ``where`` (any step when None); None at the end."""
