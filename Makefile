@@ -37,7 +37,7 @@ tools: .tools/bin/helm browser
 
 # The timeline's HTML page is tested in a real browser; the script does nothing when both are there.
 browser:
-	bash scripts/install-chromium.sh
+	bash tests/install-chromium.sh
 
 .tools/bin/helm: helm/install-helm.sh
 	bash helm/install-helm.sh

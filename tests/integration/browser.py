@@ -1,6 +1,6 @@
 """Headless Chromium for the tests that load a page: Debian's chromium over its chromedriver (WebDriver).
 
-Both come from ``scripts/install-chromium.sh`` (``make tools`` runs it); a machine without
+Both come from ``tests/install-chromium.sh`` (``make tools`` runs it); a machine without
 them fails the test that needs them, naming the script, rather than skipping it.
 """
 
@@ -29,7 +29,7 @@ def _binary(*names: str) -> str:
         found = shutil.which(name)
         if found:
             return found
-    raise AssertionError(f"{' or '.join(names)} is not installed: run scripts/install-chromium.sh (`make tools` does)")
+    raise AssertionError(f"{' or '.join(names)} is not installed: run tests/install-chromium.sh (`make tools` does)")
 
 
 @contextmanager

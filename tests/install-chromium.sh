@@ -6,7 +6,7 @@
 # machines reach, and the two packages are built together, so the driver always matches
 # the browser.
 #
-# Usage: scripts/install-chromium.sh        Idempotent: does nothing when both are installed.
+# Usage: tests/install-chromium.sh        Idempotent: does nothing when both are installed.
 set -euo pipefail
 
 if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then
