@@ -18,7 +18,9 @@ import pexpect
 import pytest
 
 from examples import case_study
+from swarmlog.debug import LogView
 from swarmlog.kafka.topic import create_topic
+from swarmlog.protocol import TIMER_FIRED
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.settings import Settings
 
@@ -29,17 +31,23 @@ FIXED = "examples.case_study:fixed"
 CLI = [sys.executable, "-m", "swarmlog.cli"]
 
 
-def _late(task: str) -> dict[str, Any]:
-    time.sleep(2.0)  # past the 0.3 s timeout and any agent's start-up on a loaded machine
-    return {"summary": task.upper(), "took_ms": 2000}
-
-
 @pytest.fixture(scope="module")
 def run(base_settings: Settings) -> Settings:
     """One deadlocked live run of the buggy swarm on a topic of its own."""
     topic = new_topic_name("case12")
     create_topic(base_settings, topic)
     settings = base_settings.model_copy(update={"topic": topic})
+    view = LogView(settings=settings)
+
+    def _late(task: str) -> dict[str, Any]:
+        # Late beyond doubt: the worker's job ends only once the reviewer's timeout is in the
+        # log (a fixed sleep lost the race once on a loaded machine, and the run did not deadlock).
+        deadline = time.monotonic() + 120
+        while not any(True for _ in view.events(types=[TIMER_FIRED])):
+            assert time.monotonic() < deadline, "the reviewer's timeout never fired"
+            time.sleep(0.1)
+        return {"summary": task.upper(), "took_ms": 2000}
+
     real, case_study.do_work = case_study.do_work, _late
     try:
         start_run(settings=settings, swarm=case_study.buggy, run_id="case12", seed=5)
