@@ -161,7 +161,7 @@ def main() -> None:
                 print(f"| {r['label']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
                       + " | ".join(f"{r.get(k, float('nan')):.1f}" for k in keys) + " |")
         else:
-            for r in run(s, SchemaRegistry.load(s.schema_dir)):
+            for r in run(s, SchemaRegistry.load(s.schema_dirs())):
                 print(json.dumps(r))
     finally:
         common.delete_topics(s)

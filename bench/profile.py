@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     n = args.events
 
     s = common.settings()
-    registry = SchemaRegistry.load(s.schema_dir)
+    registry = SchemaRegistry.load(s.schema_dirs())
     stream = common.make_stream(registry)
     topic = common.fresh_topic(s, "profile")
     sections: list[tuple[str, str, str]] = []

@@ -125,7 +125,7 @@ def _probe_child(conn: Any, s: Settings, topic: str, mode: str, n: int) -> None:
 
 
 def probe(s: Settings, topic: str, mode: str, n: int) -> dict[str, Any]:
-    registry = SchemaRegistry.load(s.schema_dir)
+    registry = SchemaRegistry.load(s.schema_dirs())
     rss_before = _maxrss_mb()
     timeline: list[tuple[int, float]] = []  # (events replayed, current RSS) every 5% of the log
     step = max(1, n // 20)

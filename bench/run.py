@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
     s = common.settings()
     start_probe_server()  # while this process is small: see bench/replay.py
-    registry = SchemaRegistry.load(s.schema_dir)
+    registry = SchemaRegistry.load(s.schema_dirs())
     meta = environment(s)
     results: list[dict[str, Any]] = []
     started = time.monotonic()

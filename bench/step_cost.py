@@ -39,7 +39,7 @@ def main() -> None:
     log = InMemoryLog()
     log.create_topic("step-cost")
     settings = Settings(topic="step-cost", bootstrap_servers="127.0.0.1:1")
-    registry = SchemaRegistry.load(settings.schema_dir)
+    registry = SchemaRegistry.load(settings.schema_dirs())
     start_run(settings=settings, swarm=swarm, run_id="cost", seed=1, backend=log, registry=registry)
     run_agents(settings=settings, swarm=swarm, until_quiet=0.5, backend=log, registry=registry)
     msgs = log.messages("step-cost")

@@ -1,0 +1,4 @@
+"""Examples shipped with swarmlog, installed as ``swarmlog.examples``.
+
+``swarmlog.examples.case_study``: the seed document's case study (``swarmlog demo`` plays it).
+"""

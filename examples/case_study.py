@@ -14,8 +14,10 @@ fixed there: replaying the log reproduces the deadlock every time. The fix (acce
 late messages) is checked against that same log — replay says exactly where the fixed
 code departs from the run — and against new live runs.
 
+It ships with swarmlog as ``swarmlog.examples.case_study`` (the repo's ``examples/``).
 Run it: ``swarmlog demo`` (part of ``make demo``), or
-``PYTHONPATH=examples swarmlog run case_study:buggy --run-id r1 --seed 1 --until-quiet 1``.
+``swarmlog run swarmlog.examples.case_study:buggy --run-id r1 --seed 1 --until-quiet 1``, then
+``swarmlog replay --swarm swarmlog.examples.case_study:fixed``.
 """
 
 from __future__ import annotations

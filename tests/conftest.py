@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def registry() -> SchemaRegistry:
-    return SchemaRegistry.load(Settings().schema_dir)
+    return SchemaRegistry.load(Settings().schema_dirs())
 
 
 def new_topic_name(prefix: str = "test") -> str:

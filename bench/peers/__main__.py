@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if set(chosen) - set(PARTS):
         parser.error(f"unknown part(s): {', '.join(sorted(set(chosen) - set(PARTS)))}")
     s = common.settings()
-    registry = SchemaRegistry.load(s.schema_dir)
+    registry = SchemaRegistry.load(s.schema_dirs())
     if "sink" in chosen:  # fetch the jars before any clock runs
         kafka_connect.worker_classpath()
         kafka_connect.plugin_path()

@@ -149,7 +149,7 @@ class PostgresSink:
                  poll_timeout: float = 0.02, batch_size: int = 5000, transaction_size: int = 50_000) -> None:
         self.settings = settings
         self.topic = topic or settings.topic
-        self.registry = registry or SchemaRegistry.load(settings.schema_dir)
+        self.registry = registry or SchemaRegistry.load(settings.schema_dirs())
         self.rows = RowBuilder(topic=self.topic, decoder=Decoder(self.registry))
         self.poll_timeout = poll_timeout
         self.batch_size = batch_size

@@ -48,7 +48,7 @@ def check_causality(*, settings: Settings, topic: str | None = None, registry: S
                     backend: LogBackend | None = None) -> tuple[int, list[Violation]]:
     """Check the whole log; return (events checked, violations in offset order)."""
     topic = topic or settings.topic
-    decoder = Decoder(registry or SchemaRegistry.load(settings.schema_dir))
+    decoder = Decoder(registry or SchemaRegistry.load(settings.schema_dirs()))
     backend = backend_for(settings, backend)
     seen: dict[int, _Seen] = {}
     violations: list[Violation] = []

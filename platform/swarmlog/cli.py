@@ -154,7 +154,7 @@ def _token(settings: Settings, result: Any, reducer: str) -> Any:
     from .schema.registry import SchemaRegistry
     from .token import token_from
 
-    run = find_run(settings, settings.topic, SchemaRegistry.load(settings.schema_dir))
+    run = find_run(settings, settings.topic, SchemaRegistry.load(settings.schema_dirs()))
     token = token_from(result, topic=settings.topic, run=run, code_version=run.code_version if run else None,
                        reducer=reducer)
     return token.signed(settings.token_key_bytes())
@@ -215,7 +215,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.agent is None or args.start:
         if args.run_id is None and args.seed is None:
             # A topic that already holds a run (a restart, a fork) goes on with it.
-            existing = find_run(settings, settings.topic, SchemaRegistry.load(settings.schema_dir))
+            existing = find_run(settings, settings.topic, SchemaRegistry.load(settings.schema_dirs()))
             if existing is not None:
                 args.run_id, args.seed = existing.run_id, existing.seed
         if args.run_id is None or args.seed is None:

@@ -107,7 +107,7 @@ def main(*, settings: Settings, agents: int = 3, rounds: int = 200) -> int:
         return 2
     topic = f"{settings.topic}.demo-{uuid.uuid4().hex[:8]}"
     settings = settings.model_copy(update={"topic": topic})
-    registry = SchemaRegistry.load(settings.schema_dir)
+    registry = SchemaRegistry.load(settings.schema_dirs())
     create_topic(settings, topic)
     run_id = f"demo-{uuid.uuid4().hex[:8]}"
     names = [f"agent-{chr(ord('a') + i)}" for i in range(agents)]
@@ -170,15 +170,7 @@ def main(*, settings: Settings, agents: int = 3, rounds: int = 200) -> int:
 
 def _case_study(settings: Settings) -> bool:
     """The seed document's case study: find a deadlock live, replay it, verify the fix."""
-    import sys
-    from pathlib import Path
-
-    examples = Path(__file__).resolve().parents[2] / "examples"
-    if not (examples / "case_study.py").is_file():
-        print("\n(case study skipped: examples/ is not next to this installation)")
-        return True
-    sys.path.insert(0, str(examples))
-    import case_study as cs  # type: ignore[import-not-found]  # the example lives outside the package
+    from .examples import case_study as cs  # installed with swarmlog (the repo's examples/)
 
     print("\n== the case study: 5 agents; the worker's task_complete races the reviewer's timeout ==")
     for attempt in range(1, 31):
@@ -204,7 +196,7 @@ def _case_study(settings: Settings) -> bool:
         print(f"the fix (accept late messages) replayed against the same log first diverges at offset "
               f"{first.offset}: {first.agent} now sends "
               f"{first.replayed['payload']['kind']!r} to {first.replayed['to']} where the run wrote nothing")
-    print(f"  try it: PYTHONPATH=examples swarmlog replay --topic {run.settings.topic} --swarm case_study:fixed")
+    print(f"  try it: swarmlog replay --topic {run.settings.topic} --swarm swarmlog.examples.case_study:fixed")
     runs = [cs.live_run(settings, cs.fixed, seed=100 + i) for i in range(3)]
     print(f"new live runs with the fix: {sum(not r.deadlocked for r in runs)}/{len(runs)} finished")
     return same and first is not None and not any(r.deadlocked for r in runs)

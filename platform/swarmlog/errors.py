@@ -25,6 +25,19 @@ class UsageError(ConfigurationError):
     """A command was called wrongly (arguments that do not fit together)."""
 
 
+class InvalidSetting(ConfigurationError):
+    """A setting (an environment variable, or a librdkafka property) has a value swarmlog cannot use."""
+
+    def __init__(self, *, variable: str, value: str | None, problem: str, hint: str = "") -> None:
+        self.variable = variable
+        self.value = value
+        """What it was set to; None when it may hold a secret (a password in a URL)."""
+        self.problem = problem
+        self.hint = hint
+        shown = f"={value!r}" if value is not None else ""
+        super().__init__(f"{variable}{shown}: {problem}" + (f"; expected {hint}" if hint else ""))
+
+
 class MissingDependency(SwarmlogError):
     """A program swarmlog needs is not installed (Java, Maven, PostgreSQL)."""
 
@@ -136,13 +149,26 @@ class UnknownEventType(SwarmlogError):
         self.event_type = event_type
         self.known = known
         super().__init__(
-            f"no schema for event type {event_type!r}; add schemas/{event_type}/v1.avsc "
-            f"(known types: {', '.join(known) or 'none'})"
+            f"no schema for event type {event_type!r}; add {event_type}/v1.avsc to a directory on "
+            f"SWARMLOG_SCHEMA_PATH (known types: {', '.join(known) or 'none'})"
         )
 
 
 class SchemaError(SwarmlogError):
     """The schema directory is inconsistent (duplicate fingerprints, bad names, bad Avro)."""
+
+
+class SchemaClash(SchemaError):
+    """One event type is defined in two schema directories (the built-ins and ``SWARMLOG_SCHEMA_PATH``)."""
+
+    def __init__(self, *, event_type: str, first: str, second: str) -> None:
+        self.event_type = event_type
+        self.first = first
+        self.second = second
+        super().__init__(
+            f"event type {event_type!r} is defined twice: {first} and {second}. An event type lives in one "
+            f"schema directory, every version and its upcasters together; rename your type (e.g. "
+            f"myteam.{event_type}) or drop that directory from SWARMLOG_SCHEMA_PATH")
 
 
 class SchemaNotFound(SwarmlogError):
@@ -153,8 +179,9 @@ class SchemaNotFound(SwarmlogError):
         self.fingerprint = fingerprint
         where = f"at offset {offset} " if offset is not None else ""
         super().__init__(
-            f"message {where}was written with schema fingerprint {fingerprint}, which no file in "
-            f"schemas/ has; deploy the schema that wrote it (old versions must stay in schemas/ forever)"
+            f"message {where}was written with schema fingerprint {fingerprint}, which no schema this "
+            f"process loaded has; deploy the schema that wrote it (built-in, or in a directory on "
+            f"SWARMLOG_SCHEMA_PATH: old versions must stay there forever)"
         )
 
 

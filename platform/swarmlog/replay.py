@@ -56,7 +56,7 @@ def replay(
     --to-earliest --execute``).
     """
     topic = topic or settings.topic
-    registry = registry or SchemaRegistry.load(settings.schema_dir)
+    registry = registry or SchemaRegistry.load(settings.schema_dirs())
     backend = backend_for(settings, backend)
     fold = Fold(registry=registry, reducer=reducer)
     with backend.reader(topic, group=group) as reader:
@@ -116,7 +116,7 @@ def replay_swarm(
                 raise UsageError(f"consumer group {group!r} is agent {name!r}'s own: its committed offset says how "
                                  f"far the live agent got. Give the replay a group of its own (the chart's default "
                                  f"is {replay_group(topic)!r})")
-    registry = registry or SchemaRegistry.load(settings.schema_dir)
+    registry = registry or SchemaRegistry.load(settings.schema_dirs())
     backend = backend_for(settings, backend)
     with backend.reader(topic):
         pass  # refuses a missing or multi-partition topic with a clear error

@@ -10,7 +10,12 @@ Variables:
 ``SWARMLOG_BOOTSTRAP_SERVERS``   Kafka bootstrap servers.
 ``SWARMLOG_DATABASE_URL``        libpq URL of the Postgres mirror.
 ``SWARMLOG_TOPIC``               the swarm's topic (one single-partition topic per swarm).
-``SWARMLOG_SCHEMA_DIR``          where the Avro schemas live (default: the repo's ``schemas/``).
+``SWARMLOG_SCHEMA_PATH``         directories of your own event types, ``:``-separated, layered over
+                                 the built-in ones (a type defined twice is an error naming both files).
+``SWARMLOG_SCHEMA_DIR``          replaces the built-in schemas' directory (default: the ones installed
+                                 with swarmlog, ``swarmlog.schema.builtin``); for tests and forks.
+``SWARMLOG_CONNECT_TIMEOUT``     seconds to wait for Kafka (and Postgres) to answer a first request
+                                 before reporting it unreachable (default 10).
 ``SWARMLOG_REPLICATION_FACTOR``  replication factor for topics swarmlog creates
                                  (default -1: the broker's ``default.replication.factor``).
 ``SWARMLOG_MIN_INSYNC_REPLICAS`` ``min.insync.replicas`` for topics swarmlog creates (default: broker's).
@@ -30,7 +35,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from .errors import InvalidSetting
 
 DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:19092"
 DEFAULT_DATABASE_URL = "postgresql://swarmlog@127.0.0.1:15432/swarmlog"
@@ -41,9 +48,27 @@ _KAFKA_PREFIX = "SWARMLOG_KAFKA_"
 _NOT_LIBRDKAFKA: frozenset[str] = frozenset()
 
 
-def _repo_schema_dir() -> Path:
-    # platform/swarmlog/settings.py -> <repo>/schemas
-    return Path(__file__).resolve().parents[2] / "schemas"
+def _builtin_schema_dir() -> Path:
+    from .schema.registry import builtin_schema_dir  # the schema package imports fastavro: only when needed
+
+    return builtin_schema_dir()
+
+
+# Each variable swarmlog reads, and what to tell someone who set it wrongly.
+_HINTS: dict[str, str] = {
+    "SWARMLOG_BOOTSTRAP_SERVERS": "a comma-separated list of host:port, e.g. kafka-0.kafka:9092,kafka-1.kafka:9092",
+    "SWARMLOG_DATABASE_URL": "a libpq URL, e.g. postgresql://swarmlog@db.example.com:5432/swarmlog?sslmode=require",
+    "SWARMLOG_TOPIC": "the swarm's topic name, e.g. swarmlog.my-swarm",
+    "SWARMLOG_SCHEMA_DIR": "a directory of <event_type>/v<N>.avsc files",
+    "SWARMLOG_SCHEMA_PATH": "directories of <event_type>/v<N>.avsc files, separated by ':'",
+    "SWARMLOG_REPLICATION_FACTOR": "an integer: the replication factor of topics swarmlog creates (production: 3), "
+                                   "or -1 for the broker's default.replication.factor",
+    "SWARMLOG_MIN_INSYNC_REPLICAS": "an integer of at least 1: min.insync.replicas of topics swarmlog creates "
+                                    "(production: 2), or unset for the broker's default",
+    "SWARMLOG_TOKEN_KEY": "a secret string that signs replay tokens",
+    "SWARMLOG_CONNECT_TIMEOUT": "seconds, a number above 0, e.g. 10",
+    "SWARMLOG_SWARM": "the swarm's code as module:swarm, e.g. mypkg.swarms:swarm",
+}
 
 
 class Settings(BaseModel):
@@ -54,14 +79,40 @@ class Settings(BaseModel):
     bootstrap_servers: str = DEFAULT_BOOTSTRAP_SERVERS
     database_url: str = DEFAULT_DATABASE_URL
     topic: str = DEFAULT_TOPIC
-    schema_dir: Path = Field(default_factory=_repo_schema_dir)
+    schema_dir: Path = Field(default_factory=_builtin_schema_dir)
+    """The built-in schemas' directory (package data); ``SWARMLOG_SCHEMA_DIR`` replaces it."""
+    schema_path: tuple[Path, ...] = ()
+    """Directories of the user's own event types, layered over the built-ins."""
     replication_factor: int = -1
-    min_insync_replicas: int | None = None
+    min_insync_replicas: int | None = Field(default=None, ge=1)
     token_key: SecretStr | None = None
     swarm: str | None = None
     """``module:swarm`` of the swarm's code, the default of ``--swarm``."""
+    connect_timeout: float = Field(default=10.0, gt=0)
+    """Seconds a first request to Kafka or Postgres may take before it counts as unreachable."""
     kafka: Mapping[str, str] = Field(default_factory=dict)
     """Extra librdkafka properties (security, SASL, TLS, tuning) applied to every client."""
+
+    @field_validator("database_url")
+    @classmethod
+    def _libpq_url(cls, url: str) -> str:
+        # Parsed by libpq's own parser (through psycopg), so what passes here is what
+        # psycopg.connect() will accept; ports are only checked by libpq at connect time.
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            info = conninfo_to_dict(url)
+        except ProgrammingError as exc:
+            raise ValueError(str(exc).strip()) from None
+        for port in str(info.get("port") or "").split(","):
+            if port and not port.isdigit():
+                raise ValueError(f"port {port!r} is not a number")
+        return url
+
+    def schema_dirs(self) -> tuple[Path, ...]:
+        """Every schema layer, the built-ins first: what :meth:`SchemaRegistry.load` takes."""
+        return (self.schema_dir, *self.schema_path)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -77,17 +128,23 @@ class Settings(BaseModel):
             "SWARMLOG_MIN_INSYNC_REPLICAS": "min_insync_replicas",
             "SWARMLOG_TOKEN_KEY": "token_key",
             "SWARMLOG_SWARM": "swarm",
+            "SWARMLOG_CONNECT_TIMEOUT": "connect_timeout",
         }
         for var, field in simple.items():
             if env.get(var):
                 values[field] = env[var]
+        if env.get("SWARMLOG_SCHEMA_PATH"):
+            values["schema_path"] = tuple(p for p in env["SWARMLOG_SCHEMA_PATH"].split(os.pathsep) if p)
         values["kafka"] = {
             var[len(_KAFKA_PREFIX):].lower().replace("_", "."): value
             for var, value in env.items()
             if var.startswith(_KAFKA_PREFIX) and var not in _NOT_LIBRDKAFKA
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.model_validate(values)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise _invalid_setting(exc, env, simple, overrides) from None
 
     def token_key_bytes(self) -> bytes | None:
         return self.token_key.get_secret_value().encode() if self.token_key else None
@@ -110,3 +167,16 @@ class Settings(BaseModel):
         config.update(self.kafka)
         config.update(required or {})
         return config
+
+
+def _invalid_setting(exc: ValidationError, env: Mapping[str, str], variables: Mapping[str, str],
+                     overrides: Mapping[str, object]) -> InvalidSetting:
+    """The first problem pydantic found, named by the variable the user set (never a traceback)."""
+    err = exc.errors()[0]
+    field = str(err["loc"][0]) if err["loc"] else ""
+    by_field = {f: v for v, f in variables.items()} | {"schema_path": "SWARMLOG_SCHEMA_PATH"}
+    variable = by_field.get(field, field)
+    value = str(overrides[field]) if overrides.get(field) is not None else env.get(variable, "")
+    secret = variable in ("SWARMLOG_TOKEN_KEY", "SWARMLOG_DATABASE_URL")  # a URL may hold a password
+    return InvalidSetting(variable=variable, value=None if secret else value,
+                          problem=str(err["msg"]).removeprefix("Value error, "), hint=_HINTS.get(variable, ""))

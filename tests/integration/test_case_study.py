@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from examples import case_study
-from examples.case_study import buggy, deadlocked, find_deadlock, fixed, live_run, replay_deadlock
+from swarmlog.examples import case_study
+from swarmlog.examples.case_study import buggy, deadlocked, find_deadlock, fixed, live_run, replay_deadlock
 
 
 def test_deadlocked_log_replays_to_the_deadlock_10_of_10_and_the_fix_is_verified(base_settings, monkeypatch):

@@ -122,7 +122,7 @@ def test_snapshots_keep_sets_tuples_bytes_and_key_order_as_they_were():
 
 
 def test_every_attribute_of_the_agent_core_is_either_captured_or_wiring():
-    registry = SchemaRegistry.load(Settings().schema_dir)
+    registry = SchemaRegistry.load(Settings().schema_dirs())
     from swarmlog.runtime._index import OwnIndex
 
     core = AgentCore(agent=swarms.relay_long.agents()[0], decoder=Decoder(registry), index=OwnIndex(),

@@ -108,7 +108,7 @@ def fork(*, settings: Settings, at: int, to_topic: str, topic: str | None = None
          registry: SchemaRegistry | None = None, backend: LogBackend | None = None) -> Forked:
     """Copy the log's prefix before ``at`` into the new topic ``to_topic`` and record where it came from."""
     source = topic or settings.topic
-    registry = registry or SchemaRegistry.load(settings.schema_dir)
+    registry = registry or SchemaRegistry.load(settings.schema_dirs())
     backend = backend_for(settings, backend)
     at = min(at, backend.watermarks(source)[1])  # past the end: the whole log
     check_cut(backend, source, at)

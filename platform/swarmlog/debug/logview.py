@@ -144,7 +144,7 @@ class LogView:
                  backend: LogBackend | None = None) -> None:
         self.settings = settings
         self.topic = topic or settings.topic
-        self.registry = registry or SchemaRegistry.load(settings.schema_dir)
+        self.registry = registry or SchemaRegistry.load(settings.schema_dirs())
         self.backend = backend_for(settings, backend)
         self.decoder = Decoder(self.registry)
 

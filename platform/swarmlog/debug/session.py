@@ -111,7 +111,7 @@ class Session:
         self.settings = settings
         self.swarm = swarm
         self.topic = topic or settings.topic
-        self.registry = registry or SchemaRegistry.load(settings.schema_dir)
+        self.registry = registry or SchemaRegistry.load(settings.schema_dirs())
         self.backend = backend_for(settings, backend)
         self.decoder = Decoder(self.registry)
         self.code_version = code_version(swarm)

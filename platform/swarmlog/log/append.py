@@ -47,7 +47,7 @@ class EventLog:
     ) -> None:
         self.settings = settings
         self.topic = topic or settings.topic
-        self.registry = registry or SchemaRegistry.load(settings.schema_dir)
+        self.registry = registry or SchemaRegistry.load(settings.schema_dirs())
         self.run_id = run_id
         if backend is None:
             backend = KafkaBackend(settings, producer_config=producer_config)

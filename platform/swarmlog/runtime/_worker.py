@@ -113,7 +113,7 @@ class AgentWorker:
         self.topic = topic or settings.topic
         self.swarm = swarm
         self.agent = agent if isinstance(agent, Agent) else swarm.agent(agent)
-        self.registry = registry or SchemaRegistry.load(settings.schema_dir)
+        self.registry = registry or SchemaRegistry.load(settings.schema_dirs())
         self.backend = backend_for(settings, backend)
         self.decoder = Decoder(self.registry)
         self.batch_size = batch_size

@@ -109,7 +109,7 @@ def start_run(*, settings: Settings, swarm: Swarm, run_id: str, seed: int, topic
     again, and finds the run of the one that fenced it.
     """
     topic = topic or settings.topic
-    registry = registry or SchemaRegistry.load(settings.schema_dir)
+    registry = registry or SchemaRegistry.load(settings.schema_dirs())
     backend = backend_for(settings, backend)
     existing = find_run(settings, topic, registry, backend=backend)
     attempt = 0
@@ -181,7 +181,7 @@ def wait_for_run(*, settings: Settings, timeout: float, topic: str | None = None
     Returns None only if ``stop`` was set while waiting.
     """
     topic = topic or settings.topic
-    registry = registry or SchemaRegistry.load(settings.schema_dir)
+    registry = registry or SchemaRegistry.load(settings.schema_dirs())
     backend = backend_for(settings, backend)
     stop = stop or threading.Event()
     started = last_log = time.monotonic()
@@ -217,7 +217,7 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
     SIGTERM/SIGINT arrives (in the main thread), or — with ``until_quiet`` — the log has not
     grown for that many seconds and no agent has a timeout pending."""
     topic = topic or settings.topic
-    registry = registry or SchemaRegistry.load(settings.schema_dir)
+    registry = registry or SchemaRegistry.load(settings.schema_dirs())
     names = agents or swarm.agent_names
     backend = backend_for(settings, backend)
     workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic, backend=backend)

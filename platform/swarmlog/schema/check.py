@@ -60,13 +60,25 @@ _SELECTABLE = (Mode.BACKWARD_TRANSITIVE, Mode.FORWARD, Mode.FORWARD_TRANSITIVE, 
 # --- the checks (a library; run() below is the command line) ------------------------------
 
 
-def load_modes(schema_dir: Path, registry: SchemaRegistry) -> dict[str, Mode]:
-    """Each event type's mode from ``schema_dir/compatibility.json`` (default for the unlisted).
+def load_modes(schema_dirs: Path | Sequence[Path], registry: SchemaRegistry) -> dict[str, Mode]:
+    """Each event type's mode from the ``compatibility.json`` of its layer (default for the unlisted).
 
-    Raises :class:`SchemaError` on an unknown mode, a mode weaker than
-    BACKWARD_TRANSITIVE, or an event type that has no schemas (a typo would otherwise
-    silently leave the real type on the default).
+    ``schema_dirs`` are the layers ``registry`` was loaded from; each layer's file speaks
+    for the event types of that layer only. Raises :class:`SchemaError` on an unknown mode,
+    a mode weaker than BACKWARD_TRANSITIVE, or an event type that has no schemas in that
+    layer (a typo would otherwise silently leave the real type on the default).
     """
+    layers = [Path(schema_dirs)] if isinstance(schema_dirs, Path) else [Path(d) for d in schema_dirs]
+    modes: dict[str, Mode] = {}
+    for layer in layers:
+        own = [t for t in registry.event_types() if registry.latest(t).path.parent.parent == layer]
+        modes.update(_layer_modes(layer, own if len(layers) > 1 else registry.event_types()))
+    for t in registry.event_types():
+        modes.setdefault(t, DEFAULT_MODE)
+    return modes
+
+
+def _layer_modes(schema_dir: Path, event_types: list[str]) -> dict[str, Mode]:
     path = Path(schema_dir) / COMPATIBILITY_FILE
     doc: dict[str, Any] = {}
     if path.is_file():
@@ -78,11 +90,11 @@ def load_modes(schema_dir: Path, registry: SchemaRegistry) -> dict[str, Mode]:
             raise SchemaError(f'{path}: expected {{"default": MODE, "event_types": {{"<event_type>": MODE}}}}')
     default = _mode(doc.get("default", DEFAULT_MODE), where=f"{path}: default")
     listed = doc.get("event_types", {})
-    unknown = sorted(set(listed) - set(registry.event_types()))
+    unknown = sorted(set(listed) - set(event_types))
     if unknown:
         raise SchemaError(f"{path}: names {', '.join(unknown)}, which have no schemas "
-                          f"(known: {', '.join(registry.event_types())})")
-    return {t: _mode(listed[t], where=f"{path}: {t}") if t in listed else default for t in registry.event_types()}
+                          f"(known here: {', '.join(event_types)})")
+    return {t: _mode(listed[t], where=f"{path}: {t}") if t in listed else default for t in event_types}
 
 
 def _mode(value: Any, *, where: str) -> Mode:
@@ -254,7 +266,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="swarmlog schema", description="Check and list the event schemas.")
     sub = p.add_subparsers(dest="action", required=True)
     c = sub.add_parser("check", help="check every event type's versions for compatibility (CI)")
-    c.add_argument("--schema-dir", type=Path, help="default: $SWARMLOG_SCHEMA_DIR or the repo's schemas/")
+    c.add_argument("--schema-dir", type=Path, action="append",
+                   help="check these directories (repeatable); default: the built-in schemas and "
+                        "$SWARMLOG_SCHEMA_PATH")
     c.add_argument("--mode", help=f"check every type in this mode instead of its {COMPATIBILITY_FILE} entry "
                                   f"(on top of BACKWARD_TRANSITIVE): {', '.join(_SELECTABLE)}")
     c.add_argument("--property", action="store_true",
@@ -262,33 +276,35 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--count", type=int, default=PROPERTY_COUNT, help="generated data per version (--property)")
     c.add_argument("--seed", type=int, default=0, help="seed of the generated data (--property)")
     ls = sub.add_parser("list", help="every schema version: type, version, fingerprint, file")
-    ls.add_argument("--schema-dir", type=Path, help="default: $SWARMLOG_SCHEMA_DIR or the repo's schemas/")
+    ls.add_argument("--schema-dir", type=Path, action="append",
+                    help="list these directories (repeatable); default: the built-in schemas and "
+                         "$SWARMLOG_SCHEMA_PATH")
     ls.add_argument("--json", action="store_true")
     return p
 
 
-def _schema_dir(args: argparse.Namespace) -> Path:
-    if args.schema_dir is not None:
-        return Path(args.schema_dir)
+def _schema_dirs(args: argparse.Namespace) -> list[Path]:
+    if args.schema_dir:
+        return [Path(d) for d in args.schema_dir]
     from ..settings import Settings
 
-    return Settings.from_env().schema_dir
+    return list(Settings.from_env().schema_dirs())
 
 
 def run(argv: list[str]) -> int:
     """``swarmlog schema <argv>``: 0 all good, 1 the check found problems, 2 a usage error."""
     args = _parser().parse_args(argv)
     if args.action == "list":
-        return _list(_schema_dir(args), as_json=args.json)
-    return _check(_schema_dir(args), mode=args.mode, prop=args.property, count=args.count, seed=args.seed)
+        return _list(_schema_dirs(args), as_json=args.json)
+    return _check(_schema_dirs(args), mode=args.mode, prop=args.property, count=args.count, seed=args.seed)
 
 
-def _check(schema_dir: Path, *, mode: str | None, prop: bool, count: int, seed: int) -> int:
+def _check(schema_dirs: list[Path], *, mode: str | None, prop: bool, count: int, seed: int) -> int:
     try:
-        registry = SchemaRegistry.load(schema_dir)
-        upcasters = discover_upcasters(schema_dir, registry=registry)
+        registry = SchemaRegistry.load(schema_dirs)
+        upcasters = discover_upcasters(schema_dirs, registry=registry)
         if mode is None:
-            modes = load_modes(schema_dir, registry)
+            modes = load_modes(schema_dirs, registry)
         else:
             forced = _mode(mode, where="--mode")
             modes = {t: forced for t in registry.event_types()}
@@ -307,7 +323,7 @@ def _check(schema_dir: Path, *, mode: str | None, prop: bool, count: int, seed: 
         print(f"schema check failed: {len(violations)} compatibility violation(s)"
               + (f", {sum(1 + f.more for f in report.failures)} generated event(s) that did not read"
                  if report else "")
-              + f" in {schema_dir}")
+              + f" in {', '.join(map(str, schema_dirs))}")
         return 1
     by_mode: dict[str, int] = {}
     for m in modes.values():
@@ -321,9 +337,9 @@ def _check(schema_dir: Path, *, mode: str | None, prop: bool, count: int, seed: 
     return 0
 
 
-def _list(schema_dir: Path, *, as_json: bool) -> int:
+def _list(schema_dirs: list[Path], *, as_json: bool) -> int:
     try:
-        registry = SchemaRegistry.load(schema_dir)
+        registry = SchemaRegistry.load(schema_dirs)
     except SchemaError as exc:
         print(f"swarmlog: error: {exc}", file=sys.stderr)
         return 2

@@ -8,14 +8,24 @@ its payload validator, so nothing of that happens per event.
 Old versions are never removed: a message's writer schema is found by the
 fingerprint in its framing, and replay from offset zero reads events written by
 every version there ever was.
+
+**Layers.** The built-in event types (``run.started``, the timers, ``agent.message``,
+...) are package data, ``swarmlog.schema.builtin`` (the repo's top-level
+``schemas/``), found with ``importlib.resources`` wherever swarmlog is installed.
+A user's own event types come from further directories (``SWARMLOG_SCHEMA_PATH``),
+layered over the built-ins. An event type lives in exactly one layer, all its
+versions and its upcasters together: the same type in two layers is a
+:class:`~swarmlog.errors.SchemaClash` naming both files, never a silent override
+(which version 2 is the real one would depend on the order of a path list).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +34,7 @@ from fastavro.schema import fingerprint as avro_fingerprint
 from fastavro.schema import to_parsing_canonical_form
 from pydantic import TypeAdapter, ValidationError
 
-from ..errors import InvalidEvent, SchemaError, UnknownEventType
+from ..errors import InvalidEvent, SchemaClash, SchemaError, UnknownEventType
 from .models import payload_model, payload_validator
 
 _FILE_NAME = re.compile(r"^v(?P<version>[1-9][0-9]*)\.avsc$")
@@ -113,14 +123,30 @@ class SchemaRegistry:
                 )
 
     @classmethod
-    def load(cls, directory: Path) -> SchemaRegistry:
-        """Load and check every ``<type>/v<N>.avsc`` under ``directory``."""
-        directory = Path(directory)
-        if not directory.is_dir():
-            raise SchemaError(f"schema directory {directory} does not exist; set SWARMLOG_SCHEMA_DIR")
-        schemas = [load_schema_file(p) for p in sorted(directory.glob("*/v*.avsc"))]
+    def load(cls, directories: Path | str | Sequence[Path | str]) -> SchemaRegistry:
+        """Load and check every ``<type>/v<N>.avsc`` under ``directories`` (one, or layers).
+
+        Layers are usually :meth:`swarmlog.settings.Settings.schema_dirs`: the built-ins
+        first, then ``SWARMLOG_SCHEMA_PATH``. An event type found in two layers is a
+        :class:`~swarmlog.errors.SchemaClash`.
+        """
+        layers = [Path(directories)] if isinstance(directories, (str, Path)) else [Path(d) for d in directories]
+        owner: dict[str, Path] = {}  # event type -> its first schema file (in the layer that owns it)
+        schemas: list[EventSchema] = []
+        for directory in layers:
+            if not directory.is_dir():
+                raise SchemaError(f"schema directory {directory} does not exist; fix SWARMLOG_SCHEMA_PATH "
+                                  f"(or SWARMLOG_SCHEMA_DIR, which replaces the built-in schemas)")
+            files = sorted(directory.glob("*/v*.avsc"))
+            for event_type in sorted({p.parent.name for p in files}):
+                first = next(p for p in files if p.parent.name == event_type)
+                if event_type in owner:
+                    raise SchemaClash(event_type=event_type, first=str(owner[event_type]), second=str(first))
+                owner[event_type] = first
+            schemas.extend(load_schema_file(p) for p in files)
         if not schemas:
-            raise SchemaError(f"no schemas found under {directory} (expected <event_type>/v<N>.avsc)")
+            raise SchemaError(f"no schemas found under {', '.join(map(str, layers))} "
+                              f"(expected <event_type>/v<N>.avsc)")
         return cls(schemas)
 
     def get(self, event_type: str, version: int | None = None) -> EventSchema:
@@ -153,6 +179,30 @@ class SchemaRegistry:
 
     def __len__(self) -> int:
         return len(self._by_key)
+
+
+BUILTIN_PACKAGE = "swarmlog.schema.builtin"
+"""The package that holds the built-in schemas (the repo's ``schemas/``, mapped in pyproject.toml)."""
+
+
+def builtin_schema_dir() -> Path:
+    """The directory of swarmlog's built-in schemas, wherever swarmlog is installed.
+
+    ``importlib.resources`` finds it in a wheel's site-packages, in an editable install
+    (which maps the package to the repo's ``schemas/``) and in an image alike; nothing
+    derives it from the repository's layout.
+    """
+    try:
+        root = resources.files(BUILTIN_PACKAGE)
+    except ModuleNotFoundError:
+        raise SchemaError(f"swarmlog's built-in schemas ({BUILTIN_PACKAGE}) are not installed; reinstall "
+                          f"swarmlog from its wheel, or point SWARMLOG_SCHEMA_DIR at a copy of them") from None
+    # Schemas are read, and upcasters imported, from files: an install that is not on the
+    # file system (a zipped one) has no directory to give.
+    if not isinstance(root, Path):
+        raise SchemaError(f"swarmlog's built-in schemas are not on the file system ({root!r}); install "
+                          f"swarmlog unzipped (as pip does) or set SWARMLOG_SCHEMA_DIR")
+    return root
 
 
 def load_schema_file(path: Path) -> EventSchema:

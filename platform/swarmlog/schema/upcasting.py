@@ -24,7 +24,7 @@ import inspect
 import re
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -47,19 +47,21 @@ _BY_REGISTRY: weakref.WeakKeyDictionary[SchemaRegistry, dict[tuple[str, int], Up
     weakref.WeakKeyDictionary()
 
 
-def discover_upcasters(schema_dir: Path, *, registry: SchemaRegistry | None = None) -> dict[tuple[str, int], Upcaster]:
-    """Every upcaster in ``schema_dir/*/upcasters.py``, checked against the schemas there.
+def discover_upcasters(schema_dirs: Path | Sequence[Path], *,
+                       registry: SchemaRegistry | None = None) -> dict[tuple[str, int], Upcaster]:
+    """Every upcaster in ``<dir>/*/upcasters.py`` of each layer, checked against the schemas there.
 
-    ``registry`` is the one loaded from ``schema_dir`` (loaded here if not given).
+    ``registry`` is the one loaded from ``schema_dirs`` (loaded here if not given).
     Raises :class:`~swarmlog.errors.SchemaError` naming the file and the function if an
     upcasters file sits where no schemas are, cannot be imported, defines a public
     function not named ``v<N>_to_v<N+1>``, or names a version that does not exist.
     """
-    schema_dir = Path(schema_dir)
-    registry = registry if registry is not None else SchemaRegistry.load(schema_dir)
+    layers = [Path(schema_dirs)] if isinstance(schema_dirs, Path) else [Path(d) for d in schema_dirs]
+    registry = registry if registry is not None else SchemaRegistry.load(layers)
     found: dict[tuple[str, int], Upcaster] = {}
-    for path in sorted(schema_dir.glob(f"*/{UPCASTERS_FILE}")):
-        found.update(_load_file(path, registry))
+    for layer in layers:
+        for path in sorted(layer.glob(f"*/{UPCASTERS_FILE}")):
+            found.update(_load_file(path, registry, layer=layer))
     return found
 
 
@@ -80,10 +82,11 @@ def upcasters_for(registry: SchemaRegistry) -> dict[tuple[str, int], Upcaster]:
     return dict(cached)
 
 
-def _load_file(path: Path, registry: SchemaRegistry) -> dict[tuple[str, int], Upcaster]:
+def _load_file(path: Path, registry: SchemaRegistry, *, layer: Path | None = None) -> dict[tuple[str, int], Upcaster]:
     event_type = path.parent.name
     known = {s.version for s in registry.versions(event_type)}
-    if not known:
+    # In another layer than the type's schemas, it would bridge versions it does not sit beside.
+    if not known or (layer is not None and registry.latest(event_type).path.parent != path.parent):
         raise SchemaError(
             f"{path}: there are no schemas for {event_type!r} beside it; upcasters live in the "
             f"directory of the event type whose versions they bridge"
