@@ -39,6 +39,7 @@ its position, lag and counts at scrape time.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
@@ -51,7 +52,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from swarmlog.errors import ServiceUnavailable
+from swarmlog.errors import DatabasePermissionDenied, ServiceUnavailable
 from swarmlog.kafka.reader import LogReader
 from swarmlog.log.base import ReadPosition
 from swarmlog.observe import Family
@@ -86,6 +87,8 @@ _TRANSACTION_BYTES = 64 * 1024 * 1024
 # Serialises concurrent CREATE TABLE IF NOT EXISTS (which is not race-free in Postgres).
 _DDL_LOCK_KEY = 0x5357_4C47  # "SWLG"
 _PROGRESS_EVERY_S = 30.0
+# What postgres_schema.sql creates, and the sink cannot work without.
+_MIRROR_TABLES = ("events", "dead_letters", "sink_positions")
 
 logger = logging.getLogger(__name__)
 
@@ -102,14 +105,38 @@ class SinkStats:
 
 
 def ensure_schema(conn: psycopg.Connection[Any]) -> None:
-    """Create the mirror's tables and indexes if they are missing."""
+    """Create the mirror's tables and indexes if they are missing.
+
+    A role that may not create tables can still run the sink against tables that the
+    database's owner created (a least-privilege deployment); without them it is a
+    :class:`~swarmlog.errors.DatabasePermissionDenied` saying what to grant.
+    """
     ddl = resources.files("swarmlog_connectors").joinpath("postgres_schema.sql").read_text()
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
-        conn.execute(ddl)
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
+            conn.execute(ddl)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        missing = [t for t in _MIRROR_TABLES
+                   if conn.execute("SELECT to_regclass(%s)", (t,)).fetchone() in (None, (None,))]
+        if missing:
+            raise denied(conn, f"create the mirror's tables ({', '.join(missing)})", exc) from None
+        logger.warning("Postgres role %s may not run the mirror's DDL (%s); using the tables that exist",
+                       conn.info.user, str(exc).strip())
+
+
+def denied(conn: psycopg.Connection[Any], action: str, exc: psycopg.Error) -> DatabasePermissionDenied:
+    """psycopg's permission error as swarmlog's, naming the role and what to grant."""
+    return DatabasePermissionDenied(role=conn.info.user, database=conn.info.dbname, action=action,
+                                    detail=str(exc).strip().splitlines()[0])
 
 
 def connect(settings: Settings, **kwargs: Any) -> psycopg.Connection[Any]:
+    """A connection to the mirror, given up on after the connect timeout."""
+    # libpq's own connect_timeout (whole seconds, at least 2), unless the URL or the caller sets one.
+    if "connect_timeout" not in kwargs and "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(
+            settings.database_url):
+        kwargs["connect_timeout"] = max(2, math.ceil(settings.connect_timeout))
     try:
         return psycopg.connect(settings.database_url, autocommit=True, **kwargs)
     except psycopg.OperationalError as exc:
@@ -175,7 +202,10 @@ class PostgresSink:
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix="swarmlog-sink-db") as db:
             ensure_schema(conn)
             conn.autocommit = False
-            position = self._read_position(conn)
+            try:
+                position = self._read_position(conn)
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise denied(conn, "read and write the mirror's rows", exc) from None
             conn.commit()
             logger.info("sink: mirroring topic %s into Postgres from offset %d", self.topic, position)
             self._reported = (self.stats.rows, self.stats.dead_letters, time.monotonic())
@@ -325,6 +355,9 @@ class PostgresSink:
             if done is None:
                 return False
             rows, dead_count = done
+        except psycopg.errors.InsufficientPrivilege as exc:
+            conn.rollback()
+            raise denied(conn, "write the mirror's rows", exc) from None
         except psycopg.OperationalError as exc:
             raise ServiceUnavailable(service="Postgres", address=_redact(self.settings.database_url),
                                      detail=str(exc).strip()) from None

@@ -2,19 +2,59 @@
 
 Every command reads its settings from the environment (see ``swarmlog.settings``);
 ``--topic`` overrides ``SWARMLOG_TOPIC``. Errors swarmlog raises on purpose are
-printed as one line saying what to do, with exit status 2.
+printed as one line saying what to do; the exit status says which kind (``EXIT_CODES``).
+
+The command line decides what reaches the terminal: swarmlog's warnings, and with
+``-v`` its progress (INFO) and librdkafka's own log lines, with ``-vv`` everything
+(DEBUG). Without ``-v`` no librdkafka line is shown: what matters of them comes back
+as swarmlog's errors.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import SwarmlogError, UsageError
+from .errors import ConfigurationError, SchemaError, ServiceUnavailable, SwarmlogError, UsageError
 from .settings import Settings
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_PROBLEMS_FOUND = 1
+EXIT_USAGE = 2
+EXIT_UNREADABLE = 3
+EXIT_DIVERGED = 4
+EXIT_TOKEN_MISMATCH = 5
+EXIT_UNAVAILABLE = 69  # sysexits.h EX_UNAVAILABLE
+EXIT_FAILED = 70  # sysexits.h EX_SOFTWARE
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success",
+    EXIT_PROBLEMS_FOUND: "`check` or `schema check` found problems (listed on stdout)",
+    EXIT_USAGE: "usage error: wrong arguments or a bad setting (SWARMLOG_*, schemas); fix the command or "
+                "the environment, retrying will not help",
+    EXIT_UNREADABLE: "`replay --strict`: some messages are not readable events",
+    EXIT_DIVERGED: "`replay --swarm`: the code diverges from the log",
+    EXIT_TOKEN_MISMATCH: "`replay --verify`: the replay does not match the token",
+    EXIT_UNAVAILABLE: "Kafka or Postgres could not be reached, or a TLS/SASL handshake failed",
+    EXIT_FAILED: "any other error at run time (the message says what to do)",
+    EXIT_INTERRUPTED: "interrupted (SIGINT)",
+}
+
+
+def exit_code(exc: SwarmlogError) -> int:
+    """The exit status for an error swarmlog raised: decided by its type."""
+    if isinstance(exc, (ConfigurationError, SchemaError)):
+        return EXIT_USAGE
+    if isinstance(exc, ServiceUnavailable):
+        return EXIT_UNAVAILABLE
+    return EXIT_FAILED
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -128,7 +168,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             for agent, h in sorted(result.agents.items()):
                 print(f"  {agent:<20} {h}")
             print(f"stream hash {result.stream_hash}")
-        status = 3 if (args.strict and result.undecodable) else 0
+        status = EXIT_UNREADABLE if (args.strict and result.undecodable) else EXIT_OK
         token = _token(settings, result, reducer) if (args.token_out or expected is not None) else None
     if token is not None and args.token_out:
         token.save(args.token_out)
@@ -141,7 +181,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"the replay does NOT match the token {args.verify}:")
             for line in diff:
                 print(f"  {line}")
-            return 5
+            return EXIT_TOKEN_MISMATCH
         print(f"the replay matches the token {args.verify}: {token.events} events, offsets "
               f"[{token.start_offset}, {token.end_offset}), stream {token.stream_hash[:16]}, "
               f"{len(token.agents)} agent state(s)")
@@ -199,7 +239,7 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
                 print(f"  ({len(result.divergences) - 1} more divergence(s) after it)")
         if args.publish:
             print(f"report {report['report_id']} published to Postgres (table replay_reports)")
-    return (4 if result.divergences else 0), token
+    return (EXIT_DIVERGED if result.divergences else EXIT_OK), token
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -263,7 +303,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     for v in violations:
         print(v)
     print(f"checked {count} events: {len(violations)} causality violation(s)")
-    return 1 if violations else 0
+    return EXIT_PROBLEMS_FOUND if violations else EXIT_OK
 
 
 def cmd_dev(argv: list[str]) -> int:
@@ -300,19 +340,78 @@ def _metrics_port_arg(p: argparse.ArgumentParser) -> None:
                    help="serve Prometheus /metrics and the /livez and /readyz probes on PORT")
 
 
+# --- the terminal: logging and verbosity ----------------------------------------------------
+
+_VERBOSE_FLAGS = {"-v": 1, "--verbose": 1, "-vv": 2, "-vvv": 3}
+_handler: logging.Handler | None = None
+
+
+def _leading_verbosity(argv: list[str]) -> tuple[int, list[str]]:
+    """``-v``/``-vv``/``--verbose`` before the command (``swarmlog -v dev up``), and the rest."""
+    n = 0
+    while argv and argv[0] in _VERBOSE_FLAGS:
+        n += _VERBOSE_FLAGS[argv[0]]
+        argv = argv[1:]
+    return n, argv
+
+
+_SERVICES = frozenset({"run", "sink"})
+"""Commands that run as services (an agent's or the sink's pod): their lifecycle — rebuild started,
+caught up, live, progress, aborted transactions — is what an operator reads in their log, so they
+log swarmlog's INFO lines without -v. Every other command is quiet: warnings and errors only."""
+
+
+def configure_logging(verbosity: int, *, service: bool = False) -> None:
+    """What reaches stderr: warnings (a service's INFO too); ``-v`` INFO and librdkafka's lines; ``-vv`` DEBUG.
+
+    Embedded in a program that configured logging itself (tests, a host program), its
+    configuration wins: nothing is changed.
+    """
+    from .kafka.config import LIBRDKAFKA_LOGGER
+
+    global _handler
+    root = logging.getLogger()
+    if any(h is not _handler for h in root.handlers):
+        return
+    if _handler is None:
+        _handler = logging.StreamHandler(sys.stderr)
+        _handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(_handler)
+    quiet = logging.INFO if service else logging.WARNING
+    level = quiet if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    root.setLevel(logging.WARNING if verbosity <= 0 else level)
+    for name in ("swarmlog", "swarmlog_connectors"):
+        logging.getLogger(name).setLevel(level)
+    # librdkafka's own lines (connection attempts, retries) are for debugging swarmlog's
+    # Kafka side; what an operator must know of them comes back as a typed error.
+    logging.getLogger(LIBRDKAFKA_LOGGER).setLevel(logging.CRITICAL + 1 if verbosity <= 0 else level)
+
+
+def _epilog() -> str:
+    codes = "\n".join(f"  {code:>3}  {what}" for code, what in EXIT_CODES.items())
+    return ("-v shows swarmlog's progress and librdkafka's log lines, -vv debug output (put it before the\n"
+            "command for `dev` and `schema`: swarmlog -v dev up).\n\nexit status:\n" + codes)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="swarmlog", description=__doc__.splitlines()[0] if __doc__ else None)
+    p = argparse.ArgumentParser(prog="swarmlog", description=__doc__.splitlines()[0] if __doc__ else None,
+                                epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-v", "--verbose", action="count", default=0, dest="global_verbose",
+                   help="-v: progress and librdkafka's log lines on stderr; -vv: debug")
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument("-v", "--verbose", action="count", default=0,
+                         help="-v: progress and librdkafka's log lines on stderr; -vv: debug")
     sub = p.add_subparsers(dest="command", required=True)
 
     sub.add_parser("dev", help="local single-node Kafka + Postgres: up | down | status | env", add_help=False)
     sub.add_parser("schema", help="check | list the event schemas (compatibility across versions)", add_help=False)
 
-    t = sub.add_parser("topic", help="create or describe the swarm's single-partition topic")
+    t = sub.add_parser("topic", help="create or describe the swarm's single-partition topic", parents=[verbose])
     t.add_argument("action", choices=["create", "describe"])
     t.add_argument("name", nargs="?", help="topic (default: $SWARMLOG_TOPIC)")
     t.set_defaults(func=cmd_topic)
 
-    a = sub.add_parser("append", help="append one event and print its offset")
+    a = sub.add_parser("append", help="append one event and print its offset", parents=[verbose])
     a.add_argument("event_type")
     a.add_argument("payload", help="the payload as JSON")
     a.add_argument("--agent", required=True)
@@ -322,13 +421,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--topic")
     a.set_defaults(func=cmd_append)
 
-    s = sub.add_parser("sink", help="mirror the topic into Postgres, exactly once")
+    s = sub.add_parser("sink", help="mirror the topic into Postgres, exactly once", parents=[verbose])
     s.add_argument("--topic")
     s.add_argument("--until-end", action="store_true", help="stop once caught up instead of following")
     _metrics_port_arg(s)
     s.set_defaults(func=cmd_sink)
 
-    r = sub.add_parser("replay", help="rebuild every agent's state from offset zero")
+    r = sub.add_parser("replay", help="rebuild every agent's state from offset zero", parents=[verbose])
     r.add_argument("--topic")
     r.add_argument("--to", type=int, help="stop before this offset (exclusive)")
     r.add_argument("--group", help="reset this consumer group to the log start and replay as it (with --swarm: "
@@ -346,7 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --swarm: also write the report into Postgres (table replay_reports)")
     r.set_defaults(func=cmd_replay)
 
-    run = sub.add_parser("run", help="run a swarm's agents live (all in this process, or one with --agent)")
+    run = sub.add_parser("run", help="run a swarm's agents live (all in this process, or one with --agent)",
+                         parents=[verbose])
     run.add_argument("swarm", help="module:swarm")
     run.add_argument("--run-id", help="recorded in run.started (a topic that holds a run goes on with its own)")
     run.add_argument("--seed", type=int)
@@ -363,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     _metrics_port_arg(run)
     run.set_defaults(func=cmd_run)
 
-    c = sub.add_parser("check", help="check a whole log")
+    c = sub.add_parser("check", help="check a whole log", parents=[verbose])
     c.add_argument("what", choices=["causality"])
     c.add_argument("--topic")
     c.set_defaults(func=cmd_check)
@@ -371,8 +471,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .debug.command import add_parsers as add_debug_parsers
 
     add_debug_parsers(sub)  # log, show, state, debug, snapshot, fork
+    for name, command in sub.choices.items():
+        if name not in ("dev", "schema") and "-v" not in command._option_string_actions:
+            command.add_argument("-v", "--verbose", action="count", default=0,
+                                 help="-v: progress and librdkafka's log lines on stderr; -vv: debug")
 
-    d = sub.add_parser("demo", help="run a small swarm, mirror it, replay it")
+    d = sub.add_parser("demo", help="run a small swarm, mirror it, replay it", parents=[verbose])
     d.add_argument("--topic")
     d.add_argument("--agents", type=int, default=3)
     d.add_argument("--rounds", type=int, default=200)
@@ -380,38 +484,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _configure_logging() -> None:
-    """swarmlog's own INFO lines (rebuild, caught up, progress, aborted transactions) on stderr."""
-    import logging
-
-    root = logging.getLogger()
-    if root.handlers:  # embedded (tests, a host program): its configuration wins
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root.addHandler(handler)
-    root.setLevel(logging.WARNING)
-    logging.getLogger("swarmlog").setLevel(logging.INFO)
-    logging.getLogger("swarmlog_connectors").setLevel(logging.INFO)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    _configure_logging()
+    verbosity, args_list = _leading_verbosity(list(sys.argv[1:] if argv is None else argv))
     try:
-        if argv and argv[0] == "dev":
-            return cmd_dev(argv[1:])
-        if argv and argv[0] == "schema":
+        if args_list and args_list[0] in ("dev", "schema"):
+            configure_logging(verbosity)
+            if args_list[0] == "dev":
+                return cmd_dev(args_list[1:])
             from .schema.check import run as schema_run
 
-            return schema_run(argv[1:])
-        args = build_parser().parse_args(argv)
+            return schema_run(args_list[1:])
+        args = build_parser().parse_args(args_list)
+        configure_logging(verbosity + getattr(args, "verbose", 0), service=args.command in _SERVICES)
         return int(args.func(args))
     except SwarmlogError as exc:
+        logger.debug("the error's traceback", exc_info=exc)
         print(f"swarmlog: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_code(exc)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -50,15 +50,47 @@ class MissingDependency(SwarmlogError):
 class ServiceUnavailable(SwarmlogError):
     """Kafka or Postgres could not be reached."""
 
-    def __init__(self, *, service: str, address: str, detail: str) -> None:
+    def __init__(self, *, service: str, address: str, detail: str, hint: str | None = None) -> None:
         self.service = service
         self.address = address
         self.detail = detail
+        self.hint = hint or (
+            "Start the local cluster with `swarmlog dev up` and `eval \"$(swarmlog dev env)\"`, "
+            "or point SWARMLOG_BOOTSTRAP_SERVERS / SWARMLOG_DATABASE_URL at a running one "
+            "(SWARMLOG_CONNECT_TIMEOUT sets how long to wait).")
+        super().__init__(f"cannot reach {service} at {address}: {detail}. {self.hint}")
+
+
+class KafkaHandshakeFailed(ServiceUnavailable):
+    """A broker answered, but the TLS or SASL handshake with it failed: a configuration problem."""
+
+    _HINTS = {
+        "TLS": "Check SWARMLOG_KAFKA_SECURITY_PROTOCOL (SSL or SASL_SSL only if that listener speaks TLS) "
+               "and SWARMLOG_KAFKA_SSL_CA_LOCATION (the CA that signed the brokers' certificates).",
+        "SASL": "Check SWARMLOG_KAFKA_SASL_MECHANISM, SWARMLOG_KAFKA_SASL_USERNAME and "
+                "SWARMLOG_KAFKA_SASL_PASSWORD, and that the listener has SASL enabled for that mechanism.",
+    }
+
+    def __init__(self, *, address: str, stage: str, detail: str) -> None:
+        self.stage = stage
+        """``"TLS"`` or ``"SASL"``: which handshake failed."""
+        super().__init__(service="Kafka", address=address, detail=f"the {stage} handshake failed: {detail}",
+                         hint=self._HINTS.get(stage))
+
+
+class DatabasePermissionDenied(SwarmlogError):
+    """The Postgres role may not do what the mirror needs (create its tables, write rows)."""
+
+    def __init__(self, *, role: str, database: str, action: str, detail: str) -> None:
+        self.role = role
+        self.database = database
+        self.action = action
+        self.detail = detail
         super().__init__(
-            f"cannot reach {service} at {address}: {detail}. "
-            f"Start the local cluster with `swarmlog dev up` and `eval \"$(swarmlog dev env)\"`, "
-            f"or point SWARMLOG_BOOTSTRAP_SERVERS / SWARMLOG_DATABASE_URL at a running one."
-        )
+            f"Postgres role {role!r} may not {action} in database {database!r} ({detail}). Either let it: "
+            f"GRANT CREATE ON SCHEMA public TO {role} (tables) and GRANT SELECT, INSERT, UPDATE ON ALL TABLES "
+            f"IN SCHEMA public TO {role} (rows); or have the database's owner create the tables once with "
+            f"`swarmlog sink --until-end` and run the sink as {role!r} after that.")
 
 
 class KafkaOperationFailed(SwarmlogError):

@@ -135,10 +135,10 @@ def test_a_three_partition_topic_is_refused_by_append_sink_and_replay(three_part
         replay(settings=s)
     with pytest.raises(TopicNotSinglePartition):
         create_topic(s, s.topic)
-    # And on the command line: exit 2 with a one-line reason, no traceback.
+    # And on the command line: a run-time error (exit 70) with a one-line reason, no traceback.
     for argv in (["append", "agent.message", json.dumps({"kind": "k", "body": "b"}), "--agent", "a"],
                  ["sink", "--until-end"], ["replay"]):
         proc = subprocess.run([sys.executable, "-m", "swarmlog.cli", *argv], env=subprocess_env(s),
                               capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 2, (argv, proc.stderr)
+        assert proc.returncode == 70, (argv, proc.stderr)
         assert "3 partitions" in proc.stderr and "Traceback" not in proc.stderr

@@ -59,7 +59,7 @@ def test_signed_tokens_refuse_tampering(settings, tmp_path):
     doc["end_offset"] = 0
     token.write_text(json.dumps(doc))
     refused = _cli(settings, "replay", "--verify", str(token), env=env)
-    assert refused.returncode == 2 and "signature does not match" in refused.stderr
+    assert refused.returncode == 70 and "signature does not match" in refused.stderr
 
 
 def test_a_swarm_token_holds_agent_states_and_needs_the_swarm_to_verify(settings, tmp_path):

@@ -19,12 +19,12 @@ SOURCES = sorted(PACKAGE.rglob("*.py")) + sorted((REPO / "connectors").rglob("*.
 
 PUBLIC = {
     "swarmlog": [
-        "Agent", "AgentFenced", "AppendFailed", "ConfigurationError", "Context", "CopyFailed", "Divergence",
-        "EffectDiverged", "EffectFailed", "Event", "EventLog", "EventNotFound", "ForkPointInsideStep",
-        "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed", "HTTPRequestDiverged",
-        "InMemoryLog", "InvalidEvent", "KafkaOperationFailed", "MissingDependency", "NoRunStarted",
-        "NondeterminismError", "OutsideStep", "ReadFailed", "ReplayResult", "RunAlreadyRecorded",
-        "RunNotStarted", "SchemaError",
+        "Agent", "AgentFenced", "AppendFailed", "ConfigurationError", "Context", "CopyFailed",
+        "DatabasePermissionDenied", "Divergence", "EffectDiverged", "EffectFailed", "Event", "EventLog",
+        "EventNotFound", "ForkPointInsideStep", "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed",
+        "HTTPRequestDiverged", "InMemoryLog", "InvalidEvent", "InvalidSetting", "KafkaHandshakeFailed",
+        "KafkaOperationFailed", "MissingDependency", "NoRunStarted", "NondeterminismError", "OutsideStep",
+        "ReadFailed", "ReplayResult", "RunAlreadyRecorded", "RunNotStarted", "SchemaClash", "SchemaError",
         "SchemaNotFound", "ServiceUnavailable", "Settings", "Swarm", "SwarmReplayResult", "SwarmlogError",
         "TopicCreateFailed", "TopicExists", "TopicNotFound", "TopicNotSinglePartition", "TransactionAborted",
         "UndecodableMessage", "UnknownEventType", "UsageError", "on", "on_message", "on_timer", "replay",

@@ -21,9 +21,10 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Produc
 from ..errors import ReadFailed, TransactionAborted
 from ..protocol import Headers, agent_group, agent_transactional_id
 from ..settings import Settings
-from .config import PRODUCER_REQUIRED, PRODUCER_TUNING, TRANSACTION_TIMEOUT_MS
+from .config import PRODUCER_REQUIRED, PRODUCER_TUNING, TRANSACTION_TIMEOUT_MS, new_client
 from .config import consumer as make_consumer
 from .errors import translate
+from .topic import cluster_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +39,10 @@ class KafkaAgentChannel:
         self.settings = settings
         self.topic = topic
         self.agent = agent
-        self._producer = Producer(settings.kafka_config(
-            {**PRODUCER_REQUIRED, "transactional.id": agent_transactional_id(topic, agent),
-             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS},
-            tuning={**PRODUCER_TUNING, "linger.ms": 1}))
+        self._producer = new_client(Producer, settings,
+                                    {**PRODUCER_REQUIRED, "transactional.id": agent_transactional_id(topic, agent),
+                                     "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS},
+                                    tuning={**PRODUCER_TUNING, "linger.ms": 1})
         self._consumer: Any = None
         self._in_txn = False
         self._located = -1
@@ -56,6 +57,10 @@ class KafkaAgentChannel:
     # -- AgentChannel -------------------------------------------------------------------------
 
     def fence(self) -> None:
+        # A first request bounded by the connect timeout: init_transactions alone would wait
+        # _TXN_TIMEOUT_S for a cluster that is not there, and say less about why.
+        cluster_metadata(self.settings, self._producer, topic=self.topic,
+                         operation=f"agent {self.agent!r}: connecting")
         try:
             self._producer.init_transactions(_TXN_TIMEOUT_S)
         except KafkaException as exc:

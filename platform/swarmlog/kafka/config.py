@@ -1,20 +1,41 @@
-"""librdkafka configuration of every client swarmlog makes, by role.
+"""librdkafka configuration of every client swarmlog makes, by role, and making them.
 
 Each role has what its guarantees *require* (never overridable) and swarmlog's
 performance *tuning* (the user's ``SWARMLOG_KAFKA_*`` properties override it);
 :meth:`swarmlog.settings.Settings.kafka_config` layers them. Names are
 librdkafka's (CONFIGURATION.md), not the Java client's.
+
+Every client is made by :func:`new_client`, which adds what every client has:
+
+* ``logger``: librdkafka's own log lines (``%3|…|FAIL|…``, ``%4|…|GETPID|…``) go to the
+  Python logger :data:`LIBRDKAFKA_LOGGER` instead of straight to stderr, so the command
+  line decides whether they reach the terminal (only with ``-v``);
+* ``error_cb``: librdkafka's error events are recorded (:mod:`swarmlog.kafka.errors`) to
+  say *why* a broker could not be reached (refused, TLS, SASL) when a request times out;
+* ``socket.connection.setup.timeout.ms``: the connect timeout (``SWARMLOG_CONNECT_TIMEOUT``),
+  so that a handshake that hangs fails within it too.
+
+A property librdkafka does not know, or a value it refuses, is an
+:class:`~swarmlog.errors.InvalidSetting` naming the ``SWARMLOG_KAFKA_*`` variable.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping
+from typing import Any, TypeVar
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from ..errors import InvalidSetting, KafkaOperationFailed
 from ..settings import Settings
+from .errors import error_recorder, kafka_error
+
+LIBRDKAFKA_LOGGER = "swarmlog.librdkafka"
+"""Where librdkafka's log lines go (hidden by the command line unless ``-v``)."""
+_librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 PRODUCER_REQUIRED: dict[str, object] = {
     # One producer's events land exactly once and in the order it produced them, even
@@ -60,23 +81,67 @@ TRANSACTION_TIMEOUT_MS = 60_000
 """How long the broker lets an agent's transaction stay open before aborting it itself."""
 
 
+Client = TypeVar("Client", Producer, Consumer, AdminClient)
+
+
+def new_client(kind: type[Client], settings: Settings, required: Mapping[str, object] | None = None, *,
+               tuning: Mapping[str, object] | None = None) -> Client:
+    """A librdkafka client of ``kind`` with ``settings.kafka_config(required, tuning=...)``, its logs
+    routed to :data:`LIBRDKAFKA_LOGGER` and its errors recorded for diagnosis."""
+    config = settings.kafka_config(
+        {**(required or {}), "logger": _librdkafka_log,
+         "error_cb": error_recorder(settings.bootstrap_servers)},
+        tuning={"socket.connection.setup.timeout.ms": int(settings.connect_timeout * 1000), **(tuning or {})})
+    try:
+        return kind(config)  # type: ignore[arg-type]
+    except KafkaException as exc:
+        raise _bad_property(settings, kind, exc) from None
+
+
 def consumer(settings: Settings, *, group: str | None = None,
              extra: Mapping[str, object] | None = None) -> Consumer:
     """A read_committed consumer (a throwaway group unless ``group`` is given)."""
-    config = settings.kafka_config(
-        {**CONSUMER_REQUIRED, "group.id": group or f"swarmlog-reader-{uuid.uuid4().hex}"},
-        tuning={**CONSUMER_TUNING, **(extra or {})},
-    )
-    return Consumer(config)
+    return new_client(Consumer, settings,
+                      {**CONSUMER_REQUIRED, "group.id": group or f"swarmlog-reader-{uuid.uuid4().hex}"},
+                      tuning={**CONSUMER_TUNING, **(extra or {})})
 
 
 def watermark_consumer(settings: Settings) -> Consumer:
     """A consumer that only asks for watermarks: read_uncommitted, so that the high watermark
     it reports includes open transactions."""
-    return Consumer(settings.kafka_config(
-        {"group.id": f"swarmlog-watermark-{uuid.uuid4().hex}", "isolation.level": "read_uncommitted",
-         "enable.auto.commit": False}))
+    return new_client(Consumer, settings,
+                      {"group.id": f"swarmlog-watermark-{uuid.uuid4().hex}", "isolation.level": "read_uncommitted",
+                       "enable.auto.commit": False})
 
 
 def admin_client(settings: Settings) -> AdminClient:
-    return AdminClient(settings.kafka_config())  # type: ignore[arg-type]
+    return new_client(AdminClient, settings)
+
+
+def _bad_property(settings: Settings, kind: type[Any], exc: KafkaException) -> Exception:
+    """librdkafka refused the configuration: name the user's variable that it refused.
+
+    librdkafka says which property in its message only; rather than parse that, each of the
+    user's ``SWARMLOG_KAFKA_*`` properties is tried alone on a client with no brokers (which
+    connects to nothing). Only on this error path.
+    """
+    err = kafka_error(exc)
+    for key, value in settings.kafka.items():
+        try:
+            Producer({key: value, "logger": _librdkafka_log})
+        except KafkaException as alone:
+            # The value is not shown: it may be a password (librdkafka's message shows a refused value).
+            return InvalidSetting(variable=settings_variable(key), value=None, problem=kafka_error(alone).str(),
+                                  hint="a librdkafka property and a value it accepts (librdkafka's CONFIGURATION.md; "
+                                       "in the variable's name `_` stands for `.`)")
+    if settings.kafka:
+        return InvalidSetting(variable="SWARMLOG_KAFKA_*", value=None, problem=err.str(),
+                              hint=f"librdkafka properties that work together (set: "
+                                   f"{', '.join(map(settings_variable, settings.kafka))})")
+    return KafkaOperationFailed(operation=f"creating a Kafka {kind.__name__}", code=err.code(), name=err.name(),
+                                detail=err.str())
+
+
+def settings_variable(prop: str) -> str:
+    """The environment variable that sets librdkafka property ``prop``."""
+    return "SWARMLOG_KAFKA_" + prop.upper().replace(".", "_")

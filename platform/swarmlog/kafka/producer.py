@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from ..log.base import Delivered
 from ..protocol import Headers
 from ..settings import Settings
-from .config import PRODUCER_REQUIRED, PRODUCER_TUNING
+from .config import PRODUCER_REQUIRED, PRODUCER_TUNING, new_client
 from .errors import translate
 
 _POLL_EVERY = 1000
@@ -30,11 +30,8 @@ class KafkaAppender:
     def __init__(self, *, settings: Settings, topic: str, producer_config: Mapping[str, object] | None = None) -> None:
         self.settings = settings
         self.topic = topic
-        config = settings.kafka_config(
-            {**PRODUCER_REQUIRED, "on_delivery": self._on_delivery},
-            tuning={**PRODUCER_TUNING, **(producer_config or {})},
-        )
-        self._producer = Producer(config)
+        self._producer = new_client(Producer, settings, {**PRODUCER_REQUIRED, "on_delivery": self._on_delivery},
+                                    tuning={**PRODUCER_TUNING, **(producer_config or {})})
         self._delivered = Delivered()
         self._pending = 0
 

@@ -19,11 +19,19 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
-from ..errors import KafkaOperationFailed, TopicCreateFailed, TopicNotFound, TopicNotSinglePartition
+from ..errors import (
+    KafkaHandshakeFailed,
+    KafkaOperationFailed,
+    ServiceUnavailable,
+    TopicCreateFailed,
+    TopicNotFound,
+    TopicNotSinglePartition,
+)
 from ..settings import Settings
 from .config import admin_client
 from .errors import UNKNOWN_TOPIC, translate
@@ -46,14 +54,36 @@ class TopicInfo:
     created: bool = False
 
 
+def cluster_metadata(settings: Settings, client: Any, *, topic: str | None, operation: str) -> Any:
+    """Metadata of the cluster (of ``topic`` only, if given), within the connect timeout.
+
+    The first request every command makes of the cluster: if no broker answers within
+    ``SWARMLOG_CONNECT_TIMEOUT``, it fails with :class:`~swarmlog.errors.ServiceUnavailable`
+    naming the address and what librdkafka saw (refused, TLS or SASL handshake failed).
+    """
+    timeout = settings.connect_timeout
+    deadline = time.monotonic() + timeout
+    # A short first attempt: a TLS or SASL handshake that failed will not succeed on a retry,
+    # so it is reported after a second, not after the whole timeout. A broker that is only
+    # slow (or still starting) gets the rest of the timeout in the second attempt.
+    for attempt in (min(1.0, timeout), None):
+        left = deadline - time.monotonic()
+        try:
+            return client.list_topics(topic=topic, timeout=max(0.05, left if attempt is None else attempt))
+        except KafkaException as exc:
+            # Serve the client's queued error events: they say why (kafka.errors.error_recorder).
+            client.poll(0.1)
+            failure = translate(exc, operation=operation, bootstrap=settings.bootstrap_servers, topic=topic,
+                                timeout_s=timeout)
+            if attempt is None or isinstance(failure, KafkaHandshakeFailed) \
+                    or not isinstance(failure, ServiceUnavailable):
+                raise failure from None
+
+
 def describe_topic(settings: Settings, topic: str, *, client: object | None = None) -> TopicInfo:
     """Partition count and replication of ``topic``; raises TopicNotFound."""
     admin = client or admin_client(settings)
-    try:
-        md = admin.list_topics(topic=topic, timeout=_TIMEOUT_S)  # type: ignore[attr-defined]
-    except KafkaException as exc:
-        raise translate(exc, operation=f"describing topic {topic!r}", bootstrap=settings.bootstrap_servers,
-                        topic=topic) from None
+    md = cluster_metadata(settings, admin, topic=topic, operation=f"describing topic {topic!r}")
     t = md.topics.get(topic)
     if t is None or (t.error is not None and t.error.code() in UNKNOWN_TOPIC):
         raise TopicNotFound(topic=topic)
@@ -79,6 +109,7 @@ def create_topic(settings: Settings, topic: str | None = None, *,
     ``CreateTime``, so that it keeps the source's timestamps)."""
     topic = topic or settings.topic
     admin = admin_client(settings)
+    cluster_metadata(settings, admin, topic=None, operation=f"creating topic {topic!r}")
     config = {**TOPIC_CONFIG, **(overrides or {})}
     if settings.min_insync_replicas is not None:
         config["min.insync.replicas"] = str(settings.min_insync_replicas)
