@@ -97,3 +97,39 @@ class LongRelayChanged(RelayChanged):
 
 relay_changed_long = Swarm(name="relay-long", agents=lambda: [LongRelayChanged(n) for n in _names()],
                            code_version="long-2")
+
+
+class Scatter(Agent):
+    """Iterates a set of strings: the order of its outputs follows the process's string hashes."""
+
+    ITEMS = frozenset(f"item-{c}" for c in "abcdefghijkl")
+
+    def initial_state(self):
+        return {"rounds": 0, "order": []}
+
+    @on("run.started")
+    def start(self, ctx, event):
+        self._scatter(ctx)
+
+    @on_message("again")
+    def again(self, ctx, event):
+        self._scatter(ctx)
+
+    def _scatter(self, ctx):
+        names = set(self.ITEMS)
+        self.state["rounds"] += 1
+        self.state["order"].append(list(names))
+        for name in names:
+            ctx.send("gather", "item", name)
+
+
+class Gather(Agent):
+    def initial_state(self):
+        return {"items": []}
+
+    @on_message("item")
+    def item(self, ctx, event):
+        self.state["items"].append(event.body)
+
+
+sets = Swarm(name="sets", agents=lambda: [Scatter("scatter"), Gather("gather")], code_version="sets-1")

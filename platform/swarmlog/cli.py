@@ -200,14 +200,46 @@ def _token(settings: Settings, result: Any, reducer: str) -> Any:
     return token.signed(settings.token_key_bytes())
 
 
+def _pin_interpreter(args: argparse.Namespace, settings: Settings | None, *, new_run: bool) -> None:
+    """Before any handler runs: hash strings as the run's recorded interpreter did (re-exec if not).
+
+    ``settings`` names the topic whose ``run.started`` says how (None: no log to ask, the
+    demo); with no run there yet, ``new_run`` pins to the seed a new run will record.
+    Called as a function (``main(argv)``) nothing is re-executed: the runtime itself then
+    refuses a pinned run's handlers under another seed.
+    """
+    from . import interpreter
+    from .runtime import find_run
+    from .schema.registry import SchemaRegistry
+
+    if not getattr(args, "may_reexec", False):
+        return
+    run = None if settings is None else find_run(settings, settings.topic,
+                                                 SchemaRegistry.load(settings.schema_dirs()))
+    if run is not None:
+        if run.hash_seed is None:
+            return  # an unpinned run (written before run.started v2, or started without a seed)
+        seed, algorithm, run_id = run.hash_seed, run.hash_algorithm, run.run_id
+    elif new_run:
+        seed, algorithm, run_id = interpreter.seed_for_new_run(), None, getattr(args, "run_id", None) or "(new)"
+    else:
+        return
+    here = interpreter.current()
+    if algorithm not in (None, here.algorithm):
+        interpreter.require(run_id=run_id, seed=seed, algorithm=algorithm)  # raises: no re-exec cures that
+    if here.seed != seed:
+        interpreter.reexec_with(seed, run_id=run_id)
+
+
 def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, Any]:
     """Re-run the swarm's code against the log; print (and with --publish, store) its report."""
     from .replay import replay_swarm
     from .replay_report import swarm_report
     from .runtime import load_swarm
 
-    bar = _progress_bar("replay", unit="ev")
     swarm = load_swarm(args.swarm)
+    _pin_interpreter(args, settings, new_run=False)
+    bar = _progress_bar("replay", unit="ev")
     try:
         result = replay_swarm(settings=settings, swarm=swarm, to=args.to, group=args.group, reset=not args.no_reset,
                               progress=bar.update_to if bar else None)
@@ -252,7 +284,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     swarm = load_swarm(args.swarm)
-    if args.agent is None or args.start:
+    starts = args.agent is None or args.start
+    if starts:
         if args.run_id is None and args.seed is None:
             # A topic that already holds a run (a restart, a fork) goes on with it.
             existing = find_run(settings, settings.topic, SchemaRegistry.load(settings.schema_dirs()))
@@ -261,6 +294,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.run_id is None or args.seed is None:
             raise UsageError("starting a run needs --run-id and --seed (they are recorded in run.started); a topic "
                              "that already holds a run goes on with it without them")
+    _pin_interpreter(args, settings, new_run=True)
+    if starts:
         info = start_run(settings=settings, swarm=swarm, run_id=args.run_id, seed=args.seed)
         print(f"run {info.run_id} {'started' if info.created else 'already started'} at offset {info.offset}",
               file=sys.stderr)
@@ -315,7 +350,9 @@ def cmd_dev(argv: list[str]) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import main as demo_main
 
-    return demo_main(settings=_settings(args), agents=args.agents, rounds=args.rounds)
+    settings = _settings(args)
+    _pin_interpreter(args, None, new_run=True)  # the demo starts its runs in this process
+    return demo_main(settings=settings, agents=args.agents, rounds=args.rounds)
 
 
 def _progress_bar(desc: str, unit: str) -> Any:
@@ -496,6 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return schema_run(args_list[1:])
         args = build_parser().parse_args(args_list)
         configure_logging(verbosity + getattr(args, "verbose", 0), service=args.command in _SERVICES)
+        # Only a process started as the command line may replace itself (swarmlog.interpreter).
+        args.may_reexec = argv is None
         return int(args.func(args))
     except SwarmlogError as exc:
         logger.debug("the error's traceback", exc_info=exc)

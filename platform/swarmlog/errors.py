@@ -277,6 +277,30 @@ class RunAlreadyRecorded(SwarmlogError):
             f"history. Use a new topic for a new run.")
 
 
+class HashSeedMismatch(SwarmlogError):
+    """This interpreter hashes strings differently from the one the run was recorded with
+    (see :mod:`swarmlog.interpreter`)."""
+
+    def __init__(self, *, run_id: str, recorded_seed: int, recorded_algorithm: str, current_seed: int | None,
+                 current_algorithm: str) -> None:
+        self.run_id = run_id
+        self.recorded_seed = recorded_seed
+        self.recorded_algorithm = recorded_algorithm
+        self.current_seed = current_seed
+        """None: this process's seed is random (PYTHONHASHSEED unset)."""
+        self.current_algorithm = current_algorithm
+        if recorded_algorithm == current_algorithm:
+            fix = (f"start this process with PYTHONHASHSEED={recorded_seed} (the swarmlog command re-executes "
+                   f"itself with it; the image and the chart set it)")
+        else:
+            fix = f"run the swarm on an interpreter whose string hash is {recorded_algorithm}"
+        here = "unset (random per process)" if current_seed is None else str(current_seed)
+        super().__init__(
+            f"run {run_id!r} was recorded by an interpreter hashing strings with PYTHONHASHSEED={recorded_seed} "
+            f"({recorded_algorithm}); this one has PYTHONHASHSEED={here} ({current_algorithm}). A handler "
+            f"iterating a set of strings would do things in another order than the log recorded: {fix}")
+
+
 class NoRunStarted(SwarmlogError):
     """A handler drew randomness, but no ``run.started`` precedes its step: there is no seed."""
 

@@ -188,6 +188,7 @@ ConfigMap exists, gets the same map inline.
 {{- define "swarmlog.envData" -}}
 {{- $v := .Values -}}
 SWARMLOG_BOOTSTRAP_SERVERS: {{ $v.kafka.bootstrapServers | quote }}
+PYTHONHASHSEED: {{ $v.swarm.hashSeed | default 0 | int64 | toString | quote }}
 SWARMLOG_TOPIC: {{ include "swarmlog.topic" . | quote }}
 SWARMLOG_REPLICATION_FACTOR: {{ $v.kafka.replicationFactor | int64 | toString | quote }}
 {{- if not (kindIs "invalid" $v.kafka.minInsyncReplicas) }}

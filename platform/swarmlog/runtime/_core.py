@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import interpreter
 from ..agent import Agent
 from ..context import Context, Output, OutputSink
 from ..errors import EffectDiverged, NondeterminismError, SwarmlogError
@@ -176,6 +177,10 @@ class AgentCore:
             event = self._decode(msg)
             if event is not None:
                 if event.event_type == RUN_STARTED:
+                    # Before any handler runs: a pinned run's handlers only run in an interpreter
+                    # that hashes strings as the one that recorded it (set order; swarmlog.interpreter).
+                    interpreter.require(run_id=event.run_id, seed=event.payload.get("hash_seed"),
+                                        algorithm=event.payload.get("hash_algorithm"))
                     self.ctx.set_run(run_id=event.run_id, seed=event.payload["seed"])
                 if event.event_type in self._handled and (event.to in (None, me)):
                     self._step(off, event)

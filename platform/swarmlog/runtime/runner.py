@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import interpreter
 from ..agent import Swarm
 from ..errors import ConfigurationError, RunAlreadyRecorded, RunNotStarted, TransactionAborted
 from ..kafka.backend import backend_for
@@ -74,6 +75,9 @@ class RunInfo:
     offset: int
     created: bool
     code_version: str = ""
+    hash_seed: int | None = None
+    """The PYTHONHASHSEED every process running the swarm's handlers must have; None: unpinned."""
+    hash_algorithm: str | None = None
 
 
 def find_run(settings: Settings, topic: str, registry: SchemaRegistry, *,
@@ -87,8 +91,10 @@ def find_run(settings: Settings, topic: str, registry: SchemaRegistry, *,
             for m in batch:
                 if RUN_STARTED_HEADER in (m.headers() or ()):
                     _, rec = decoder.decode(m.value(), m.offset())
-                    return RunInfo(run_id=rec["run_id"], seed=rec["payload"]["seed"], offset=m.offset(),
-                                   created=False, code_version=rec["payload"]["code_version"])
+                    p = rec["payload"]
+                    return RunInfo(run_id=rec["run_id"], seed=p["seed"], offset=m.offset(), created=False,
+                                   code_version=p["code_version"], hash_seed=p["hash_seed"],
+                                   hash_algorithm=p["hash_algorithm"])
     return None
 
 
@@ -107,16 +113,26 @@ def start_run(*, settings: Settings, swarm: Swarm, run_id: str, seed: int, topic
     starter had in flight to commit or abort, so the read sees a run that any other starter
     committed; and a starter fenced between its read and its commit commits nothing, reads
     again, and finds the run of the one that fenced it.
+
+    It records how this interpreter hashes strings (:mod:`swarmlog.interpreter`): with
+    ``PYTHONHASHSEED`` set, the run is pinned to it; without, the run is unpinned (and a
+    warning says so), since no seed can be recorded for a random one.
     """
     topic = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dirs())
     backend = backend_for(settings, backend)
     existing = find_run(settings, topic, registry, backend=backend)
+    pin = interpreter.current()
+    if existing is None and pin.seed is None:
+        logger.warning("run %s is not pinned to a string-hash seed: this process has no PYTHONHASHSEED, so a "
+                       "handler iterating a set of strings may act differently when another process replays or "
+                       "restarts it. Start runs with `swarmlog run`, or set PYTHONHASHSEED", run_id)
     attempt = 0
     while existing is None:
         attempt += 1
         version = code_version(swarm)
-        payload = {"swarm": swarm.name, "seed": seed, "code_version": version, "agents": swarm.agent_names}
+        payload = {"swarm": swarm.name, "seed": seed, "code_version": version, "agents": swarm.agent_names,
+                   "hash_seed": pin.seed, "hash_algorithm": pin.algorithm}
         try:
             existing, offset = _write_run_started(settings=settings, backend=backend, topic=topic,
                                                   registry=registry, run_id=run_id, payload=payload)
@@ -130,9 +146,10 @@ def start_run(*, settings: Settings, swarm: Swarm, run_id: str, seed: int, topic
             existing = find_run(settings, topic, registry, backend=backend)
             continue
         if existing is None:
-            logger.info("run %s of swarm %s started at offset %d (seed %d, code %s)", run_id, swarm.name,
-                        offset, seed, version)
-            return RunInfo(run_id=run_id, seed=seed, offset=offset, created=True, code_version=version)
+            logger.info("run %s of swarm %s started at offset %d (seed %d, code %s, PYTHONHASHSEED %s)", run_id,
+                        swarm.name, offset, seed, version, pin.seed)
+            return RunInfo(run_id=run_id, seed=seed, offset=offset, created=True, code_version=version,
+                           hash_seed=pin.seed, hash_algorithm=pin.algorithm)
     if existing.run_id != run_id or existing.seed != seed:
         raise RunAlreadyRecorded(topic=topic, run_id=existing.run_id, seed=existing.seed,
                                  requested_run_id=run_id, requested_seed=seed)
