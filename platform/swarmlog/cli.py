@@ -260,6 +260,9 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
         for agent, h in sorted(result.agents.items()):
             print(f"  {agent:<20} {h}  ({result.steps.get(agent, 0)} steps)")
         print(f"stream hash {result.stream_hash}")
+        for agent, offset in sorted(result.unverified_from.items()):
+            print(f"  {agent}: unverified from offset {offset} (what it wrote there lies past the cut, "
+                  f"or it never got there live)")
         first = result.first_divergence
         if first is None:
             print("no divergence: the code does exactly what the log recorded")

@@ -36,3 +36,4 @@ class TestLogContractOnKafka(LogContract):
 
 class TestRuntimeContractOnKafka(RuntimeContract):
     quiet = 1.0
+    cut_stride = 9

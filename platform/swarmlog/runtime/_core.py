@@ -115,8 +115,8 @@ class _VerifySink:
         rec = self.core.index.effects.get(event_id)
         if rec is None:
             step = self.core.ctx.now()
-            if self.core.reach is not None and step >= self.core.reach:
-                raise _Unreached(step)
+            if step in self.core.past_cut or (self.core.reach is not None and step >= self.core.reach):
+                raise _Unreached(step)  # the record lies past the cut, or the live agent never got here
             raise EffectDiverged(offset=self.core.ctx.now(), agent=self.core.name,
                                  detail="the step now calls an effect or LLM the log has no record of")
         return rec
@@ -147,6 +147,9 @@ class AgentCore:
         self.unverified: int | None = None  # first step past what the live agent ever reached
         self.reach: int | None = None
         """Replay only: the live agent is known to have got to here (exclusive); see finish()."""
+        self.past_cut: set[int] = set()
+        """Replay cut at an offset (``--to``): the steps with outputs past the cut. What they wrote
+        there is not read, so what they write now cannot be checked: unverified, not divergent."""
         self.stopped = False  # a non-strict replay that could not go on (an effect it cannot serve)
         self.step_latency: Any = None
         """A :class:`~swarmlog.observe.LatencyHistogram` the live worker gives; None in replay."""
@@ -279,12 +282,13 @@ class AgentCore:
 
         ``reached`` is how far the live agent is known to have got (its group's committed
         offset). A step past both that and its last recorded output may simply never have
-        run live (an unfinished run, a stopped agent): its outputs are not divergences, and
-        ``unverified`` says from where on nothing could be checked.
+        run live (an unfinished run, a stopped agent), and a step whose outputs lie past a
+        replay's cut (``past_cut``) cannot be compared with them: neither's outputs are
+        divergences, and ``unverified`` says from where on nothing could be checked.
         """
         bound = max(reached if reached is not None else -1, self.last_recorded_step + 1, self.reach or -1)
         for step, outs in sorted(self.pending.items()):
-            if step >= bound:
+            if step >= bound or step in self.past_cut:
                 self.unverified = step if self.unverified is None else min(self.unverified, step)
                 continue
             for out in outs.values():

@@ -6,6 +6,12 @@ for each agent: the last step it recorded outputs for (read from the ``sl.step``
 header, nothing decoded), and its recorded effects (decoded only they). The live
 worker uses the last step to know where history ends and live work begins; the
 swarm replayer uses it to know how far the live agent got.
+
+A replay cut at offset N (``--to N``) indexes only the log before N: the state it
+computes is a function of that prefix alone, so the same cut replays to the same state
+however long the log has grown since. What lies past the cut is only *looked at*, by
+:func:`steps_past`: which steps have outputs there, so that a step whose outputs the cut
+left out is reported unverified rather than as a divergence.
 """
 
 from __future__ import annotations
@@ -67,3 +73,27 @@ def index_log(*, backend: LogBackend, topic: str, decoder: Decoder, agents: Coll
                 if parse_step(rec["event_id"]) is not None:
                     idx.effects[rec["event_id"]] = Event.from_message(m, writer, rec)
         return indexes, reader.position.end_offset
+
+
+def steps_past(*, backend: LogBackend, topic: str, agents: Collection[str], start: int) -> dict[str, set[int]]:
+    """Per agent, the steps that have outputs at or after offset ``start`` (headers only, nothing decoded).
+
+    An agent's outputs are in the log in step order (one producer, transactions committed in
+    order), so a step found here has no output before ``start`` that comes after one found here.
+    """
+    past: dict[str, set[int]] = {name: set() for name in agents}
+    by_bytes = {name.encode(): steps for name, steps in past.items()}
+    with backend.reader(topic) as reader:
+        reader.assign(start)
+        for batch in reader.batches():
+            for m in batch:
+                steps = None
+                step = None
+                for k, v in m.headers() or ():
+                    if k == H_AGENT:
+                        steps = by_bytes.get(v)
+                    elif k == H_STEP:
+                        step = v
+                if steps is not None and step is not None:
+                    steps.add(int(step))
+    return past

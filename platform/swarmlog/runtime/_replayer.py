@@ -33,7 +33,7 @@ from ..protocol import agent_group, route
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ._core import AgentCore, Divergence
-from ._index import index_log
+from ._index import index_log, steps_past
 
 logger = logging.getLogger(__name__)
 
@@ -83,16 +83,23 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
     logger.info("replaying swarm %s against topic %s%s%s", swarm.name, topic,
                 f" up to offset {to}" if to is not None else "", f" as consumer group {group}" if group else "")
     agents = swarm.agents()
-    indexes, _ = index_log(backend=backend, topic=topic, decoder=decoder, agents=[a.name for a in agents], end=to)
+    names = [a.name for a in agents]
+    low, high = backend.watermarks(topic)
+    # Exact at a cut: the state is the prefix's alone (indexes end at the cut); what lies past it
+    # only tells a step whose outputs the cut left out (unverified) from one that wrote none.
+    cut = to if to is not None and to < high else None
+    indexes, _ = index_log(backend=backend, topic=topic, decoder=decoder, agents=names, end=cut)
+    past = steps_past(backend=backend, topic=topic, agents=names, start=cut) if cut is not None else {}
     cores = [AgentCore(agent=a, decoder=decoder, index=indexes[a.name], live_sink=None, strict=strict)
              for a in agents]
     for core in cores:
         # How far each live agent got: its committed position, or past its last recorded step.
         committed = backend.committed(agent_group(topic, core.name), topic)
-        core.reach = max(committed if committed is not None else -1, core.index.last_step + 1)
+        core.past_cut = past.get(core.name, set())
+        last_step = max(core.index.last_step, max(core.past_cut, default=-1))
+        core.reach = max(committed if committed is not None else -1, last_step + 1)
     hasher = StreamHasher()
     events = 0
-    low, high = backend.watermarks(topic)
     total = (min(high, to) if to is not None else high) - low
     last_report = time.monotonic()
     with backend.reader(topic, group=group) as reader:
