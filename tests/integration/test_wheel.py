@@ -1,0 +1,156 @@
+"""swarmlog as users install it: the built wheel in a fresh virtual environment, run outside the repo.
+
+The wheel is built from this working tree (a copy of it, so the build leaves nothing behind)
+with `pip wheel`, installed with its dependencies into a new venv, and every command runs as
+a process from a directory with no repo in sight: no PYTHONPATH, no SWARMLOG_SCHEMA_DIR. The
+schemas, the upcasters and the case study must all come from the installed package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+import zipfile
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from swarmlog.kafka.topic import create_topic
+from swarmlog.settings import Settings
+
+from ..conftest import REPO
+
+LIBRDKAFKA_MARKS = ("|FAIL|", "|GETPID|", "%3|", "%4|", "%7|")
+_NOT_SOURCES = shutil.ignore_patterns(".venv", ".git", ".tools", "build", "dist", "*.egg-info", "__pycache__",
+                                      ".pytest_cache", ".hypothesis", "bench", "tests")
+
+
+class Installed:
+    def __init__(self, root: Path, wheel: Path, venv: Path, base_env: dict[str, str]) -> None:
+        self.root = root
+        self.wheel = wheel
+        self.venv = venv
+        self.base_env = base_env
+        self.cwd = root / "elsewhere"
+        self.cwd.mkdir()
+
+    def run(self, *argv: str, env: dict[str, str] | None = None, timeout: float = 300,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([str(self.venv / "bin" / "swarmlog"), *argv], cwd=self.cwd, capture_output=True,
+                              text=True, timeout=timeout, env={**self.base_env, **(env or {})})
+        if check:
+            assert proc.returncode == 0, f"swarmlog {' '.join(argv)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+        assert not any(mark in proc.stderr for mark in LIBRDKAFKA_MARKS), proc.stderr
+        return proc
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory, base_settings: Settings) -> Installed:
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "source"
+    shutil.copytree(REPO, source, ignore=_NOT_SOURCES)
+    dist = root / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dist),
+                    str(source)], check=True, timeout=600)
+    (wheel,) = dist.glob("swarmlog-*.whl")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", str(wheel)],
+                   check=True, timeout=900)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SWARMLOG_", "PYTHON", "VIRTUAL_ENV")) and k != "PATH"}
+    env.update({"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "SWARMLOG_BOOTSTRAP_SERVERS": base_settings.bootstrap_servers,
+                "SWARMLOG_DATABASE_URL": base_settings.database_url})
+    return Installed(root, wheel, venv, env)
+
+
+def _fresh_topic(base_settings: Settings, prefix: str) -> str:
+    name = f"swarmlog.{prefix}-{uuid.uuid4().hex[:10]}"
+    create_topic(base_settings, name)
+    return name
+
+
+def test_the_wheel_carries_schemas_upcasters_the_case_study_and_py_typed(installed):
+    names = zipfile.ZipFile(installed.wheel).namelist()
+    for path in ("swarmlog/py.typed", "swarmlog_connectors/py.typed", "swarmlog/schema/builtin/run.started/v2.avsc",
+                 "swarmlog/schema/builtin/agent.message/upcasters.py", "swarmlog/schema/builtin/compatibility.json",
+                 "swarmlog/examples/case_study.py", "swarmlog_connectors/postgres_schema.sql"):
+        assert path in names, path
+    where = subprocess.run([str(installed.venv / "bin" / "python"), "-c",
+                            "import swarmlog, swarmlog.settings as s; print(swarmlog.__file__); "
+                            "print(s.Settings().schema_dir)"],
+                           cwd=installed.cwd, env=installed.base_env, capture_output=True, text=True, check=True)
+    module, schema_dir = where.stdout.split()
+    assert module.startswith(str(installed.venv)) and schema_dir.startswith(str(installed.venv))
+    assert str(REPO) not in where.stdout
+
+
+def test_schema_list_and_check_work_from_the_wheel_with_a_users_own_types(installed):
+    listed = json.loads(installed.run("schema", "list", "--json").stdout)
+    files = {(row["event_type"], row["version"]): row["file"] for row in listed}
+    assert ("run.started", 2) in files and ("agent.message", 3) in files
+    assert all(f.startswith(str(installed.venv)) for f in files.values())
+    check = installed.run("schema", "check", "--property").stdout
+    assert "schema check passed" in check and "1 upcaster(s)" in check
+
+    mine = _users_schemas(installed.root)
+    env = {"SWARMLOG_SCHEMA_PATH": str(mine)}
+    listed = json.loads(installed.run("schema", "list", "--json", env=env).stdout)
+    assert {"billing.invoice", "run.started"} <= {row["event_type"] for row in listed}
+    assert "schema check passed" in installed.run("schema", "check", env=env).stdout
+
+
+def _users_schemas(root: Path) -> Path:
+    mine = root / "my-schemas"
+    if not mine.exists():
+        envelope = json.loads((REPO / "schemas" / "agent.message" / "v1.avsc").read_text())["fields"][:7]
+        schema = {"type": "record", "name": "Invoice", "namespace": "billing", "fields": [
+            *envelope, {"name": "payload", "type": {"type": "record", "name": "InvoicePayload",
+                                                     "fields": [{"name": "amount", "type": "long"}]}}]}
+        (mine / "billing.invoice").mkdir(parents=True)
+        (mine / "billing.invoice" / "v1.avsc").write_text(json.dumps(schema))
+    return mine
+
+
+def test_append_and_sink_work_from_the_wheel(installed, base_settings):
+    topic = _fresh_topic(base_settings, "wheel-sink")
+    env = {"SWARMLOG_TOPIC": topic, "SWARMLOG_SCHEMA_PATH": str(_users_schemas(installed.root))}
+    offsets = [int(installed.run("append", "agent.message", json.dumps({"kind": "hi", "body": "hello"}),
+                                 "--agent", "alice", "--to", "bob", env=env).stdout),
+               int(installed.run("append", "billing.invoice", json.dumps({"amount": 42}), "--agent", "alice",
+                                 env=env).stdout)]
+    assert offsets == [0, 1]
+    stats = json.loads(installed.run("sink", "--until-end", env=env).stdout)
+    assert stats == {"position": 2, "rows": 2, "dead_letters": 0}
+    with psycopg.connect(base_settings.database_url) as conn:
+        rows = conn.execute("SELECT seq, event_type, payload FROM events WHERE topic = %s ORDER BY seq",
+                            (topic,)).fetchall()
+    assert [(r[0], r[1]) for r in rows] == [(0, "agent.message"), (1, "billing.invoice")]
+    assert rows[1][2] == {"amount": 42}
+
+
+def test_run_and_replay_swarm_work_from_the_wheel_with_the_installed_case_study(installed, base_settings):
+    topic = _fresh_topic(base_settings, "wheel-run")
+    env = {"SWARMLOG_TOPIC": topic}
+    live = json.loads(installed.run("run", "swarmlog.examples.case_study:buggy", "--run-id", "wheel", "--seed", "1",
+                                    "--until-quiet", "1", env=env).stdout)
+    assert set(live["agents"]) == {"coordinator", "worker", "reviewer", "supervisor", "auditor"}
+    replayed = json.loads(installed.run("replay", "--swarm", "swarmlog.examples.case_study:buggy", "--json",
+                                        env=env).stdout)
+    assert replayed["diverged"] is False and replayed["agents"] == live["agents"]
+    ledger = json.loads(installed.run("replay", "--json", env=env).stdout)
+    assert ledger["events"] == replayed["events"] > 5
+
+
+def test_the_demo_works_from_the_wheel(installed):
+    proc = installed.run("demo", "--rounds", "60", timeout=900)
+    out = proc.stdout
+    assert "DIFFERENT" not in out
+    assert "rows in Postgres mirror" in out and "the case study" in out
+    assert "found a deadlock" in out and "first diverges at offset" in out
+    assert "try it: swarmlog replay" in out and "--swarm swarmlog.examples.case_study:fixed" in out
