@@ -68,7 +68,11 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
+# Against the cluster `up` just started, unless SWARMLOG_BOOTSTRAP_SERVERS already points at one.
+# (pytest run by hand with no SWARMLOG_* variables and a Docker engine reachable uses containers
+# instead: tests/integration/conftest.py.)
 integration: $(STAMP) tools up
+	if [ -z "$$SWARMLOG_BOOTSTRAP_SERVERS" ]; then eval "$$($(BIN)/swarmlog dev env)"; fi; \
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration
 
 bench: up

@@ -1,10 +1,12 @@
 """Session fixtures: real Kafka and real Postgres, started once per test session.
 
-Where the services come from, in order:
+Where the services come from, in order (``swarmlog.dev.containers.service_source``):
 
 1. ``SWARMLOG_BOOTSTRAP_SERVERS`` and ``SWARMLOG_DATABASE_URL`` set: use that
    cluster (a real one, or one started by ``swarmlog dev up``).
-2. Otherwise the project's own local cluster (``swarmlog dev up``: Kafka from
+2. No ``SWARMLOG_*`` service variable set and a Docker engine reachable: a Kafka 4.x
+   broker and a Postgres in containers (testcontainers), removed when the session ends.
+3. Otherwise the project's own local cluster (``swarmlog dev up``: Kafka from
    Maven Central's jars, Postgres from the machine's binaries), reused if it
    already runs.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any, NamedTuple
 
 import psycopg
@@ -34,16 +37,26 @@ __all__ = ["REPO", "LogRecord", "new_topic_name", "read_log", "subprocess_env"]
 
 
 @pytest.fixture(scope="session")
-def base_settings() -> Settings:
-    if os.environ.get("SWARMLOG_BOOTSTRAP_SERVERS") and os.environ.get("SWARMLOG_DATABASE_URL"):
-        return Settings.from_env()
-    from swarmlog.dev import cluster
+def base_settings() -> Iterator[Settings]:
+    from swarmlog.dev import containers
 
-    info = cluster.up()
-    # Subprocesses the tests start (the sink under SIGKILL, the CLI) find the same cluster.
-    os.environ["SWARMLOG_BOOTSTRAP_SERVERS"] = info.bootstrap_servers
-    os.environ["SWARMLOG_DATABASE_URL"] = info.database_url
-    return Settings.from_env()
+    source = containers.service_source(os.environ, docker_reachable=containers.docker_reachable)
+    if source is containers.ServiceSource.ENVIRONMENT:
+        yield Settings.from_env()
+        return
+    with ExitStack() as stack:
+        if source is containers.ServiceSource.CONTAINERS:
+            found = stack.enter_context(containers.containers())
+            bootstrap, database = found.bootstrap_servers, found.database_url
+        else:
+            from swarmlog.dev import cluster
+
+            info = cluster.up()
+            bootstrap, database = info.bootstrap_servers, info.database_url
+        # Subprocesses the tests start (the sink under SIGKILL, the CLI) find the same cluster.
+        os.environ["SWARMLOG_BOOTSTRAP_SERVERS"] = bootstrap
+        os.environ["SWARMLOG_DATABASE_URL"] = database
+        yield Settings.from_env()
 
 
 @pytest.fixture
