@@ -22,7 +22,7 @@ PUBLIC = {
         "Agent", "AgentFenced", "AppendFailed", "ConfigurationError", "Context", "CopyFailed",
         "DatabasePermissionDenied", "Divergence", "EffectDiverged", "EffectFailed", "Event", "EventLog",
         "EventNotFound", "ForkPointInsideStep", "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed",
-        "HTTPRequestDiverged", "InMemoryLog", "InvalidEvent", "InvalidSetting", "KafkaHandshakeFailed",
+        "HTTPRequestDiverged", "HashSeedMismatch", "InMemoryLog", "InvalidEvent", "InvalidSetting", "KafkaHandshakeFailed",
         "KafkaOperationFailed", "MissingDependency", "NoRunStarted", "NondeterminismError", "OutsideStep",
         "ReadFailed", "ReplayResult", "RunAlreadyRecorded", "RunNotStarted", "SchemaClash", "SchemaError",
         "SchemaNotFound", "ServiceUnavailable", "Settings", "Swarm", "SwarmReplayResult", "SwarmlogError",

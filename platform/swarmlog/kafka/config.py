@@ -36,6 +36,9 @@ from .errors import error_recorder, kafka_error
 LIBRDKAFKA_LOGGER = "swarmlog.librdkafka"
 """Where librdkafka's log lines go (hidden by the command line unless ``-v``)."""
 _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
+# A program that configures no logging gets none of librdkafka's lines on its terminal (Python's
+# last-resort handler would print its warnings); configured handlers still receive them.
+_librdkafka_log.addHandler(logging.NullHandler())
 
 PRODUCER_REQUIRED: dict[str, object] = {
     # One producer's events land exactly once and in the order it produced them, even
