@@ -201,34 +201,13 @@ def _token(settings: Settings, result: Any, reducer: str) -> Any:
 
 
 def _pin_interpreter(args: argparse.Namespace, settings: Settings | None, *, new_run: bool) -> None:
-    """Before any handler runs: hash strings as the run's recorded interpreter did (re-exec if not).
+    """Before any handler runs: hash strings as the run's recorded interpreter did (see
+    :func:`swarmlog.runtime.pin_interpreter`). Only a process started as the command line
+    (``main()`` with no arguments) may re-execute itself."""
+    from .runtime import pin_interpreter
 
-    ``settings`` names the topic whose ``run.started`` says how (None: no log to ask, the
-    demo); with no run there yet, ``new_run`` pins to the seed a new run will record.
-    Called as a function (``main(argv)``) nothing is re-executed: the runtime itself then
-    refuses a pinned run's handlers under another seed.
-    """
-    from . import interpreter
-    from .runtime import find_run
-    from .schema.registry import SchemaRegistry
-
-    if not getattr(args, "may_reexec", False):
-        return
-    run = None if settings is None else find_run(settings, settings.topic,
-                                                 SchemaRegistry.load(settings.schema_dirs()))
-    if run is not None:
-        if run.hash_seed is None:
-            return  # an unpinned run (written before run.started v2, or started without a seed)
-        seed, algorithm, run_id = run.hash_seed, run.hash_algorithm, run.run_id
-    elif new_run:
-        seed, algorithm, run_id = interpreter.seed_for_new_run(), None, getattr(args, "run_id", None) or "(new)"
-    else:
-        return
-    here = interpreter.current()
-    if algorithm not in (None, here.algorithm):
-        interpreter.require(run_id=run_id, seed=seed, algorithm=algorithm)  # raises: no re-exec cures that
-    if here.seed != seed:
-        interpreter.reexec_with(seed, run_id=run_id)
+    pin_interpreter(settings, may_reexec=getattr(args, "may_reexec", False), new_run=new_run,
+                    run_id=getattr(args, "run_id", None))
 
 
 def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, Any]:

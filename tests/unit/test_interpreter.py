@@ -106,3 +106,25 @@ def test_only_the_command_line_process_may_reexecute(monkeypatch):
     monkeypatch.setattr(cli, "cmd_demo", lambda args: seen.append(args.may_reexec) or 0)
     assert cli.main(["demo"]) == 0
     assert seen == [False]
+
+
+def test_a_snapshot_of_a_pinned_run_is_not_resumed_under_another_seed(registry):
+    from swarmlog.runtime._checkpoint import capture, restore
+    from swarmlog.runtime._core import AgentCore
+    from swarmlog.runtime._index import OwnIndex
+    from swarmlog.schema.codec import Decoder
+
+    def core() -> AgentCore:
+        return AgentCore(agent=swarms.Gather("gather"), decoder=Decoder(registry), index=OwnIndex(), live_sink=None)
+
+    other = 7 if interpreter.current().seed != 7 else 8
+    folded = core()
+    folded.ctx.set_run(run_id="pinned", seed=1)
+    folded.run_pin = (other, interpreter.hash_algorithm())
+    doc = capture(folded)
+    with pytest.raises(HashSeedMismatch):
+        restore(core(), doc)
+    unpinned = dict(doc, hash=None)
+    fresh = core()
+    restore(fresh, unpinned)
+    assert fresh.ctx.run_id == "pinned"

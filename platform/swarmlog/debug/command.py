@@ -32,11 +32,15 @@ def _swarm(args: argparse.Namespace, settings: Settings) -> Any:
 
 
 def _session(args: argparse.Namespace) -> Any:
+    from ..runtime import pin_interpreter
     from . import Session
 
     _notes()
     settings = _settings(args)
-    return Session(settings=settings, swarm=_swarm(args, settings), snapshots=not args.no_snapshots)
+    swarm = _swarm(args, settings)
+    # The swarm's handlers run here: under the run's string-hash seed (swarmlog.interpreter).
+    pin_interpreter(settings, may_reexec=getattr(args, "may_reexec", False))
+    return Session(settings=settings, swarm=swarm, snapshots=not args.no_snapshots)
 
 
 def _notes() -> None:

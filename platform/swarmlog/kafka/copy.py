@@ -40,7 +40,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from ..errors import CopyFailed, TopicExists
 from ..protocol import copy_transactional_ids
 from ..settings import Settings
-from .config import PRODUCER_REQUIRED, watermark_consumer
+from .config import PRODUCER_REQUIRED, new_client, watermark_consumer
 from .errors import translate
 from .reader import watermarks
 from .topic import TOPIC_CONFIG, create_topic, set_topic_config
@@ -59,9 +59,10 @@ class _Writer:
 
     def __init__(self, settings: Settings, topic: str, transactional_id: str) -> None:
         self.topic = topic
-        self.producer = Producer(settings.kafka_config(
-            {**PRODUCER_REQUIRED, "transactional.id": transactional_id,
-             "transaction.timeout.ms": _COPY_TXN_TIMEOUT_MS}, tuning={"linger.ms": 5, "compression.type": "lz4"}))
+        self.producer = new_client(Producer, settings,
+                                   {**PRODUCER_REQUIRED, "transactional.id": transactional_id,
+                                    "transaction.timeout.ms": _COPY_TXN_TIMEOUT_MS},
+                                   tuning={"linger.ms": 5, "compression.type": "lz4"})
         self.open = False
         self.errors: list[str] = []
         self.producer.init_transactions(_TIMEOUT_S)

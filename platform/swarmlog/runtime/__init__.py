@@ -10,7 +10,17 @@ over a log), ``_worker`` (a live agent on a channel of the log), ``_replayer``
 from ._core import Divergence
 from ._replayer import SwarmReplayResult, replay_swarm_log
 from ._worker import AgentWorker, WorkerResult
-from .runner import RunInfo, code_version, find_run, load_swarm, result_json, run_agents, start_run, wait_for_run
+from .runner import (
+    RunInfo,
+    code_version,
+    find_run,
+    load_swarm,
+    pin_interpreter,
+    result_json,
+    run_agents,
+    start_run,
+    wait_for_run,
+)
 
 __all__ = [
     "AgentWorker",
@@ -21,6 +31,7 @@ __all__ = [
     "code_version",
     "find_run",
     "load_swarm",
+    "pin_interpreter",
     "replay_swarm_log",
     "result_json",
     "run_agents",

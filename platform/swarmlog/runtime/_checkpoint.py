@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import interpreter
 from ..context import Output
 from ..errors import SwarmlogError
 from ..hashing import state_hash
@@ -32,16 +33,17 @@ CHECKPOINT_FORMAT = 1
 
 FOLD_FIELDS = frozenset({
     "divergences", "pending", "timers", "events_seen", "position", "steps", "last_recorded_step", "unverified",
-    "stopped",
+    "stopped", "run_pin",
 })
 """Core attributes that are the fold's state (beside ``agent.state`` and the ``ctx``'s run)."""
 WIRING_FIELDS = frozenset({
     "agent", "name", "decoder", "index", "ctx", "live_sink", "verify_sink", "strict", "on_divergence", "reach",
-    "_handled", "_raised", "step_latency",
+    "past_cut", "_handled", "_raised", "step_latency",
 })
 """Core attributes that are how it is wired (or derived from the wiring), set up anew by whoever builds it.
-``reach`` is how far the live agent got, asked of its group; ``_raised`` is only ever set by a strict replay;
-``step_latency`` is the live worker's histogram (what the process measures, not what the fold is)."""
+``reach`` is how far the live agent got, asked of its group; ``past_cut`` what a replay's cut leaves out;
+``_raised`` is only ever set by a strict replay; ``step_latency`` is the live worker's histogram (what the
+process measures, not what the fold is)."""
 
 
 class StateNotCapturable(SwarmlogError):
@@ -142,6 +144,7 @@ def capture(core: AgentCore) -> dict[str, Any]:
         "unverified": core.unverified,
         "stopped": core.stopped,
         "run": [ctx.run_id, ctx.seed] if ctx.seed is not None else None,
+        "hash": list(core.run_pin) if core.run_pin is not None else None,
         "timers": [[t.name, t.set_offset, t.due_count, t.due_wall_ms, t.firing] for t in core.timers.values()],
         "pending": [[step, [[o.event_id, o.event_type, encode_value(o.payload), o.to, list(o.causes)]
                             for o in outs.values()]] for step, outs in core.pending.items()],
@@ -167,6 +170,11 @@ def restore(core: AgentCore, doc: dict[str, Any]) -> None:
         core.last_recorded_step = doc["last_recorded_step"]
         core.unverified = doc["unverified"]
         core.stopped = doc["stopped"]
+        if doc.get("hash") is not None:
+            # What folding run.started would have checked: the fold goes on in this interpreter.
+            core.run_pin = (doc["hash"][0], doc["hash"][1])
+            interpreter.require(run_id=doc["run"][0] if doc["run"] else "", seed=core.run_pin[0],
+                                algorithm=core.run_pin[1])
         if doc["run"] is not None:
             core.ctx.set_run(run_id=doc["run"][0], seed=doc["run"][1])
         core.timers = {name: Timer(name=name, set_offset=set_offset, due_count=due_count, due_wall_ms=due_wall_ms,

@@ -147,6 +147,8 @@ class AgentCore:
         self.unverified: int | None = None  # first step past what the live agent ever reached
         self.reach: int | None = None
         """Replay only: the live agent is known to have got to here (exclusive); see finish()."""
+        self.run_pin: tuple[int | None, str | None] | None = None
+        """The string-hash seed and algorithm ``run.started`` recorded (None: not read yet)."""
         self.past_cut: set[int] = set()
         """Replay cut at an offset (``--to``): the steps with outputs past the cut. What they wrote
         there is not read, so what they write now cannot be checked: unverified, not divergent."""
@@ -182,8 +184,8 @@ class AgentCore:
                 if event.event_type == RUN_STARTED:
                     # Before any handler runs: a pinned run's handlers only run in an interpreter
                     # that hashes strings as the one that recorded it (set order; swarmlog.interpreter).
-                    interpreter.require(run_id=event.run_id, seed=event.payload.get("hash_seed"),
-                                        algorithm=event.payload.get("hash_algorithm"))
+                    self.run_pin = (event.payload.get("hash_seed"), event.payload.get("hash_algorithm"))
+                    interpreter.require(run_id=event.run_id, seed=self.run_pin[0], algorithm=self.run_pin[1])
                     self.ctx.set_run(run_id=event.run_id, seed=event.payload["seed"])
                 if event.event_type in self._handled and (event.to in (None, me)):
                     self._step(off, event)

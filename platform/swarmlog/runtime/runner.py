@@ -98,6 +98,37 @@ def find_run(settings: Settings, topic: str, registry: SchemaRegistry, *,
     return None
 
 
+def pin_interpreter(settings: Settings | None, *, may_reexec: bool, new_run: bool = False,
+                    run_id: str | None = None) -> None:
+    """Make this process hash strings as the run's interpreter did, before any handler runs.
+
+    ``settings`` names the topic whose ``run.started`` says how (None: no log to ask, as for
+    the demo); with no run there yet, ``new_run`` pins to the seed a new run will record
+    (:func:`swarmlog.interpreter.seed_for_new_run`). A process that may not re-execute itself
+    (``may_reexec`` false: a library caller) is left as it is; the runtime then refuses a
+    pinned run's handlers under another seed. For the command line: a new process under the
+    recorded ``PYTHONHASHSEED`` replaces this one (:func:`swarmlog.interpreter.reexec_with`).
+    """
+    if not may_reexec:
+        return
+    run = None
+    if settings is not None:
+        run = find_run(settings, settings.topic, SchemaRegistry.load(settings.schema_dirs()))
+    if run is not None:
+        if run.hash_seed is None:
+            return  # an unpinned run (written before run.started v2, or started without a seed)
+        seed, algorithm, name = run.hash_seed, run.hash_algorithm, run.run_id
+    elif new_run:
+        seed, algorithm, name = interpreter.seed_for_new_run(), None, run_id or "(new)"
+    else:
+        return
+    here = interpreter.current()
+    if algorithm not in (None, here.algorithm):
+        interpreter.require(run_id=name, seed=seed, algorithm=algorithm)  # raises: no re-exec cures that
+    if here.seed != seed:
+        interpreter.reexec_with(seed, run_id=name)
+
+
 _START_ATTEMPTS = 5
 _START_BACKOFF_S = 1.0
 
