@@ -61,8 +61,13 @@ def test_an_unreachable_broker_is_reported_within_the_connect_timeout_and_no_lib
     address = env["SWARMLOG_BOOTSTRAP_SERVERS"]
     proc, took = _cli(env, *argv)
     assert proc.returncode == 69, proc.stderr
-    # The default connect timeout is 10 s; a few seconds more for the interpreter and imports.
-    assert took < 10 + 5, took
+    # The default connect timeout is 10 s. What the process needs besides waiting (start-up,
+    # imports, exit) is measured on the same command with a 0.5 s timeout, on this (shared,
+    # sometimes loaded) machine: the 9.5 s more it may wait for the default come on top of that.
+    _, baseline = _cli({**env, "SWARMLOG_CONNECT_TIMEOUT": "0.5"}, *argv)
+    print(f"\n{argv[0]}: error after {took:.1f} s; with a 0.5 s timeout after {baseline:.1f} s")
+    assert took < baseline + 9.5 + 3, (took, baseline)
+    assert took < 30  # what an unreachable broker used to take, before any start-up cost
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"swarmlog: error: cannot reach Kafka at {address}")
