@@ -276,8 +276,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.run_id is None or args.seed is None:
             raise UsageError("starting a run needs --run-id and --seed (they are recorded in run.started); a topic "
                              "that already holds a run goes on with it without them")
-    _pin_interpreter(args, settings, new_run=True)
     if starts:
+        _pin_interpreter(args, settings, new_run=True)
         info = start_run(settings=settings, swarm=swarm, run_id=args.run_id, seed=args.seed)
         print(f"run {info.run_id} {'started' if info.created else 'already started'} at offset {info.offset}",
               file=sys.stderr)
@@ -300,6 +300,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if wait_for_run(settings=settings, timeout=args.wait_for_run, run_id=args.run_id, seed=args.seed,
                             stop=stop) is None:
                 return 0  # asked to stop while waiting
+            _pin_interpreter(args, settings, new_run=False)  # the run is there: its string-hash seed
         results = run_agents(settings=settings, swarm=swarm, agents=[args.agent] if args.agent else None,
                              until_quiet=args.until_quiet, stop=stop, on_started=workers.extend)
     finally:
@@ -375,9 +376,10 @@ def _leading_verbosity(argv: list[str]) -> tuple[int, list[str]]:
 
 
 _SERVICES = frozenset({"run", "sink"})
-"""Commands that run as services (an agent's or the sink's pod): their lifecycle — rebuild started,
-caught up, live, progress, aborted transactions — is what an operator reads in their log, so they
-log swarmlog's INFO lines without -v. Every other command is quiet: warnings and errors only."""
+"""Commands that run as services (an agent's or the sink's pod; and ``replay --publish``, the replay
+Job): their lifecycle — rebuild started, caught up, live, progress, aborted transactions — is what an
+operator reads in their log, so they log swarmlog's INFO lines without -v. Every other command is
+quiet: warnings and errors only."""
 
 
 def configure_logging(verbosity: int, *, service: bool = False) -> None:
@@ -514,7 +516,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return schema_run(args_list[1:])
         args = build_parser().parse_args(args_list)
-        configure_logging(verbosity + getattr(args, "verbose", 0), service=args.command in _SERVICES)
+        configure_logging(verbosity + getattr(args, "verbose", 0),
+                          service=args.command in _SERVICES or bool(getattr(args, "publish", False)))
         # Only a process started as the command line may replace itself (swarmlog.interpreter).
         args.may_reexec = argv is None
         return int(args.func(args))

@@ -229,6 +229,117 @@ class RuntimeContract:
         assert replay_swarm(settings=run_settings, swarm=swarms.relay, registry=registry,
                             backend=backend).divergences == []
 
+    # -- the replay Job: its own consumer group, the agents untouched ----------------------
+
+    def test_a_swarm_replay_as_its_own_group_resets_it_commits_its_end_and_leaves_agents_alone(
+            self, backend, run_settings, registry):
+        topic = run_settings.topic
+        start_run(settings=run_settings, swarm=swarms.relay, run_id="grp", seed=13, backend=backend)
+        live = {r.agent: r.state_hash for r in self._run(backend, run_settings, swarms.relay)}
+        agents_at = {a: backend.committed(agent_group(topic, a), topic) for a in live}
+        group = replay_group(topic)
+        backend.reset_group(group, topic, 5)  # somewhere else: the replay must reset it first
+        result = replay_swarm(settings=run_settings, swarm=swarms.relay, registry=registry, backend=backend,
+                              group=group)
+        assert result.divergences == [] and result.agents == live
+        assert backend.committed(group, topic) == result.end_offset
+        assert {a: backend.committed(agent_group(topic, a), topic) for a in live} == agents_at
+
+    def test_a_swarm_replay_without_reset_needs_its_group_at_the_log_start(self, backend, run_settings, registry):
+        topic = run_settings.topic
+        start_run(settings=run_settings, swarm=swarms.relay, run_id="noreset", seed=2, backend=backend)
+        live = {r.agent: r.state_hash for r in self._run(backend, run_settings, swarms.relay)}
+        group = replay_group(topic)
+        backend.reset_group(group, topic, 3)
+        with pytest.raises(GroupNotAtStart) as err:
+            replay_swarm(settings=run_settings, swarm=swarms.relay, registry=registry, backend=backend, group=group,
+                         reset=False)
+        assert err.value.committed == 3
+        backend.reset_group(group, topic, 0)  # what kafka-consumer-groups --reset-offsets --to-earliest does
+        result = replay_swarm(settings=run_settings, swarm=swarms.relay, registry=registry, backend=backend,
+                              group=group, reset=False)
+        assert result.agents == live
+
+    def test_a_swarm_replay_refuses_an_agents_own_group(self, backend, run_settings, registry):
+        with pytest.raises(UsageError, match="agent 'r1'"):
+            replay_swarm(settings=run_settings, swarm=swarms.relay, registry=registry, backend=backend,
+                         group=agent_group(run_settings.topic, "r1"))
+
+    # -- starting the run ---------------------------------------------------------------------
+
+    def test_the_run_starts_exactly_once_when_starters_race(self, backend, run_settings, registry):
+        import threading
+
+        starters = 4
+        barrier = threading.Barrier(starters)
+        results: list[Any] = []
+        errors: list[BaseException] = []
+
+        def start() -> None:
+            barrier.wait()
+            try:
+                results.append(start_run(settings=run_settings, swarm=swarms.relay, run_id="race", seed=9,
+                                         registry=registry, backend=backend))
+            except BaseException as exc:  # surfaced below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=start) for _ in range(starters)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, [repr(e) for e in errors]
+        log = events(backend, run_settings.topic, registry)
+        assert [t for _, t, _ in log] == ["run.started"]
+        assert sum(r.created for r in results) == 1
+        assert {(r.run_id, r.seed, r.offset) for r in results} == {("race", 9, log[0][0])}
+
+    # -- waiting for the run ------------------------------------------------------------------
+
+    def test_an_agent_waits_a_bounded_time_for_run_started_then_fails(self, backend, run_settings, registry, caplog):
+        with caplog.at_level("WARNING", logger="swarmlog.runtime.runner"), pytest.raises(RunNotStarted) as err:
+            wait_for_run(settings=run_settings, timeout=0.5, registry=registry, backend=backend)
+        assert err.value.topic == run_settings.topic and err.value.waited_s >= 0.5
+        assert "no run.started" in caplog.text
+
+    def test_an_agent_finds_a_run_started_while_it_waits(self, backend, run_settings, registry):
+        import threading
+
+        starter = threading.Timer(0.5, lambda: start_run(settings=run_settings, swarm=swarms.relay, run_id="late",
+                                                         seed=8, backend=backend))
+        starter.start()
+        try:
+            run = wait_for_run(settings=run_settings, timeout=30, run_id="late", seed=8, registry=registry,
+                               backend=backend)
+        finally:
+            starter.join()
+        assert run is not None and (run.run_id, run.seed) == ("late", 8)
+
+    def test_an_agent_configured_for_another_run_refuses_the_recorded_one(self, backend, run_settings, registry):
+        start_run(settings=run_settings, swarm=swarms.relay, run_id="this", seed=1, backend=backend)
+        with pytest.raises(RunAlreadyRecorded):
+            wait_for_run(settings=run_settings, timeout=5, run_id="this", seed=2, registry=registry, backend=backend)
+
+    # -- what an operator sees ----------------------------------------------------------------
+
+    def test_a_live_agent_reports_its_steps_commits_and_that_it_caught_up(self, backend, run_settings, registry):
+        start_run(settings=run_settings, swarm=swarms.relay, run_id="metrics", seed=4, backend=backend)
+        seen: list[Any] = []
+        results = self._run(backend, run_settings, swarms.relay, on_started=seen.extend)
+        by_name = {w.agent.name: w for w in seen}
+        for r in results:
+            w = by_name[r.agent]
+            families = {f.name: f for f in w.metric_families()}
+            (((agent,), steps),) = families["swarmlog_agent_steps"].samples
+            assert agent == r.agent and steps == r.steps
+            assert families["swarmlog_agent_live"].samples == [((r.agent,), 1.0)]
+            assert families["swarmlog_agent_rebuild_progress"].samples == [((r.agent,), 1.0)]
+            assert w.readiness() is None
+            assert w.liveness(stall_timeout=900) is None
+            assert "has not turned" in (w.liveness(stall_timeout=-1) or "")
+            assert w.step_latency.count == r.steps
+            assert w.commit_latency.count == w.transactions > 0
+
     def test_the_code_that_wrote_a_log_replays_cleanly_at_every_cut(self, backend, run_settings, registry):
         # A cut between a step and its outputs (or its effects, or a timer's firing) leaves them
         # unverified, never divergent; and the state at a cut depends only on what precedes it.

@@ -17,7 +17,7 @@ from typing import Any
 import pexpect
 import pytest
 
-from examples import case_study
+from swarmlog.examples import case_study
 from swarmlog.debug import LogView
 from swarmlog.kafka.topic import create_topic
 from swarmlog.protocol import TIMER_FIRED
@@ -26,8 +26,8 @@ from swarmlog.settings import Settings
 
 from .conftest import REPO, new_topic_name, read_log, subprocess_env
 
-BUGGY = "examples.case_study:buggy"
-FIXED = "examples.case_study:fixed"
+BUGGY = "swarmlog.examples.case_study:buggy"
+FIXED = "swarmlog.examples.case_study:fixed"
 CLI = [sys.executable, "-m", "swarmlog.cli"]
 
 

@@ -21,7 +21,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from examples import case_study
+from swarmlog.examples import case_study
 from swarmlog import EventLog
 from swarmlog.debug import LogView, Session
 from swarmlog.kafka.topic import create_topic

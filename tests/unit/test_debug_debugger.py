@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from examples import case_study
 from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.debug import LogView, Session
 from swarmlog.errors import NondeterminismError
+from swarmlog.examples import case_study
 from swarmlog.guard import guarded
 from swarmlog.log.memory import InMemoryLog
 from swarmlog.runtime import run_agents, start_run

@@ -6,8 +6,11 @@ The same behaviours as processes against a real broker: tests/integration/test_c
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import subprocess
+import sys
 
 import pytest
 from confluent_kafka import KafkaError
@@ -23,7 +26,7 @@ from swarmlog.errors import (
     TopicNotSinglePartition,
     UsageError,
 )
-from swarmlog.kafka.config import LIBRDKAFKA_LOGGER, settings_variable
+from swarmlog.kafka.config import settings_variable
 from swarmlog.kafka.errors import connect_failure, error_recorder
 from swarmlog.settings import Settings
 
@@ -109,7 +112,7 @@ def test_a_usage_error_from_argparse_exits_2(capsys):
 ])
 def test_verbosity_is_read_before_and_after_the_command(argv, verbosity, monkeypatch):
     seen = []
-    monkeypatch.setattr(cli, "configure_logging", seen.append)
+    monkeypatch.setattr(cli, "configure_logging", lambda v, service=False: seen.append(v))
     monkeypatch.setattr(cli, "cmd_replay", lambda args: 0)
     monkeypatch.setattr(cli, "cmd_dev", lambda argv: 0)
     monkeypatch.setattr("swarmlog.schema.check.run", lambda argv: 0)
@@ -117,24 +120,47 @@ def test_verbosity_is_read_before_and_after_the_command(argv, verbosity, monkeyp
     assert seen == [verbosity]
 
 
+def _levels(verbosity: int, *, service: bool = False, host_handler: bool = False) -> dict[str, object]:
+    """What configure_logging does in a fresh process (pytest's own log handlers would make it an embedded one)."""
+    code = f"""
+import json, logging
+from swarmlog import cli
+from swarmlog.kafka.config import LIBRDKAFKA_LOGGER
+if {host_handler!r}:
+    logging.getLogger().addHandler(logging.NullHandler())
+cli.configure_logging({verbosity}, service={service!r})
+cli.configure_logging({verbosity}, service={service!r})
+root = logging.getLogger()
+print(json.dumps({{
+    "handlers": len(root.handlers),
+    "librdkafka": logging.getLogger(LIBRDKAFKA_LOGGER).getEffectiveLevel(),
+    "swarmlog": logging.getLogger("swarmlog.runtime._worker").getEffectiveLevel(),
+    "connectors": logging.getLogger("swarmlog_connectors.postgres_sink").getEffectiveLevel(),
+}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    return json.loads(out.stdout)
+
+
 def test_librdkafka_lines_are_hidden_unless_verbose():
-    lib = logging.getLogger(LIBRDKAFKA_LOGGER)
-    try:
-        cli.configure_logging(0)
-        assert not lib.isEnabledFor(logging.CRITICAL)  # not even its errors: they come back as swarmlog's
-        assert logging.getLogger("swarmlog.runtime").isEnabledFor(logging.WARNING)
-        assert not logging.getLogger("swarmlog.runtime").isEnabledFor(logging.INFO)
-        cli.configure_logging(1)
-        assert lib.isEnabledFor(logging.INFO) and not lib.isEnabledFor(logging.DEBUG)
-        assert logging.getLogger("swarmlog.runtime").isEnabledFor(logging.INFO)
-        cli.configure_logging(2)
-        assert lib.isEnabledFor(logging.DEBUG)
-        assert len([h for h in logging.getLogger().handlers if h is cli._handler]) == 1
-    finally:
-        logging.getLogger().removeHandler(cli._handler)  # type: ignore[arg-type]
-        logging.getLogger().setLevel(logging.WARNING)
-        logging.getLogger("swarmlog").setLevel(logging.NOTSET)
-        lib.setLevel(logging.NOTSET)
+    quiet = _levels(0)
+    assert quiet["librdkafka"] > logging.CRITICAL  # not even its errors: they come back as swarmlog's
+    assert quiet["swarmlog"] == logging.WARNING and quiet["handlers"] == 1  # configured twice, one handler
+    assert _levels(1) == {"handlers": 1, "librdkafka": logging.INFO, "swarmlog": logging.INFO,
+                          "connectors": logging.INFO}
+    assert _levels(2)["librdkafka"] == logging.DEBUG and _levels(2)["swarmlog"] == logging.DEBUG
+
+
+def test_a_service_logs_its_lifecycle_without_v_and_librdkafka_still_only_with_it():
+    service = _levels(0, service=True)
+    assert service["swarmlog"] == logging.INFO and service["connectors"] == logging.INFO
+    assert service["librdkafka"] > logging.CRITICAL
+    assert cli._SERVICES == {"run", "sink"}
+
+
+def test_a_host_programs_logging_configuration_wins():
+    hosted = _levels(2, host_handler=True)
+    assert hosted["handlers"] == 1 and hosted["swarmlog"] == logging.WARNING  # the root's default, untouched
 
 
 # --- why a broker could not be reached ------------------------------------------------------------
