@@ -17,8 +17,8 @@ from typing import Any
 import pexpect
 import pytest
 
-from swarmlog.examples import case_study
 from swarmlog.debug import LogView
+from swarmlog.examples import case_study
 from swarmlog.kafka.topic import create_topic
 from swarmlog.protocol import TIMER_FIRED
 from swarmlog.runtime import run_agents, start_run

@@ -21,9 +21,9 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from swarmlog.examples import case_study
 from swarmlog import EventLog
 from swarmlog.debug import LogView, Session
+from swarmlog.examples import case_study
 from swarmlog.kafka.topic import create_topic
 from swarmlog.protocol import MESSAGE, TIMER_FIRED
 from swarmlog.runtime import run_agents, start_run
