@@ -126,6 +126,12 @@ class KafkaAgentChannel:
         except (KafkaException, SystemError) as exc:  # fatal, e.g. fenced by a newer life
             fatal = _fatal_cause(exc)
             self._errors.clear()
+            if fatal is None:
+                # The SystemError lost its cause (a log or error callback ran while the fatal
+                # error was pending). What is certain is what the caller needs: this producer
+                # committed nothing of its open transaction, and can commit nothing more.
+                raise TransactionAborted(agent=self.agent,
+                                         detail=f"its producer failed while flushing ({exc})") from None
             raise self._failed(fatal, "producing its outputs") from None
         self._raise_delivery_errors()
         return self._located
@@ -186,17 +192,22 @@ class KafkaAgentChannel:
                                      detail=f"producing its outputs failed: {'; '.join(e.str() for e in errors)}")
 
 
-def _fatal_cause(exc: BaseException) -> KafkaException:
-    """The KafkaException behind ``exc``.
+def _fatal_cause(exc: BaseException) -> KafkaException | None:
+    """The KafkaException behind ``exc``, or None for a SystemError that lost it.
 
     A fenced producer's ``flush()`` holds the fatal error to raise while it still runs the
     delivery callbacks; the first Python call a callback makes then fails with a SystemError
-    whose cause is that KafkaException. Anything else is not ours to translate.
+    whose cause (or context) is that KafkaException. When a log or error callback runs in
+    between, the SystemError says only that ``flush`` "returned NULL without setting an
+    exception". Anything else is not ours to translate.
     """
-    if isinstance(exc, KafkaException):
-        return exc
-    if isinstance(exc.__cause__, KafkaException):
-        return exc.__cause__
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KafkaException):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    if isinstance(exc, SystemError):
+        return None
     raise exc
 
 
