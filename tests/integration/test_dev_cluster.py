@@ -96,9 +96,13 @@ def test_default_cluster_is_where_settings_look_by_default(dev_cluster: ClusterI
 
 def test_env_lines_export_exactly_the_two_connection_variables(dev_cluster: ClusterInfo) -> None:
     lines = cluster.env_lines(dev_cluster)
+    # The default ports, unless this session moved them on purpose (as CI and every engineer's
+    # own cluster may): then they are the ports the variables name.
+    kafka = os.environ.get("SWARMLOG_DEV_KAFKA_PORT") or "19092"
+    pg = os.environ.get("SWARMLOG_DEV_POSTGRES_PORT") or "15432"
     assert lines == (
-        "export SWARMLOG_BOOTSTRAP_SERVERS=127.0.0.1:19092\n"
-        "export SWARMLOG_DATABASE_URL=postgresql://swarmlog@127.0.0.1:15432/swarmlog"
+        f"export SWARMLOG_BOOTSTRAP_SERVERS=127.0.0.1:{kafka}\n"
+        f"export SWARMLOG_DATABASE_URL=postgresql://swarmlog@127.0.0.1:{pg}/swarmlog"
     )
     environ = dict(line.removeprefix("export ").split("=", 1) for line in lines.splitlines())
     settings = Settings.from_env(environ)
@@ -189,7 +193,10 @@ def test_postgres_accepts_a_connection_and_queries(dev_cluster: ClusterInfo) -> 
 # --- a second cluster, to stop and restart ------------------------------------------------------
 
 
-def test_down_then_up_restarts_with_the_same_data_and_cleans_stale_pid_files(spare_home: Path) -> None:
+def test_down_then_up_restarts_with_the_same_data_and_cleans_stale_pid_files(
+        spare_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("SWARMLOG_DEV_KAFKA_PORT", "SWARMLOG_DEV_CONTROLLER_PORT", "SWARMLOG_DEV_POSTGRES_PORT"):
+        monkeypatch.delenv(variable, raising=False)  # they would win over the ports remembered
     kafka_port = _free_port()
     first = cluster.up(home=spare_home, kafka_port=kafka_port, controller_port=_free_port(),
                        postgres_port=_free_port(), progress=_quiet)
