@@ -22,7 +22,7 @@ help:
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics,tui]'
+	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics,tui,otel]'
 	touch $@
 
 # The peers (LangGraph, its Postgres checkpointer) are heavy and only the peers benchmark

@@ -520,7 +520,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                           service=args.command in _SERVICES or bool(getattr(args, "publish", False)))
         # Only a process started as the command line may replace itself (swarmlog.interpreter).
         args.may_reexec = argv is None
-        return int(args.func(args))
+        from .observe import tracing
+
+        # OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT: a run's steps, a replay's, as spans.
+        # Unset, nothing of OpenTelemetry is imported.
+        tracing.configure_from_env()
+        try:
+            return int(args.func(args))
+        finally:
+            tracing.shutdown()  # what is still batched goes out before the process exits
     except SwarmlogError as exc:
         logger.debug("the error's traceback", exc_info=exc)
         print(f"swarmlog: error: {exc}", file=sys.stderr)

@@ -47,6 +47,17 @@ class MissingDependency(SwarmlogError):
         super().__init__(f"{program} is required but was not found. {install_hint}")
 
 
+class TracingExporterMissing(ConfigurationError):
+    """``OTEL_TRACES_EXPORTER`` (or an OTLP endpoint) asks for an exporter whose package is not installed."""
+
+    def __init__(self, *, exporter: str, package: str) -> None:
+        self.exporter = exporter
+        self.package = package
+        super().__init__(f"tracing is asked to export through {exporter!r}, but {package} is not installed: "
+                         f"pip install 'swarmlog[otel]' (OTLP over HTTP and the console), or install {package}; "
+                         f"or unset OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT to run without traces")
+
+
 class ServiceUnavailable(SwarmlogError):
     """Kafka or Postgres could not be reached."""
 

@@ -38,12 +38,12 @@ FOLD_FIELDS = frozenset({
 """Core attributes that are the fold's state (beside ``agent.state`` and the ``ctx``'s run)."""
 WIRING_FIELDS = frozenset({
     "agent", "name", "decoder", "index", "ctx", "live_sink", "verify_sink", "strict", "on_divergence", "reach",
-    "past_cut", "_handled", "_raised", "step_latency",
+    "past_cut", "_handled", "_raised", "step_latency", "tracer",
 })
 """Core attributes that are how it is wired (or derived from the wiring), set up anew by whoever builds it.
 ``reach`` is how far the live agent got, asked of its group; ``past_cut`` what a replay's cut leaves out;
-``_raised`` is only ever set by a strict replay; ``step_latency`` is the live worker's histogram (what the
-process measures, not what the fold is)."""
+``_raised`` is only ever set by a strict replay; ``step_latency`` is the live worker's histogram and ``tracer``
+its spans (what the process observes, not what the fold is)."""
 
 
 class StateNotCapturable(SwarmlogError):

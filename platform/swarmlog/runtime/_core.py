@@ -155,6 +155,9 @@ class AgentCore:
         self.stopped = False  # a non-strict replay that could not go on (an effect it cannot serve)
         self.step_latency: Any = None
         """A :class:`~swarmlog.observe.LatencyHistogram` the live worker gives; None in replay."""
+        self.tracer: Any = None
+        """A :class:`~swarmlog.observe.tracing.StepTracer` when tracing is configured: it sees each
+        step begin and end (and what it writes), nothing else."""
         self._handled = agent.handled_types()
         self._raised: NondeterminismError | None = None  # recorded and raised already (strict)
 
@@ -198,6 +201,9 @@ class AgentCore:
 
     def _step(self, off: int, event: Event | None) -> None:
         sink = self.live_sink if self.live(off) else self.verify_sink
+        tracer = self.tracer
+        if tracer is not None:
+            sink = tracer.begin(self, off, event, sink)
         ctx = self.ctx
         ctx.begin(step=off, event=event, sink=sink)  # type: ignore[arg-type]
         try:
@@ -227,6 +233,8 @@ class AgentCore:
             self.stopped = True  # nothing after this can be served from the log
         finally:
             ctx.end()
+            if tracer is not None:
+                tracer.end(self, off, event)
 
     # -- own events: timers, and checking replayed outputs ----------------------------------
 

@@ -29,6 +29,7 @@ from ..agent import Swarm
 from ..errors import GroupNotAtStart
 from ..hashing import StreamHasher
 from ..log.base import LogBackend
+from ..observe import tracing
 from ..protocol import agent_group, route
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
@@ -98,6 +99,11 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
         core.past_cut = past.get(core.name, set())
         last_step = max(core.index.last_step, max(core.past_cut, default=-1))
         core.reach = max(committed if committed is not None else -1, last_step + 1)
+    traced = tracing.current()
+    replay = traced.start_replay() if traced is not None else None
+    if traced is not None:
+        for core in cores:
+            core.tracer = traced.step_tracer(topic=topic, agent=core.name, replay=replay)
     hasher = StreamHasher()
     events = 0
     total = (min(high, to) if to is not None else high) - low
@@ -134,6 +140,11 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
     for core in cores:
         core.finish()
     divergences = sorted((d for c in cores for d in c.divergences), key=lambda d: d.offset)
+    if traced is not None and replay is not None:
+        traced.end_replay(replay, swarm=swarm.name, code_version=swarm.code_version or "",
+                          divergences=len(divergences),
+                          first_divergence=f"{divergences[0].agent} at offset {divergences[0].offset}: "
+                                           f"{divergences[0].detail}" if divergences else None)
     logger.info("replay of %s done: %d events up to offset %d, %d divergence(s)", swarm.name, events, end,
                 len(divergences))
     return SwarmReplayResult(

@@ -42,7 +42,7 @@ from ..errors import TransactionAborted
 from ..events import Event
 from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend
-from ..observe import Family, LatencyHistogram
+from ..observe import Family, LatencyHistogram, tracing
 from ..protocol import H_STEP, TIMER_FIRED, parse_step, route, wall_timer_id
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
@@ -165,6 +165,9 @@ class AgentWorker:
         core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, index=index, live_sink=sink,
                                      llm_client=self.swarm.llm, strict=True)
         core.step_latency = self.step_latency
+        traced = tracing.current()
+        if traced is not None:
+            core.tracer = traced.step_tracer(topic=self.topic, agent=name)
         sink.core = core
         channel.start(lambda: core.position)
         last_commit = last_report = time.monotonic()
@@ -229,6 +232,8 @@ class AgentWorker:
                              "became visible, and the next start re-runs those steps", name, core.position,
                              type(exc).__name__, exc)
                 channel.abort()
+            if core.tracer is not None:
+                core.tracer.discard()  # those steps did not happen: the next life traces them
             raise
         logger.info("agent %s: stopped at offset %d after %d steps", name, core.position, core.steps)
         return WorkerResult(agent=name, state_hash=core.state_hash(), position=core.position, steps=core.steps,
@@ -250,6 +255,9 @@ class AgentWorker:
             sink.in_txn = False
         self.commit_latency.observe(time.perf_counter() - started)
         self.transactions += 1
+        tracer = sink.core.tracer if sink.core is not None else None
+        if tracer is not None:
+            tracer.flush()  # the batch's steps are in the log now: only now do their spans exist
 
     # -- what an operator sees -------------------------------------------------------------
 

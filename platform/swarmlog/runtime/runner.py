@@ -28,6 +28,7 @@ from ..agent import Swarm
 from ..errors import ConfigurationError, RunAlreadyRecorded, RunNotStarted, TransactionAborted
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
+from ..observe import tracing
 from ..protocol import RUN_STARTED, RUN_STARTED_HEADER, RUN_STARTER_CHANNEL, RUN_WRITER, run_started_id
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
@@ -159,6 +160,7 @@ def start_run(*, settings: Settings, swarm: Swarm, run_id: str, seed: int, topic
                        "handler iterating a set of strings may act differently when another process replays or "
                        "restarts it. Start runs with `swarmlog run`, or set PYTHONHASHSEED", run_id)
     attempt = 0
+    started_ns = time.time_ns()
     while existing is None:
         attempt += 1
         version = code_version(swarm)
@@ -179,6 +181,10 @@ def start_run(*, settings: Settings, swarm: Swarm, run_id: str, seed: int, topic
         if existing is None:
             logger.info("run %s of swarm %s started at offset %d (seed %d, code %s, PYTHONHASHSEED %s)", run_id,
                         swarm.name, offset, seed, version, pin.seed)
+            traced = tracing.current()
+            if traced is not None:  # the trace's root: written once, by the starter that wrote the run
+                traced.run_started(topic=topic, run_id=run_id, offset=offset, swarm=swarm.name, seed=seed,
+                                   code_version=version, started_ns=started_ns)
             return RunInfo(run_id=run_id, seed=seed, offset=offset, created=True, code_version=version,
                            hash_seed=pin.seed, hash_algorithm=pin.algorithm)
     if existing.run_id != run_id or existing.seed != seed:
