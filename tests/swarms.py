@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import httpx
+
 from swarmlog import Agent, Swarm, on, on_message, on_timer
 
 N_AGENTS = 5
@@ -133,3 +137,67 @@ class Gather(Agent):
 
 
 sets = Swarm(name="sets", agents=lambda: [Scatter("scatter"), Gather("gather")], code_version="sets-1")
+
+
+# --- a swarm that does every traced thing: messages, a broadcast, both kinds of timer, an effect,
+# an LLM call, an HTTP exchange (to a StubServer whose URL the test puts in SERVER), a failing handler.
+
+SERVER: dict[str, str] = {}
+
+
+class _Model:
+    def complete(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"choices": [{"message": {"role": "assistant", "content": "42"}}]}
+
+
+def _note(what: str) -> dict[str, str]:
+    return {"noted": what}
+
+
+class Planner(Agent):
+    def initial_state(self) -> dict[str, Any]:
+        return {"answers": 0, "ticks": 0}
+
+    @on("run.started")
+    def start(self, ctx, event):
+        ctx.send("researcher", "question", "what is six times seven?")
+        ctx.broadcast("hello", "everyone")
+        ctx.timer("tick", after_events=3)
+
+    @on_message("answer")
+    def answer(self, ctx, event):
+        self.state["answers"] += 1
+
+    @on_timer("tick")
+    def tick(self, ctx, event):
+        self.state["ticks"] += 1
+        ctx.effect("note", _note, "ticked")
+        ctx.timeout("late", seconds=0.05)
+
+    @on_timer("late")
+    def late(self, ctx, event):
+        ctx.send("researcher", "bye")
+
+
+class Researcher(Agent):
+    def initial_state(self) -> dict[str, Any]:
+        return {"heard": 0}
+
+    @on_message("hello")
+    def hello(self, ctx, event):
+        self.state["heard"] += 1
+
+    @on_message("question")
+    def question(self, ctx, event):
+        reply = ctx.llm({"model": "m", "messages": [{"role": "user", "content": event.body}]})
+        checked = ctx.http(httpx).post(SERVER["url"] + "/chat/completions?api_key=sekret",
+                                       json={"model": "m", "messages": [{"role": "user", "content": "check"}]})
+        ctx.send("planner", "answer", {"llm": reply["choices"][0]["message"]["content"], "http": checked.status_code})
+
+    @on_message("bye")
+    def bye(self, ctx, event):
+        raise ValueError("no more questions")  # recorded as handler.failed: the span says so
+
+
+traced = Swarm(name="traced", agents=lambda: [Planner("planner"), Researcher("researcher")], llm=_Model(),
+               code_version="1")

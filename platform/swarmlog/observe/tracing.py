@@ -258,8 +258,8 @@ class StepTracer:
             "swarmlog.agent": self.agent, "swarmlog.offset": offset, "swarmlog.event.type": event.event_type,
             "swarmlog.event.id": event.event_id, "swarmlog.event.from": event.agent_id,
             "swarmlog.run_id": core.ctx.run_id, "swarmlog.topic": self.topic, "swarmlog.handler": name,
-            "swarmlog.outputs": [_describe(o, self.agent) for o in rec.outputs],
-            "swarmlog.output_ids": [o.event_id for o in rec.outputs],
+            "swarmlog.outputs": tuple(_describe(o, self.agent) for o in rec.outputs),
+            "swarmlog.output_ids": tuple(o.event_id for o in rec.outputs),
         }
         kind = event.payload.get("kind") if event.event_type == MESSAGE else (
             event.payload.get("name") if event.event_type == TIMER_FIRED else None)
