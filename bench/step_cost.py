@@ -1,12 +1,14 @@
-"""What observing an agent costs per step: the step-latency histogram, before and after.
+"""What observing an agent costs per step: the step-latency histogram and the tracing hooks, before and after.
 
 The same recorded log (a 5-agent relay, run live on the in-memory log first) is folded by
-every agent's :class:`~swarmlog.runtime._core.AgentCore`, once with ``step_latency=None`` (no
-histogram: before) and once with a :class:`~swarmlog.observe.LatencyHistogram` (after),
+every agent's :class:`~swarmlog.runtime._core.AgentCore`: with nothing observed (before), with a
+:class:`~swarmlog.observe.LatencyHistogram` (after), and with a step tracer that builds every
+step's OpenTelemetry span and hands it to a processor that drops it (tracing on, export aside);
 repetitions interleaved, medians of the process's **CPU time** per step (wall time on a shared
-machine moves by more than the difference). Then the histogram's own cost alone: two
-``perf_counter`` calls and an ``observe``. Every other metric is read at scrape time and costs
-a step nothing. No service needed::
+machine moves by more than the difference). Then the costs alone: the histogram's (two
+``perf_counter`` calls and an ``observe``) and, with tracing off, the tracing hooks' (the two
+``core.tracer is not None`` of a step). Every metric but the histogram is read at scrape time and
+costs a step nothing. No service needed::
 
     .venv/bin/python -m bench.step_cost
 """
@@ -17,7 +19,7 @@ import statistics
 import time
 
 from swarmlog import InMemoryLog, Swarm
-from swarmlog.observe import LatencyHistogram
+from swarmlog.observe import LatencyHistogram, tracing
 from swarmlog.protocol import route
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.runtime._core import AgentCore
@@ -47,24 +49,33 @@ def main() -> None:
     decoder = Decoder(registry)
     indexes, _ = index_log(backend=log, topic="step-cost", decoder=decoder, agents=swarm.agent_names)
 
-    def fold(histogram: bool) -> float:
+    traced = tracing.configure(processor=_Drop())
+
+    def fold(mode: str) -> float:
         cores = [AgentCore(agent=a, decoder=decoder, index=indexes[a.name], live_sink=None, strict=False)
                  for a in swarm.agents()]
+        replay = traced.start_replay()
         for core in cores:
-            core.step_latency = LatencyHistogram() if histogram else None
+            core.step_latency = LatencyHistogram() if mode == "histogram" else None
+            if mode == "traced":
+                core.tracer = traced.step_tracer(topic="step-cost", agent=core.name, replay=replay)
         started = time.process_time()
         for m, r in zip(msgs, routes, strict=True):
             for core in cores:
                 core.process(m, r)
         return (time.process_time() - started) / sum(c.steps for c in cores) * 1e6
 
-    samples: dict[bool, list[float]] = {False: [], True: []}
+    modes = ["off", "histogram", "traced"]
+    samples: dict[str, list[float]] = {m: [] for m in modes}
     for i in range(REPS):
-        for histogram in (False, True) if i % 2 == 0 else (True, False):
-            samples[histogram].append(fold(histogram))
-    before, after = statistics.median(samples[False]), statistics.median(samples[True])
+        for mode in modes if i % 2 == 0 else modes[::-1]:
+            samples[mode].append(fold(mode))
+    before, after, on = (statistics.median(samples[m]) for m in modes)
     print(f"{len(msgs)} messages; CPU per step, median of {REPS}: without the histogram {before:.1f} us, "
           f"with it {after:.1f} us ({after - before:+.2f} us)")
+    print(f"tracing on (every step's span built and handed to a processor that drops it): {on:.1f} us "
+          f"({on - before:+.2f} us)")
+    tracing.shutdown()
     h = LatencyHistogram()
     n = 1_000_000
     started = time.process_time()
@@ -78,6 +89,30 @@ def main() -> None:
     empty = time.process_time() - started
     print(f"the histogram alone (two perf_counter() and observe()): {(with_observe - empty) / n * 1e9:.0f} ns "
           f"of CPU per step")
+    core = AgentCore(agent=swarm.agents()[0], decoder=decoder, index=indexes[swarms._names()[0]], live_sink=None)
+    started = time.process_time()
+    for _ in range(n):
+        tracer = core.tracer
+        if tracer is not None:
+            pass
+        if tracer is not None:
+            pass
+    hooks = time.process_time() - started
+    print(f"the tracing hooks alone, tracing off (core.tracer read, two 'is not None'): "
+          f"{(hooks - empty) / n * 1e9:.0f} ns of CPU per step")
+
+
+class _Drop:
+    """A span processor that drops every span: what tracing costs the step, export aside."""
+
+    def on_end(self, span: object) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        pass
 
 
 if __name__ == "__main__":

@@ -79,34 +79,36 @@ __all__ = ["SpanRecord", "StepTracer", "Tracing", "call_span_id", "configure", "
 # --- ids: derived from the log ------------------------------------------------------------------
 
 
-def _hash(person: bytes, *parts: bytes, size: int) -> int:
-    h = hashlib.blake2b(b"\x1f".join(parts), digest_size=size, person=person).digest()
+def _hash(domain: bytes, text: str, size: int) -> int:
+    # blake2b without its personalisation parameter (which costs more than the hash itself here):
+    # the domain is a prefix of the hashed bytes instead.
+    h = hashlib.blake2b(domain + text.encode(), digest_size=size).digest()
     return int.from_bytes(h, "big") or 1  # all-zero ids are invalid in OpenTelemetry
 
 
 def trace_id(topic: str, run_id: str) -> int:
     """The trace of a run: the same in every process that reads the run's log."""
-    return _hash(b"swarmlog.trace", topic.encode(), run_id.encode(), size=16)
+    return _hash(b"swarmlog.trace\x1f", f"{topic}\x1f{run_id}", 16)
 
 
 def replay_trace_id(live_trace: int, replay_id: str) -> int:
     """The trace of one replay of the run whose trace is ``live_trace``."""
-    return _hash(b"swarmlog.replay", live_trace.to_bytes(16, "big"), replay_id.encode(), size=16)
+    return _hash(b"swarmlog.replay\x1f", f"{live_trace:032x}\x1f{replay_id}", 16)
 
 
 def run_span_id(trace: int) -> int:
     """The root span of a trace: the run's start (or, in a replay's trace, the replay)."""
-    return _hash(b"swarmlog.run", trace.to_bytes(16, "big"), size=8)
+    return _hash(b"swarmlog.run\x1f", f"{trace:032x}", 8)
 
 
 def step_span_id(trace: int, agent: str, offset: int) -> int:
     """The span of ``agent``'s step on the input at ``offset``."""
-    return _hash(b"swarmlog.step", trace.to_bytes(16, "big"), agent.encode(), str(offset).encode(), size=8)
+    return _hash(b"swarmlog.step\x1f", f"{trace:032x}\x1f{agent}\x1f{offset}", 8)
 
 
 def call_span_id(trace: int, event_id: str) -> int:
     """The span of a recorded call (effect, LLM, HTTP): its event id is unique in the run."""
-    return _hash(b"swarmlog.call", trace.to_bytes(16, "big"), event_id.encode(), size=8)
+    return _hash(b"swarmlog.call\x1f", f"{trace:032x}\x1f{event_id}", 8)
 
 
 def input_writer(event: Event, timer_sets: Mapping[str, int]) -> tuple[str, int] | None:
@@ -175,9 +177,9 @@ class _RecordingSink:
 
     def reset(self, inner: Any) -> None:
         self.inner = inner
-        self.outputs = []
-        self.calls = []
-        self._started = {}
+        self.outputs.clear()  # what a step's span keeps of them is copied when it ends
+        self.calls.clear()
+        self._started.clear()
 
     def write(self, out: Any, *, locate: bool) -> int | None:
         offset = self.inner.write(out, locate=locate)
@@ -211,6 +213,8 @@ class StepTracer:
         self._run = ""
         self._live_trace = 0
         self._trace = 0
+        self._root = 0
+        self._span = 0
         self._started = 0
         self._steps = 0
         self._divergences = 0
@@ -227,10 +231,11 @@ class StepTracer:
         self._steps = core.steps
         self._divergences = len(core.divergences)
         if self._traced:
+            trace = self._trace_of(core.ctx.run_id)
+            self._span = step_span_id(trace, self.agent, offset)
             # Spans the handler's own instrumentation makes (an instrumented HTTP client, an SDK)
             # become children of this step, through the OpenTelemetry context.
-            trace = self._trace_of(core.ctx.run_id)
-            self._context = self.tracing.enter(trace, step_span_id(trace, self.agent, offset))
+            self._context = self.tracing.enter(trace, self._span)
         self._started = time.time_ns()
         return self._sink
 
@@ -248,10 +253,9 @@ class StepTracer:
         if not self._traced or core.steps == self._steps:
             return  # history being rebuilt, or no handler ran
         ended = time.time_ns()
-        trace = self._trace_of(core.ctx.run_id)
-        span = step_span_id(trace, self.agent, offset)
+        trace, span = self._trace, self._span
         writer = input_writer(event, self.timer_sets)
-        parent = step_span_id(trace, *writer) if writer is not None else run_span_id(trace)
+        parent = step_span_id(trace, *writer) if writer is not None else self._root
         handler = core.agent.handler_for(event)
         name = getattr(handler, "__name__", event.event_type)
         attributes: dict[str, Any] = {
@@ -306,6 +310,7 @@ class StepTracer:
             self._live_trace = trace_id(self.topic, run_id)
             self._trace = self._live_trace if self.replay is None else self.tracing.replay_trace(
                 self.replay, self.topic, run_id, self._live_trace)
+            self._root = run_span_id(self._trace)
         return self._trace
 
     def _call_span(self, trace: int, parent: int, out: Any, started: int, finished: int) -> SpanRecord:
