@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from swarmlog import InMemoryLog, Swarm, on_message
+from swarmlog.debug import Session
 from swarmlog.errors import NondeterminismError, TracingExporterMissing
 from swarmlog.events import Event
 from swarmlog.observe import tracing
@@ -113,6 +114,40 @@ def test_a_replay_traces_into_a_trace_of_its_own_marked_and_linked_to_the_live_s
     live_trace = trace_id(log_topic, "r-1")
     call = next(s for s in replayed if s.name == "llm m")
     assert [link.context.trace_id for link in call.links] == [live_trace]
+
+
+def test_the_debuggers_fold_is_a_replay_too_marked_as_the_debuggers(backend, log_topic, spans, stub):
+    settings = _run(backend, log_topic)
+    live = check_live_trace(spans.get_finished_spans(), _events(backend, log_topic), topic=log_topic, swarm=traced)
+    spans.clear()
+    stub.stop()
+    session = Session(settings=settings, swarm=traced, backend=backend, snapshots=False)
+    assert session.first_divergence() is None
+    replayed = spans.get_finished_spans()
+    check_replay_trace(replayed, live, topic=log_topic, run_id="r-1")
+    assert {s.attributes["swarmlog.replay.by"] for s in replayed if s.kind == SpanKind.CONSUMER} == {"debugger"}
+    # Code that departs from the log: the replay's root says where, in error.
+    spans.clear()
+    changed = Swarm(name="traced", agents=lambda: [_Impatient("planner"), Researcher("researcher")], llm=traced.llm,
+                    code_version="2")
+    first = Session(settings=settings, swarm=changed, backend=backend, snapshots=False).first_divergence()
+    assert first is not None
+    [root] = [s for s in spans.get_finished_spans() if s.parent is None]
+    assert root.status.status_code == StatusCode.ERROR and f"at offset {first.offset}" in root.status.description
+    # ...and the step it departs at has the divergence as a child, in error.
+    [step] = [s for s in spans.get_finished_spans() if s.kind == SpanKind.CONSUMER
+              and s.attributes["swarmlog.offset"] == first.offset and s.attributes["swarmlog.agent"] == first.agent]
+    diverged = [s for s in spans.get_finished_spans() if s.name == f"{first.agent} diverged"
+                and s.parent.span_id == step.context.span_id]
+    assert diverged and all(s.status.status_code == StatusCode.ERROR for s in diverged)
+    assert first.detail in {s.status.description for s in diverged}
+
+
+class _Impatient(Planner):
+    @on_message("answer")
+    def answer(self, ctx, event):
+        self.state["answers"] += 1
+        ctx.send("researcher", "bye")  # the log has no such output here: a divergence
 
 
 class _Clocked(Researcher):

@@ -38,6 +38,7 @@ from ..events import Event
 from ..guard import allowed
 from ..hashing import canonical
 from ..log.base import LogBackend
+from ..observe import tracing
 from ..protocol import H_AGENT, H_STEP, H_TYPE, RECORDED_EFFECT_HEADERS, agent_group, parse_step, route
 from ..runtime._checkpoint import capture, copy_state, restore
 from ..runtime._core import AgentCore, Divergence
@@ -224,6 +225,8 @@ class SwarmFold:
         self.lookahead = EffectLookahead(backend=backend, topic=topic, decoder=decoder, agents=self.names,
                                          start=start)
         built = {a.name: a for a in swarm.agents()}
+        self._tracing = tracing.current()
+        self._replay = self._tracing.start_replay(by="debugger") if self._tracing is not None else None
         self.cores: dict[str, AgentCore] = {}
         self.taps: dict[str, _Tap] = {}
         self.resume: dict[str, int] = {}
@@ -248,6 +251,8 @@ class SwarmFold:
         index = OwnIndex(last_step=_NO_LIVE_STEPS)
         core = AgentCore(agent=agent, decoder=self.decoder, index=index, live_sink=None, strict=False)
         index.effects = _LookaheadEffects(self.lookahead, self, agent.name)
+        if self._tracing is not None:  # the debugger's steps are a replay: a trace of their own, marked
+            core.tracer = self._tracing.step_tracer(topic=self.topic, agent=agent.name, replay=self._replay)
         tap = _Tap(core.verify_sink)
         core.verify_sink = tap  # type: ignore[assignment]
         self.taps[agent.name] = tap
@@ -376,6 +381,9 @@ class SwarmFold:
             self._feed.close()
             self._feed = None
         self.lookahead.close()
+        if self._tracing is not None and self._replay is not None:
+            replay, self._replay = self._replay, None
+            self._tracing.end_replay(replay, swarm=self.swarm, divergences=self.divergences())
 
     def __enter__(self) -> SwarmFold:
         return self

@@ -155,6 +155,7 @@ class SpanRecord:
 class _Replay:
     replay_id: str
     started_ns: int
+    by: str  # what replays: "replay" (replay_swarm, `replay --swarm`) or "debugger" (a debugging session's fold)
     runs: dict[tuple[str, str], int] = field(default_factory=dict)  # (topic, run id) -> replay trace
 
 
@@ -283,6 +284,7 @@ class StepTracer:
         if self.replay is not None:
             attributes["swarmlog.replay"] = True
             attributes["swarmlog.replay.id"] = self.replay.replay_id
+            attributes["swarmlog.replay.by"] = self.replay.by
             links.append((self._live_trace, step_span_id(self._live_trace, self.agent, offset)))
         records = [SpanRecord(trace=trace, span=span, parent=parent, name=f"{self.agent} {name}",
                               start_ns=self._started, end_ns=ended, service=self.agent, attributes=attributes,
@@ -397,9 +399,10 @@ class Tracing:
 
     # -- replays -------------------------------------------------------------------------------
 
-    def start_replay(self) -> _Replay:
-        """A replay begins: its steps go into traces of its own (one per run it meets)."""
-        return _Replay(replay_id=uuid.uuid4().hex[:16], started_ns=time.time_ns())
+    def start_replay(self, *, by: str = "replay") -> _Replay:
+        """A replay begins (``by``: ``replay`` or ``debugger``): its steps go into traces of its own,
+        one per run it meets."""
+        return _Replay(replay_id=uuid.uuid4().hex[:16], started_ns=time.time_ns(), by=by)
 
     def replay_trace(self, replay: _Replay, topic: str, run_id: str, live_trace: int) -> int:
         with self._lock:
@@ -408,10 +411,11 @@ class Tracing:
                 trace = replay.runs[(topic, run_id)] = replay_trace_id(live_trace, replay.replay_id)
             return trace
 
-    def end_replay(self, replay: _Replay, *, swarm: str, code_version: str = "", divergences: int = 0,
-                   first_divergence: str | None = None) -> None:
-        """The replay's root span, one per run it re-ran, linked to that run's root."""
+    def end_replay(self, replay: _Replay, *, swarm: Any, divergences: Sequence[Any] = ()) -> None:
+        """The replay's root span, one per run it re-ran, linked to that run's root; in error when
+        the code diverged (``divergences`` in offset order), naming the first divergence."""
         ended = time.time_ns()
+        first = divergences[0] if divergences else None
         records = []
         for (topic, run_id), trace in replay.runs.items():
             live = trace_id(topic, run_id)
@@ -419,10 +423,22 @@ class Tracing:
                 trace=trace, span=run_span_id(trace), parent=None, name=f"replay {run_id}",
                 start_ns=replay.started_ns, end_ns=ended, service="swarmlog",
                 attributes={"swarmlog.replay": True, "swarmlog.replay.id": replay.replay_id,
-                            "swarmlog.run_id": run_id, "swarmlog.topic": topic, "swarmlog.swarm": swarm,
-                            "swarmlog.code_version": code_version, "swarmlog.divergences": divergences},
+                            "swarmlog.replay.by": replay.by,
+                            "swarmlog.run_id": run_id, "swarmlog.topic": topic, "swarmlog.swarm": swarm.name,
+                            "swarmlog.code_version": swarm.code_version or "",
+                            "swarmlog.divergences": len(divergences)},
                 links=[(live, run_span_id(live))],
-                error=f"diverged: {first_divergence}" if first_divergence is not None else None))
+                error=None if first is None else f"diverged: {first.agent} at offset {first.offset}: {first.detail}"))
+            # Most divergences are found after their step's span went out (an output the log does not
+            # have shows once the agent's next recorded output arrives): each becomes a child span of
+            # the step it is about, in error.
+            for i, d in enumerate(divergences[:_DIVERGENCE_SPANS]):
+                records.append(SpanRecord(
+                    trace=trace, span=_hash(b"swarmlog.divergence\x1f", f"{trace:032x}\x1f{i}", 8),
+                    parent=step_span_id(trace, d.agent, d.offset), name=f"{d.agent} diverged", start_ns=ended,
+                    end_ns=ended, service=d.agent, error=d.detail,
+                    attributes={"swarmlog.replay": True, "swarmlog.agent": d.agent, "swarmlog.offset": d.offset,
+                                "swarmlog.divergence": d.detail}))
         if records:
             self.export(records)
 
@@ -432,6 +448,9 @@ class Tracing:
     def shutdown(self) -> None:
         self._emitter.shutdown()
 
+
+_DIVERGENCE_SPANS = 100
+"""A replay reports every divergence; its trace shows the first hundred."""
 
 _current: Tracing | None = None
 

@@ -141,10 +141,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
         core.finish()
     divergences = sorted((d for c in cores for d in c.divergences), key=lambda d: d.offset)
     if traced is not None and replay is not None:
-        traced.end_replay(replay, swarm=swarm.name, code_version=swarm.code_version or "",
-                          divergences=len(divergences),
-                          first_divergence=f"{divergences[0].agent} at offset {divergences[0].offset}: "
-                                           f"{divergences[0].detail}" if divergences else None)
+        traced.end_replay(replay, swarm=swarm, divergences=divergences)
     logger.info("replay of %s done: %d events up to offset %d, %d divergence(s)", swarm.name, events, end,
                 len(divergences))
     return SwarmReplayResult(
