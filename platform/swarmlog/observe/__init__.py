@@ -6,6 +6,10 @@ the hot path pays nothing but a counter or a histogram bucket), :class:`LatencyH
 of Kafka and Postgres), and :func:`serve` (``/metrics``, ``/livez``, ``/readyz`` on one
 port: ``--metrics-port``; :func:`serve_process` adds the Kafka check). ``prometheus_client`` is an optional extra
 (``pip install 'swarmlog[metrics]'``); the probes work without it.
+
+:mod:`swarmlog.observe.tracing` (imported by name, not re-exported) is the OpenTelemetry side:
+one trace per run, one span per step, configured by the standard ``OTEL_*`` variables
+(``pip install 'swarmlog[otel]'``).
 """
 
 from ._health import Health
