@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
@@ -148,6 +149,31 @@ class _Impatient(Planner):
     def answer(self, ctx, event):
         self.state["answers"] += 1
         ctx.send("researcher", "bye")  # the log has no such output here: a divergence
+
+
+_THEIRS = InMemorySpanExporter()
+_THEIR_TRACER = TracerProvider()
+_THEIR_TRACER.add_span_processor(SimpleSpanProcessor(_THEIRS))
+
+
+class _Instrumented(Researcher):
+    @on_message("hello")
+    def hello(self, ctx, event):
+        # The handler's own instrumentation (another TracerProvider, as an instrumented library has).
+        with _THEIR_TRACER.get_tracer("theirs").start_as_current_span("their work"):
+            self.state["heard"] += 1
+
+
+def test_inside_a_handler_the_step_is_the_current_span_for_the_handlers_own_instrumentation(
+        backend, log_topic, spans, stub):
+    swarm = Swarm(name="traced", agents=lambda: [Planner("planner"), _Instrumented("researcher")], llm=traced.llm,
+                  code_version="1")
+    _THEIRS.clear()
+    _run(backend, log_topic, swarm=swarm)
+    [step] = [s for s in spans.get_finished_spans() if s.name == "researcher hello"]
+    [theirs] = _THEIRS.get_finished_spans()
+    assert theirs.context.trace_id == step.context.trace_id
+    assert theirs.parent is not None and theirs.parent.span_id == step.context.span_id
 
 
 class _Clocked(Researcher):
