@@ -16,9 +16,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from examples import case_study
-from examples.case_study import buggy, live_run, replay_deadlock
 from swarmlog.events import Event
+from swarmlog.examples import case_study
+from swarmlog.examples.case_study import buggy, live_run, replay_deadlock
 from swarmlog.kafka import KafkaBackend
 from swarmlog.observe import tracing
 from swarmlog.observe.tracing import run_span_id, trace_id
@@ -147,12 +147,12 @@ def test_the_cli_exports_a_run_and_its_replay_over_otlp_as_the_otel_variables_sa
                     "OTEL_BSP_SCHEDULE_DELAY": "200"})
         env.pop("OTEL_TRACES_EXPORTER", None)
         cmd = [sys.executable, "-m", "swarmlog.cli"]
-        subprocess.run([*cmd, "run", "examples.case_study:buggy", "--run-id", "otlp-1", "--seed", "1",
+        subprocess.run([*cmd, "run", "swarmlog.examples.case_study:buggy", "--run-id", "otlp-1", "--seed", "1",
                         "--until-quiet", "1"], env=env, cwd=REPO, check=True, capture_output=True, timeout=120)
         with receiver.lock:
             live = list(receiver.spans)
             receiver.spans.clear()
-        replay = subprocess.run([*cmd, "replay", "--swarm", "examples.case_study:buggy", "--json"], env=env,
+        replay = subprocess.run([*cmd, "replay", "--swarm", "swarmlog.examples.case_study:buggy", "--json"], env=env,
                                 cwd=REPO, capture_output=True, text=True, timeout=120)
         assert replay.returncode == 0, replay.stderr
         with receiver.lock:
