@@ -532,7 +532,9 @@ def configure_from_env(environ: Mapping[str, str] | None = None) -> Tracing | No
         processors.append(BatchSpanProcessor(ep.load()()))
         logger.info("tracing: steps are exported as OpenTelemetry spans through %s", name)
     global _current
-    _current = Tracing(processors=processors)
+    previous, _current = _current, Tracing(processors=processors)
+    if previous is not None:
+        previous.shutdown()
     return _current
 
 
