@@ -55,6 +55,10 @@ class Output:
     causes: list[int]
 
 
+EffectRunner = Callable[[str, Callable[..., Any], tuple[Any, ...]], Any]
+"""``(name, fn, args) -> result``: performs a live effect (see :attr:`Context.run_effect`)."""
+
+
 class OutputSink(Protocol):
     """Where a step's outputs go: the live transaction, or the verifier."""
 
@@ -68,13 +72,18 @@ class OutputSink(Protocol):
 class Context:
     """One per agent, reused for every step (so the hot path allocates little)."""
 
-    __slots__ = ("agent", "registry", "llm_client", "_sink", "_event", "_step", "_index", "_rand_index",
-                 "_effects", "_rand_prefix", "seed", "run_id", "_http")
+    __slots__ = ("agent", "registry", "llm_client", "run_effect", "_sink", "_event", "_step", "_index",
+                 "_rand_index", "_effects", "_rand_prefix", "seed", "run_id", "_http")
 
-    def __init__(self, *, agent: str, registry: SchemaRegistry, llm_client: Any = None) -> None:
+    def __init__(self, *, agent: str, registry: SchemaRegistry, llm_client: Any = None,
+                 run_effect: EffectRunner | None = None) -> None:
         self.agent = agent
         self.registry = registry
         self.llm_client = llm_client
+        self.run_effect = run_effect
+        """How a live ``ctx.effect(name, fn, *args)`` is performed: ``fn(*args)`` when None; the
+        simulator (:mod:`swarmlog.testing`) answers from its schedule instead. Either way the
+        result is recorded the same way, and replay serves the record."""
         self.seed: int | None = None
         self.run_id = ""
         self._rand_prefix = b""
@@ -191,7 +200,8 @@ class Context:
             result_json: str | None
             with allowed():
                 try:
-                    result_json = canonical(fn(*args))
+                    run = self.run_effect
+                    result_json = canonical(fn(*args) if run is None else run(name, fn, args))
                 except Exception as exc:  # recorded, then raised to the handler as EffectFailed
                     result_json, error = None, f"{type(exc).__name__}: {exc}"
             payload = {"name": name, "args_json": args_json, "result_json": result_json, "error": error}

@@ -39,7 +39,7 @@ from typing import Any
 
 from .. import interpreter
 from ..agent import Agent
-from ..context import Context, Output, OutputSink
+from ..context import Context, EffectRunner, Output, OutputSink
 from ..errors import EffectDiverged, NondeterminismError, SwarmlogError
 from ..events import Event
 from ..guard import guarded
@@ -127,12 +127,14 @@ class AgentCore:
 
     def __init__(self, *, agent: Agent, decoder: Decoder, index: OwnIndex, live_sink: OutputSink | None,
                  llm_client: Any = None, strict: bool = True,
-                 on_divergence: Callable[[Divergence], None] | None = None) -> None:
+                 on_divergence: Callable[[Divergence], None] | None = None,
+                 run_effect: EffectRunner | None = None) -> None:
         self.agent = agent
         self.name = agent.name
         self.decoder = decoder
         self.index = index
-        self.ctx = Context(agent=agent.name, registry=decoder.registry, llm_client=llm_client)
+        self.ctx = Context(agent=agent.name, registry=decoder.registry, llm_client=llm_client,
+                           run_effect=run_effect)
         self.live_sink = live_sink
         self.verify_sink = _VerifySink(self)
         self.strict = strict
@@ -165,12 +167,24 @@ class AgentCore:
 
     def process(self, msg: Any, route: Route) -> None:
         """Fold one message, given its routing headers (:func:`swarmlog.protocol.route`)."""
+        due = self.take(msg, route)
+        if due is not None:
+            self.step(*due)
+
+    def take(self, msg: Any, route: Route) -> tuple[int, Event | None] | None:
+        """Fold one message up to its step: the step it makes due, as ``(offset, input)``, or None.
+
+        :meth:`process` runs the step at once; a single-threaded driver that chooses when
+        each agent's step happens (the simulator, :mod:`swarmlog.runtime._stepper`) calls
+        :meth:`step` later, and reads nothing more for this agent until it has. ``input`` is
+        None for a step that only fires logical timers.
+        """
         etype, writer, to, _ = route
         off = msg.offset()
         self.position = off + 1
         self.events_seen += 1
         if self.stopped:
-            return
+            return None
         me = self.name
         event: Event | None = None
         if writer == me:
@@ -178,8 +192,7 @@ class AgentCore:
             if event is not None:
                 self._own(event)
                 if event.event_type == TIMER_FIRED and event.to == me:
-                    self._step(off, event)
-                    return
+                    return off, event
         elif etype == RUN_STARTED or (etype in self._handled
                                       and (to == me or (to is None and etype not in SELF_RECORDS))):
             event = self._decode(msg)
@@ -191,15 +204,16 @@ class AgentCore:
                     interpreter.require(run_id=event.run_id, seed=self.run_pin[0], algorithm=self.run_pin[1])
                     self.ctx.set_run(run_id=event.run_id, seed=event.payload["seed"])
                 if event.event_type in self._handled and (event.to in (None, me)):
-                    self._step(off, event)
-                    return
+                    return off, event
         if self._logical_due():
-            self._step(off, None)
+            return off, None
+        return None
 
     def live(self, offset: int) -> bool:
         return self.live_sink is not None and offset > self.index.last_step
 
-    def _step(self, off: int, event: Event | None) -> None:
+    def step(self, off: int, event: Event | None) -> None:
+        """Run the step at ``off`` (its handler, then the logical timers it makes fire)."""
         sink = self.live_sink if self.live(off) else self.verify_sink
         tracer = self.tracer
         if tracer is not None:

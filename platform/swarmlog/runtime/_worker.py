@@ -47,7 +47,7 @@ from ..protocol import H_STEP, TIMER_FIRED, parse_step, route, wall_timer_id
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
-from ._core import AgentCore
+from ._core import AgentCore, Timer
 from ._index import index_log
 
 logger = logging.getLogger(__name__)
@@ -64,14 +64,17 @@ class _LiveSink:
 
     __slots__ = ("channel", "registry", "agent", "agent_b", "core", "in_txn", "_encoders")
 
-    def __init__(self, *, channel: AgentChannel, registry: SchemaRegistry, agent: str) -> None:
+    def __init__(self, *, channel: AgentChannel, registry: SchemaRegistry, agent: str,
+                 encoders: dict[str, Encoder] | None = None) -> None:
         self.channel = channel
         self.registry = registry
         self.agent = agent
         self.agent_b = agent.encode()
         self.core: AgentCore | None = None
         self.in_txn = False
-        self._encoders: dict[str, Encoder] = {}
+        self._encoders: dict[str, Encoder] = {} if encoders is None else encoders
+        """Event type -> its newest version's encoder; a caller that makes many sinks in one
+        thread (the simulator) shares one cache between them."""
 
     def write(self, out: Output, *, locate: bool) -> int | None:
         if not self.in_txn:
@@ -93,6 +96,14 @@ class _LiveSink:
 
     def recorded(self, event_id: str) -> Event | None:
         return None
+
+    def fire(self, timer: Timer) -> None:
+        """Write a due wall-clock timeout's firing (read back, it runs the handler at its place in
+        the log). Its id names the ``timer.set``, so whichever life fires it, it is written once."""
+        timer.firing = True
+        self.write(Output(wall_timer_id(self.agent, timer.set_offset), TIMER_FIRED,
+                          {"name": timer.name, "set_offset": timer.set_offset, "clock": "wallclock"},
+                          self.agent, [timer.set_offset]), locate=False)
 
 
 @dataclass(slots=True)
@@ -203,10 +214,7 @@ class AgentWorker:
                         logger.info("agent %s: caught up at offset %d, live (%d steps replayed)", name, read_to,
                                     core.steps)
                     for timer in core.due_wall_timers(int(time.time() * 1000)):
-                        timer.firing = True
-                        sink.write(Output(wall_timer_id(name, timer.set_offset), TIMER_FIRED,
-                                          {"name": timer.name, "set_offset": timer.set_offset, "clock": "wallclock"},
-                                          name, [timer.set_offset]), locate=False)
+                        sink.fire(timer)
                 now = time.monotonic()
                 if not sink.in_txn and core.position != committed_position \
                         and now - last_commit > _OFFSET_COMMIT_EVERY_S and read_to >= start_end:
