@@ -18,6 +18,8 @@ It ships with swarmlog as ``swarmlog.examples.case_study`` (the repo's ``example
 Run it: ``swarmlog demo`` (part of ``make demo``), or
 ``swarmlog run swarmlog.examples.case_study:buggy --run-id r1 --seed 1 --until-quiet 1``, then
 ``swarmlog replay --swarm swarmlog.examples.case_study:fixed``.
+Or find the race without running anything live: ``swarmlog.testing.Simulator`` explores
+the interleavings of the same agents (README, "Find the race before production").
 """
 
 from __future__ import annotations
@@ -143,6 +145,16 @@ fixed = Swarm(name="case-study", agents=lambda: _agents(FixedReviewer), code_ver
 def deadlocked(states: dict[str, dict[str, Any]]) -> bool:
     """The coordinator never got its approval."""
     return states["coordinator"]["phase"] != "done"
+
+
+def finished(states: dict[str, dict[str, Any]]) -> bool:
+    """The end state every run must reach: the coordinator got its approval."""
+    return not deadlocked(states)
+
+
+MODELS = {"work": lambda task: {"summary": task.upper(), "took_ms": 100}}
+"""What a simulation answers for the worker's job (``swarmlog.testing.Simulator(effects=...)``). How
+long it takes is not in it: in a simulation that is *when* the worker's step runs, the schedule's choice."""
 
 
 @dataclass

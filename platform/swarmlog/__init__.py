@@ -3,9 +3,10 @@
 The public surface: the agent API (``Agent``, ``Swarm``, the handler decorators and
 ``ctx``), running and replaying a swarm, appending events, the settings and the
 errors. Subpackages have faces of their own (``swarmlog.debug``, ``swarmlog.kafka``, ``swarmlog.log``,
-``swarmlog.runtime``, ``swarmlog.schema``); modules whose names start with ``_`` are
+``swarmlog.runtime``, ``swarmlog.schema``, ``swarmlog.testing``); modules whose names start with ``_`` are
 machinery. ``swarmlog.debug`` is the debugging API (the log decoded, state at any offset,
-a debugger at a step, snapshots, forks). ``tests/unit/test_layout.py`` pins this list.
+a debugger at a step, snapshots, forks); ``swarmlog.testing`` the simulator and the stubs
+swarms are tested with. ``tests/unit/test_layout.py`` pins this list.
 """
 
 from .agent import Agent, Swarm, on, on_message, on_timer
@@ -35,6 +36,7 @@ from .errors import (
     ReadFailed,
     RunAlreadyRecorded,
     RunNotStarted,
+    ScheduleMismatch,
     SchemaClash,
     SchemaError,
     SchemaNotFound,
@@ -47,6 +49,7 @@ from .errors import (
     TransactionAborted,
     UndecodableMessage,
     UnknownEventType,
+    UnmodelledEffect,
     UsageError,
 )
 from .events import Event
@@ -90,6 +93,7 @@ __all__ = [
     "ReplayResult",
     "RunAlreadyRecorded",
     "RunNotStarted",
+    "ScheduleMismatch",
     "SchemaClash",
     "SchemaError",
     "SchemaNotFound",
@@ -105,6 +109,7 @@ __all__ = [
     "TransactionAborted",
     "UndecodableMessage",
     "UnknownEventType",
+    "UnmodelledEffect",
     "UsageError",
     "on",
     "on_message",

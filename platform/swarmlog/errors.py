@@ -434,3 +434,37 @@ class NondeterminismError(SwarmlogError):
 class EffectDiverged(NondeterminismError):
     """A recorded effect or LLM call cannot be served: the log has no record of it here, or a
     different one. The handler cannot go on without its result, so this agent's replay stops."""
+
+
+# --- simulation (swarmlog.testing) ------------------------------------------------------
+
+
+class UnmodelledEffect(ConfigurationError):
+    """A simulated step called an effect or the LLM that the simulation has no answer for.
+
+    The simulator never calls the world: every ``ctx.effect`` and ``ctx.llm`` is answered
+    from the simulation's models, so that a run is a function of its schedule.
+    """
+
+    def __init__(self, *, agent: str, offset: int, kind: str, name: str) -> None:
+        self.agent = agent
+        self.offset = offset
+        self.kind = kind
+        self.name = name
+        how = (f"effects={{{name!r}: ...}}" if kind == "effect" else "llm=...")
+        super().__init__(f"agent {agent!r}, step at offset {offset}: the simulation has no model for {kind} "
+                         f"{name!r}. Give the Simulator {how}: a value, a function of the call's arguments, "
+                         f"Fail(exception) or one_of(...) to let the schedule choose; the simulator never calls "
+                         f"the world itself")
+
+
+class ScheduleMismatch(ConfigurationError):
+    """A recorded schedule does not fit the swarm it is run on (other code, another swarm)."""
+
+    def __init__(self, *, decision: int, choice: int, options: int) -> None:
+        self.decision = decision
+        self.choice = choice
+        self.options = options
+        super().__init__(f"the schedule takes option {choice} at decision {decision}, where the swarm has only "
+                         f"{options} option(s): it was recorded on other code or another swarm. Explore again "
+                         f"with this code to get a schedule for it")

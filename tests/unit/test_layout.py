@@ -24,11 +24,12 @@ PUBLIC = {
         "EventNotFound", "ForkPointInsideStep", "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed",
         "HTTPRequestDiverged", "HashSeedMismatch", "InMemoryLog", "InvalidEvent", "InvalidSetting",
         "KafkaHandshakeFailed", "KafkaOperationFailed", "MissingDependency", "NoRunStarted", "NondeterminismError",
-        "OutsideStep", "ReadFailed", "ReplayResult", "RunAlreadyRecorded", "RunNotStarted", "SchemaClash",
-        "SchemaError",
+        "OutsideStep", "ReadFailed", "ReplayResult", "RunAlreadyRecorded", "RunNotStarted", "ScheduleMismatch",
+        "SchemaClash", "SchemaError",
         "SchemaNotFound", "ServiceUnavailable", "Settings", "Swarm", "SwarmReplayResult", "SwarmlogError",
         "TopicCreateFailed", "TopicExists", "TopicNotFound", "TopicNotSinglePartition", "TransactionAborted",
-        "UndecodableMessage", "UnknownEventType", "UsageError", "on", "on_message", "on_timer", "replay",
+        "UndecodableMessage", "UnknownEventType", "UnmodelledEffect", "UsageError", "on", "on_message",
+        "on_timer", "replay",
         "replay_swarm", "run_agents", "start_run",
     ],
     "swarmlog.debug": [
@@ -55,6 +56,11 @@ PUBLIC = {
     "swarmlog.schema": ["Decoder", "Encoder", "EventSchema", "SchemaRegistry"],
     "swarmlog.observe": ["Family", "Health", "LatencyHistogram", "Metrics", "ObservabilityServer", "serve",
                          "serve_process"],
+    "swarmlog.testing": [
+        "Exploration", "Exported", "Fail", "Schedule", "ScriptedLLM", "SimRun", "SimulationFailed", "Simulator",
+        "Step", "StubRequest", "StubServer", "Violation", "anthropic_message", "export", "no_handler_failed",
+        "no_message_ignored", "one_of", "schedules", "tool_call_reply",
+    ],
     "swarmlog.replay": ["Divergence", "Fold", "ReplayResult", "SwarmReplayResult", "Undecodable", "replay",
                         "replay_swarm"],
 }
