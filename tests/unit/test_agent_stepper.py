@@ -106,6 +106,10 @@ def test_a_step_commits_its_outputs_with_the_agents_position(run_settings, regis
     assert backend.committed(agent_group(run_settings.topic, "q"), run_settings.topic) is None  # no transaction
     q.advance()
     assert q.due is not None and q.due[1] is not None and q.due[1].body == "0"
+    p.advance()  # reads past q's ball and the transaction's marker, to the end of the log
+    p.stop()  # a clean stop records how far it read (offsets only: no marker in the log)
+    assert backend.committed(agent_group(run_settings.topic, "p"), run_settings.topic) == 4
+    assert backend.watermarks(run_settings.topic)[1] == 4
 
 
 def test_a_life_killed_before_its_commit_is_aborted_by_the_next_which_rebuilds_and_runs_the_step_again(

@@ -17,6 +17,7 @@ and leaves the *when* to its caller:
 * :meth:`fire` writes the firings of the wall-clock timeouts due at a given time, as the
   worker does between batches — and, like the worker, only once the agent has caught
   up with the log it found at start, so history is never pre-empted.
+* :meth:`stop` ends the life cleanly, committing how far it read, as the worker does.
 
 **Why this is the interleaving.** The stepper reads nothing more for an agent until its
 due step has run, so the agent sees the log exactly as a live agent would whose step
@@ -78,6 +79,7 @@ class AgentStepper:
         """A message :meth:`advance` was told to stop before (not folded yet)."""
         self._buffer: deque[Any] = deque()
         self._eof = -1
+        self._committed = -1
 
     # -- reading --------------------------------------------------------------------------
 
@@ -157,6 +159,16 @@ class AgentStepper:
         self._commit()
         return timers
 
+    def stop(self) -> None:
+        """Stop cleanly, as the worker does: record how far this life read (an offsets-only
+        transaction), so that the group says how far the live agent got, then close."""
+        read_to = max(self.core.position, self._eof)
+        if read_to > 0 and read_to != self._committed:
+            self.channel.begin()
+            self.sink.in_txn = True
+            self._commit(read_to)
+        self.close()
+
     def close(self) -> None:
         self.channel.close()
 
@@ -173,11 +185,13 @@ class AgentStepper:
             raise
         return off, core.steps != before
 
-    def _commit(self) -> None:
+    def _commit(self, position: int | None = None) -> None:
         sink = self.sink
         if sink.in_txn:
+            at = self.core.position if position is None else position
             try:
-                self.channel.commit(self.core.position)
+                self.channel.commit(at)
+                self._committed = at
             finally:
                 sink.in_txn = False
 

@@ -210,7 +210,10 @@ class Simulator:
             error = exc
         finally:
             for s in steppers:
-                s.close()
+                if error is None:
+                    s.stop()  # as the workers of a run that ends cleanly: each group says how far it read
+                else:
+                    s.close()
         run = SimRun(swarm=self.swarm, schedule=Schedule(tuple(chooser.choices)), sizes=tuple(chooser.sizes),
                      steps=steps, states={s.name: s.core.agent.state for s in steppers}, at_rest=at_rest, log=log,
                      topic=SIM_TOPIC, decoder=self.decoder, error=error, max_steps=self.max_steps, initial=initial,

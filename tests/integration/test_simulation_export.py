@@ -1,0 +1,105 @@
+"""A failing schedule found in simulation, handed to the real runtime: a Kafka topic and its replay token.
+
+Issue 13's export Must-show: the case study's deadlock, found and shrunk with no broker,
+is written to a topic on the real broker; ``swarmlog replay --swarm`` (the CLI, as a
+process) replays it to the same deadlock 10 times out of 10 and verifies its token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from examples import case_study, claims
+from swarmlog.kafka import KafkaBackend
+from swarmlog.protocol import agent_group
+from swarmlog.replay import replay_swarm
+from swarmlog.testing import Schedule, Simulator, export, no_message_ignored
+
+from .conftest import REPO, subprocess_env
+
+SWARMLOG = [sys.executable, "-m", "swarmlog.cli"]
+
+
+def _deadlock() -> object:
+    sim = Simulator(case_study.buggy, effects=case_study.MODELS, end_state=case_study.finished,
+                    invariants=[no_message_ignored], crashes=2)
+    found = sim.explore(max_examples=1000)
+    assert found.failure is not None and found.failure.schedule.deviations == 1
+    return found.failure
+
+
+def test_an_exported_deadlock_replays_on_the_broker_to_the_same_deadlock_10_times_out_of_10(base_settings, tmp_path):
+    run = _deadlock()
+    token_path = tmp_path / "deadlock-token.json"
+    exported = export(run, settings=base_settings, token_path=token_path)
+    print(f"\n{exported}")
+    settings = base_settings.model_copy(update={"topic": exported.topic})
+    assert exported.token.agents == run.replay().agents  # the simulated agents' states, hashed
+
+    # The real runtime's tools read it like any run: positions of every agent's group, as simulated.
+    backend = KafkaBackend(settings)
+    for agent in run.states:
+        assert backend.committed(agent_group(exported.topic, agent), exported.topic) == \
+            run.log.committed(agent_group(run.topic, agent), run.topic)
+    backend.close()
+
+    env = subprocess_env(settings)
+    for attempt in range(10):
+        out = subprocess.run([*SWARMLOG, "replay", "--swarm", "examples.case_study:buggy", "--json",
+                              "--verify", str(token_path)], env=env, cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, (attempt, out.stdout, out.stderr)
+        doc = json.loads(out.stdout[: out.stdout.rindex("}") + 1])
+        assert doc["diverged"] is False and doc["agents"] == exported.token.agents
+        assert "the replay matches the token" in out.stdout
+        replayed = replay_swarm(settings=settings, swarm=case_study.buggy)
+        assert replayed.divergences == [] and case_study.deadlocked(replayed.states)
+        assert replayed.states["reviewer"] == {"phase": "timed_out", "ignored": 1}
+
+    # The fix against the same log departs from it exactly at the late task_complete.
+    what_if = replay_swarm(settings=settings, swarm=case_study.fixed)
+    first = what_if.first_divergence
+    assert first is not None and first.agent == "reviewer" and first.replayed["payload"]["kind"] == "approved"
+    assert not case_study.deadlocked(what_if.states) or what_if.states["reviewer"]["phase"] == "approved"
+
+    # Causes precede their effects in the exported log, as in any log the runtime writes.
+    check = subprocess.run([*SWARMLOG, "check", "causality"], env=env, cwd=REPO, capture_output=True, text=True,
+                           timeout=120)
+    assert check.returncode == 0 and "0 causality violation(s)" in check.stdout, check.stdout + check.stderr
+
+
+def test_a_crash_and_the_second_race_export_and_replay_with_their_tokens(base_settings, tmp_path):
+    # A schedule in which the worker dies before its commit: its aborted transaction and the fence's
+    # marker are in the exported log too, at the same offsets.
+    sim = Simulator(case_study.fixed, effects=case_study.MODELS, end_state=case_study.finished, crashes=1)
+    crashed = next(r for r in (sim.run(seed) for seed in range(200)) if any(s.kind == "crash" for s in r.steps))
+    claimed = Simulator(claims.buggy, effects=claims.MODELS, invariants=[claims.done_once]).run(
+        Schedule((1, 1, 1)))
+    assert not claimed.ok
+    for run, spec in ((crashed, "examples.case_study:fixed"), (claimed, "examples.claims:buggy")):
+        token_path = tmp_path / f"{run.swarm.name}.json"
+        exported = export(run, settings=base_settings, token_path=token_path)
+        env = subprocess_env(base_settings.model_copy(update={"topic": exported.topic}))
+        out = subprocess.run([*SWARMLOG, "replay", "--swarm", spec, "--verify", str(token_path)], env=env,
+                             cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "no divergence" in out.stdout and "the replay matches the token" in out.stdout
+
+
+def test_a_seeded_schedule_is_the_same_run_in_every_process_whatever_its_string_hashes():
+    code = ("from examples import claims\n"
+            "from swarmlog.testing import Simulator\n"
+            "sim = Simulator(claims.buggy, effects=claims.MODELS, invariants=[claims.done_once], crashes=1)\n"
+            "print([(r.schedule.choices, r.replay().stream_hash) for r in map(sim.run, range(30))])\n")
+    outs = []
+    for hashseed in ("0", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": hashseed,
+               "PYTHONPATH": os.pathsep.join([str(REPO / "platform"), str(REPO)])}
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+        outs.append(out.stdout)
+    assert outs[0] == outs[1] and outs[0].count("(") > 30
