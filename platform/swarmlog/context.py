@@ -81,9 +81,11 @@ class Context:
         self.registry = registry
         self.llm_client = llm_client
         self.run_effect = run_effect
-        """How a live ``ctx.effect(name, fn, *args)`` is performed: ``fn(*args)`` when None; the
-        simulator (:mod:`swarmlog.testing`) answers from its schedule instead. Either way the
-        result is recorded the same way, and replay serves the record."""
+        """How live I/O is performed: ``ctx.effect(name, fn, *args)`` as ``run_effect(name, fn, args)``,
+        a recorded exchange (``ctx.http()``) as ``run_effect(event_type, make_payload, ())``; when
+        None, ``fn(*args)`` and ``make_payload()``. The simulator (:mod:`swarmlog.testing`) answers
+        from its models instead of the world. Either way the result is recorded the same way, and
+        replay serves the record."""
         self.seed: int | None = None
         self.run_id = ""
         self._rand_prefix = b""
@@ -279,7 +281,8 @@ class Context:
         has found the call the same as the recorded one (it raises a divergence if not)."""
         event_id, recorded = self._next_recorded()
         if recorded is None:
-            payload = live()
+            run = self.run_effect
+            payload = live() if run is None else run(event_type, live, ())
         else:
             if recorded.event_type != event_type:
                 self._diverged(f"the step now makes a {event_type} effect where the log recorded a "

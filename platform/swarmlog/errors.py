@@ -451,11 +451,17 @@ class UnmodelledEffect(ConfigurationError):
         self.offset = offset
         self.kind = kind
         self.name = name
-        how = (f"effects={{{name!r}: ...}}" if kind == "effect" else "llm=...")
-        super().__init__(f"agent {agent!r}, step at offset {offset}: the simulation has no model for {kind} "
-                         f"{name!r}. Give the Simulator {how}: a value, a function of the call's arguments, "
-                         f"Fail(exception) or one_of(...) to let the schedule choose; the simulator never calls "
-                         f"the world itself")
+        if kind == "HTTP exchange":
+            what = ("ctx.http() is not simulated (a raw HTTP exchange has no model to answer it): in a swarm "
+                    "you simulate, make the call through ctx.llm (Swarm(llm=...)) or ctx.effect, which the "
+                    "Simulator models with llm=... / effects={...}")
+        else:
+            how = (f"effects={{{name!r}: ...}}" if kind == "effect" else "llm=...")
+            what = (f"the simulation has no model for {kind} {name!r}. Give the Simulator {how}: a value, a "
+                    f"function of the call's arguments, Fail(exception) or one_of(...) to let the schedule "
+                    f"choose")
+        super().__init__(f"agent {agent!r}, step at offset {offset}: {what}; the simulator never calls the "
+                         f"world itself")
 
 
 class ScheduleMismatch(ConfigurationError):

@@ -306,6 +306,20 @@ def test_an_effect_without_a_model_is_a_configuration_error_not_a_handler_failur
         Simulator(CALLER, effects={"fetch": 1}).run()
 
 
+class _Browser(Agent):
+    @on("run.started")
+    def start(self, ctx, event):
+        ctx.http().get("http://127.0.0.1:9/never-reached")
+
+
+def test_a_raw_http_exchange_in_a_simulated_step_is_refused_before_any_request_is_made():
+    sim = Simulator(Swarm(name="http", agents=lambda: [_Browser("a")], code_version="1"))
+    with pytest.raises(UnmodelledEffect) as info:
+        sim.run()
+    assert (info.value.kind, info.value.name) == ("HTTP exchange", "http.exchange")
+    assert "ctx.http() is not simulated" in str(info.value)
+
+
 # --- invariants ---------------------------------------------------------------------------------------
 
 

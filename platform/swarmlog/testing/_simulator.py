@@ -49,7 +49,7 @@ from ..errors import NondeterminismError, UnmodelledEffect
 from ..hashing import canonical
 from ..llm import completion
 from ..log.memory import InMemoryLog
-from ..protocol import TIMER_CANCELLED
+from ..protocol import HTTP_EXCHANGE, TIMER_CANCELLED
 from ..runtime import start_run
 from ..runtime._core import Timer
 from ..runtime._index import OwnIndex
@@ -231,6 +231,8 @@ class Simulator:
         name = agent.name
 
         def run_effect(effect: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+            if effect == HTTP_EXCHANGE:  # ctx.http(): a raw request, nothing to answer it with
+                raise _Abandon(UnmodelledEffect(agent=name, offset=now(), kind="HTTP exchange", name=effect))
             model = effects.get(effect, _MISSING)
             if model is _MISSING:
                 raise _Abandon(UnmodelledEffect(agent=name, offset=now(), kind="effect", name=effect))
