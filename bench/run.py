@@ -2,7 +2,7 @@
 
 Usage::
 
-    PYTHONPATH=platform:connectors .venv/bin/python -m bench.run [--only append,replay,sink,swarm,hop] [--out DIR]
+    PYTHONPATH=platform:connectors .venv/bin/python -m bench.run [--only append,replay,...,simulate] [--out DIR]
 
 Knobs (environment): ``BENCH_REPS`` (repetitions), ``BENCH_QUICK=1`` (a tenth of
 the events, fewer repetitions: a smoke run), ``BENCH_BIG=1`` (also the 5M-event
@@ -32,7 +32,7 @@ from . import common
 from .replay import start_probe_server
 
 BENCH_DIR = Path(__file__).resolve().parent
-BENCHMARKS = ("append", "replay", "sink", "swarm", "hop", "llm_clients", "snapshots")
+BENCHMARKS = ("append", "replay", "sink", "swarm", "hop", "llm_clients", "snapshots", "simulate")
 
 # (column title, key, format)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
@@ -46,7 +46,8 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 )
 EXTRA_KEYS = ("p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "rss_mb", "baseline_rss_mb",
               "rss_growth_mb", "rss_growth_within_run_mb", "vm_hwm_mb", "processes", "chains_in_flight",
-              "log_offsets", "every", "mean_tail_offsets", "snapshot_records")
+              "log_offsets", "every", "mean_tail_offsets", "snapshot_records",
+              "schedules_per_min", "cpu_s", "distinct", "failed")
 
 
 def main(argv: list[str] | None = None) -> int:
