@@ -22,6 +22,8 @@ from .conftest import REPO, subprocess_env
 
 SWARMLOG = [sys.executable, "-m", "swarmlog.cli"]
 
+pytest_plugins = ["pytester"]
+
 
 def _deadlock() -> object:
     sim = Simulator(case_study.buggy, effects=case_study.MODELS, end_state=case_study.finished,
@@ -103,3 +105,20 @@ def test_a_seeded_schedule_is_the_same_run_in_every_process_whatever_its_string_
         assert out.returncode == 0, out.stderr
         outs.append(out.stdout)
     assert outs[0] == outs[1] and outs[0].count("(") > 30
+
+
+def test_the_simulate_fixture_exports_a_failing_schedule_with_its_token_when_asked(base_settings, pytester):
+    pytester.makepyfile(test_review='''
+from examples import case_study
+
+def test_the_buggy_review_always_finishes(simulate):
+    simulate(case_study.buggy, effects=case_study.MODELS, end_state=case_study.finished)
+''')
+    result = pytester.runpytest("-p", "no:cacheprovider", "--swarmlog-examples", "40", "--swarmlog-export")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "DEADLOCK" in out and "exported to Kafka topic swarmlog." in out
+    tokens = list(pytester.path.parent.rglob("replay-token.json")) or list(pytester.path.rglob("replay-token.json"))
+    assert tokens, "the failing test's tmp_path holds no replay token"
+    doc = json.loads(tokens[0].read_text())
+    assert doc["reducer"] == "swarm:case-study" and doc["topic"].startswith(base_settings.topic + ".sim-")
