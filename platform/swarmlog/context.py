@@ -259,7 +259,8 @@ class Context:
                    redact_params: Sequence[str]) -> tuple[Any, Any]:
         from .http import RecordedHTTP, Redaction, httpx_library, transport_type
 
-        lib = httpx_library(library)
+        with allowed():  # the first use imports httpx2, which reads its package metadata: not the handler's I/O
+            lib = httpx_library(library)
         key = (lib.__name__, retries, tuple(redact_headers), tuple(redact_params))
         pair = self._http.get(key)
         if pair is None:
