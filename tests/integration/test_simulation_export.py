@@ -2,7 +2,8 @@
 
 Issue 13's export Must-show: the case study's deadlock, found and shrunk with no broker,
 is written to a topic on the real broker; ``swarmlog replay --swarm`` (the CLI, as a
-process) replays it to the same deadlock 10 times out of 10 and verifies its token.
+process) replays it to the same deadlock 10 times out of 10 and verifies its token, and
+the debugger's commands (``log``, ``state``, ``debug``) open it like any run.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 
 from examples import case_study, claims
 from swarmlog.kafka import KafkaBackend
-from swarmlog.protocol import agent_group
+from swarmlog.protocol import TIMER_FIRED, agent_group
 from swarmlog.replay import replay_swarm
 from swarmlog.testing import Schedule, Simulator, export, no_message_ignored
 
@@ -60,6 +61,28 @@ def test_an_exported_deadlock_replays_on_the_broker_to_the_same_deadlock_10_time
         replayed = replay_swarm(settings=settings, swarm=case_study.buggy)
         assert replayed.divergences == [] and case_study.deadlocked(replayed.states)
         assert replayed.states["reviewer"] == {"phase": "timed_out", "ignored": 1}
+
+    # The debugger's commands open it like any run: every event at its offset, the reviewer's state
+    # either side of the timeout, and a stop inside the handler that drops the late message.
+    out = subprocess.run([*SWARMLOG, "log", "--json"], env=env, cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    logged = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(e["offset"], e["event_type"], e["timestamp_ms"]) for e in logged] == \
+        [(e.offset, e.event_type, e.timestamp_ms) for e in run.events()]
+    fired = next(e.offset for e in run.events() if e.event_type == TIMER_FIRED)
+    late = next(e.offset for e in run.events() if e.kind == "task_complete")
+    for at, phase in ((fired, "waiting"), (fired + 1, "timed_out")):
+        out = subprocess.run([*SWARMLOG, "state", "reviewer", "--at", str(at), "--swarm", "examples.case_study:buggy",
+                              "--json"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and json.loads(out.stdout)["state"]["phase"] == phase, out.stdout + out.stderr
+    out = subprocess.run([*SWARMLOG, "debug", "--at", str(late), "--agent", "reviewer", "--swarm",
+                          "examples.case_study:buggy"], env=env, cwd=REPO, capture_output=True, text=True,
+                         timeout=120, input='p "phase=" + self.state["phase"]\ncontinue\n')
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "reviewer runs Reviewer.task_complete" in out.stderr  # where it stops, and in which handler
+    assert "case_study.py" in out.stdout and "task_complete()" in out.stdout and "'phase=timed_out'" in out.stdout
+    assert "no divergence" in out.stdout
 
     # The fix against the same log departs from it exactly at the late task_complete.
     what_if = replay_swarm(settings=settings, swarm=case_study.fixed)
