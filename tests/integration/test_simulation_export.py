@@ -3,7 +3,7 @@
 Issue 13's export Must-show: the case study's deadlock, found and shrunk with no broker,
 is written to a topic on the real broker; ``swarmlog replay --swarm`` (the CLI, as a
 process) replays it to the same deadlock 10 times out of 10 and verifies its token, and
-the debugger's commands (``log``, ``state``, ``debug``) open it like any run.
+the debugger's commands (``log``, ``state``, ``debug``, ``timeline``) open it like any run.
 """
 
 from __future__ import annotations
@@ -83,6 +83,21 @@ def test_an_exported_deadlock_replays_on_the_broker_to_the_same_deadlock_10_time
     assert "reviewer runs Reviewer.task_complete" in out.stderr  # where it stops, and in which handler
     assert "case_study.py" in out.stdout and "task_complete()" in out.stdout and "'phase=timed_out'" in out.stdout
     assert "no divergence" in out.stdout
+
+    # The timeline draws it as a sequence diagram: every event a row at its offset, the firing the one
+    # timeout, the late task_complete an arrow to the reviewer; the fix's divergence marked on that row.
+    for spec, diverges in (("examples.case_study:buggy", False), ("examples.case_study:fixed", True)):
+        out = subprocess.run([*SWARMLOG, "timeline", "--json", "--swarm", spec], env=env, cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        page = json.loads(out.stdout)
+        rows = {r["o"]: r for r in page["rows"]}
+        assert list(rows) == [e.offset for e in run.events()]
+        assert [o for o, r in rows.items() if r["k"] == "timeout"] == [fired]
+        assert rows[late]["k"] == "message" and rows[late]["lb"] == "task_complete"
+        assert page["lanes"][rows[late]["t"][0]] == "reviewer"
+        assert (page["divergence"] is not None and page["divergence"]["offset"] == late
+                and rows[late]["d"] is not None) is diverges, page["divergence"]
 
     # The fix against the same log departs from it exactly at the late task_complete.
     what_if = replay_swarm(settings=settings, swarm=case_study.fixed)
