@@ -15,7 +15,7 @@ Rows (each repetition of each row interleaved with the others):
   nothing scheduled and nothing written — what a schedule cannot cost less than.
 * ``simulate.live_kafka`` (baseline): live runs of the buggy case study on the broker
   (fresh topic, ``start_run``, ``run_agents(until_quiet=1.0)``): how its deadlock was
-  found before (``examples.case_study.find_deadlock``, 2 live runs in the demo).
+  found before (``swarmlog.examples.case_study.find_deadlock``, 2 live runs in the demo).
 
 ``events`` counts schedules (runs for the live baseline); ``schedules_per_min`` is the
 rate a minute; ``cpu_s`` is the process CPU time of a repetition (on a shared machine
@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from examples import case_study
+from swarmlog.examples import case_study
 from swarmlog.runtime import replay_swarm_log, run_agents, start_run
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-from examples import case_study, claims
+from swarmlog.examples import case_study, claims
 from swarmlog.kafka import KafkaBackend
 from swarmlog.protocol import TIMER_FIRED, agent_group
 from swarmlog.replay import replay_swarm
@@ -22,6 +22,8 @@ from swarmlog.testing import Schedule, Simulator, export, no_message_ignored
 from .conftest import REPO, subprocess_env
 
 SWARMLOG = [sys.executable, "-m", "swarmlog.cli"]
+BUGGY = "swarmlog.examples.case_study:buggy"
+FIXED = "swarmlog.examples.case_study:fixed"
 
 pytest_plugins = ["pytester"]
 
@@ -51,7 +53,7 @@ def test_an_exported_deadlock_replays_on_the_broker_to_the_same_deadlock_10_time
 
     env = subprocess_env(settings)
     for attempt in range(10):
-        out = subprocess.run([*SWARMLOG, "replay", "--swarm", "examples.case_study:buggy", "--json",
+        out = subprocess.run([*SWARMLOG, "replay", "--swarm", BUGGY, "--json",
                               "--verify", str(token_path)], env=env, cwd=REPO, capture_output=True, text=True,
                              timeout=120)
         assert out.returncode == 0, (attempt, out.stdout, out.stderr)
@@ -73,11 +75,11 @@ def test_an_exported_deadlock_replays_on_the_broker_to_the_same_deadlock_10_time
     fired = next(e.offset for e in run.events() if e.event_type == TIMER_FIRED)
     late = next(e.offset for e in run.events() if e.kind == "task_complete")
     for at, phase in ((fired, "waiting"), (fired + 1, "timed_out")):
-        out = subprocess.run([*SWARMLOG, "state", "reviewer", "--at", str(at), "--swarm", "examples.case_study:buggy",
+        out = subprocess.run([*SWARMLOG, "state", "reviewer", "--at", str(at), "--swarm", BUGGY,
                               "--json"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and json.loads(out.stdout)["state"]["phase"] == phase, out.stdout + out.stderr
     out = subprocess.run([*SWARMLOG, "debug", "--at", str(late), "--agent", "reviewer", "--swarm",
-                          "examples.case_study:buggy"], env=env, cwd=REPO, capture_output=True, text=True,
+                          BUGGY], env=env, cwd=REPO, capture_output=True, text=True,
                          timeout=120, input='p "phase=" + self.state["phase"]\ncontinue\n')
     assert out.returncode == 0, out.stdout + out.stderr
     assert "reviewer runs Reviewer.task_complete" in out.stderr  # where it stops, and in which handler
@@ -86,7 +88,7 @@ def test_an_exported_deadlock_replays_on_the_broker_to_the_same_deadlock_10_time
 
     # The timeline draws it as a sequence diagram: every event a row at its offset, the firing the one
     # timeout, the late task_complete an arrow to the reviewer; the fix's divergence marked on that row.
-    for spec, diverges in (("examples.case_study:buggy", False), ("examples.case_study:fixed", True)):
+    for spec, diverges in ((BUGGY, False), (FIXED, True)):
         out = subprocess.run([*SWARMLOG, "timeline", "--json", "--swarm", spec], env=env, cwd=REPO,
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stdout + out.stderr
@@ -119,7 +121,7 @@ def test_a_crash_and_the_second_race_export_and_replay_with_their_tokens(base_se
     claimed = Simulator(claims.buggy, effects=claims.MODELS, invariants=[claims.done_once]).run(
         Schedule((1, 1, 1)))
     assert not claimed.ok
-    for run, spec in ((crashed, "examples.case_study:fixed"), (claimed, "examples.claims:buggy")):
+    for run, spec in ((crashed, FIXED), (claimed, "swarmlog.examples.claims:buggy")):
         token_path = tmp_path / f"{run.swarm.name}.json"
         exported = export(run, settings=base_settings, token_path=token_path)
         env = subprocess_env(base_settings.model_copy(update={"topic": exported.topic}))
@@ -130,24 +132,30 @@ def test_a_crash_and_the_second_race_export_and_replay_with_their_tokens(base_se
 
 
 def test_a_seeded_schedule_is_the_same_run_in_every_process_whatever_its_string_hashes():
-    code = ("from examples import claims\n"
+    # The same choices and the same agents' states under two string-hash seeds; each run records the
+    # seed its handlers ran under (run.started v2), so an exported run replays under that one.
+    code = ("from swarmlog.examples import claims\n"
             "from swarmlog.testing import Simulator\n"
             "sim = Simulator(claims.buggy, effects=claims.MODELS, invariants=[claims.done_once], crashes=1)\n"
-            "print([(r.schedule.choices, r.replay().stream_hash) for r in map(sim.run, range(30))])\n")
+            "runs = [sim.run(seed) for seed in range(30)]\n"
+            "print(next(e.payload['hash_seed'] for e in runs[0].events() if e.event_type == 'run.started'))\n"
+            "print([(r.schedule.choices, r.ok, r.replay().agents) for r in runs])\n")
     outs = []
     for hashseed in ("0", "4242"):
-        env = {**os.environ, "PYTHONHASHSEED": hashseed,
-               "PYTHONPATH": os.pathsep.join([str(REPO / "platform"), str(REPO)])}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SWARMLOG_REEXEC")}
+        env["PYTHONHASHSEED"] = hashseed
         out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
                              timeout=300)
         assert out.returncode == 0, out.stderr
-        outs.append(out.stdout)
-    assert outs[0] == outs[1] and outs[0].count("(") > 30
+        recorded, runs = out.stdout.splitlines()
+        assert recorded == hashseed
+        outs.append(runs)
+    assert outs[0] == outs[1] and outs[0].count("(") > 30 and "False" in outs[0]
 
 
 def test_the_simulate_fixture_exports_a_failing_schedule_with_its_token_when_asked(base_settings, pytester):
     pytester.makepyfile(test_review='''
-from examples import case_study
+from swarmlog.examples import case_study
 
 def test_the_buggy_review_always_finishes(simulate):
     simulate(case_study.buggy, effects=case_study.MODELS, end_state=case_study.finished)

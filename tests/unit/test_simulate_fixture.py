@@ -5,7 +5,7 @@ from __future__ import annotations
 pytest_plugins = ["pytester"]
 
 SUITE = '''
-from examples import case_study
+from swarmlog.examples import case_study
 
 def test_the_buggy_review_always_finishes(simulate):
     simulate(case_study.buggy, effects=case_study.MODELS, end_state=case_study.finished)

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
-from examples import case_study, claims
 from swarmlog import Agent, Swarm, on, on_message, on_timer
 from swarmlog.errors import EffectFailed, ScheduleMismatch, UnmodelledEffect
+from swarmlog.examples import case_study, claims
 from swarmlog.log.memory import InMemoryLog
 from swarmlog.protocol import MESSAGE, TIMER_CANCELLED, TIMER_FIRED
 from swarmlog.runtime import run_agents, start_run

@@ -9,7 +9,7 @@ readable sequence of steps; the failing run is a real log, which
 :func:`export` writes to a Kafka topic with its replay token::
 
     from swarmlog.testing import Simulator, no_message_ignored
-    from examples import case_study
+    from swarmlog.examples import case_study
 
     sim = Simulator(case_study.buggy, effects={"work": {"summary": "done", "took_ms": 1}},
                     end_state=case_study.finished, invariants=[no_message_ignored])

@@ -153,13 +153,17 @@ class Simulator:
         self.max_steps = max_steps
         self.seed = seed
         self.run_id = run_id
-        self.settings = Settings(topic=SIM_TOPIC)
-        self.registry = registry or SchemaRegistry.load(self.settings.schema_dir)
+        # The schema layers the runtime would load here (SWARMLOG_SCHEMA_DIR / _PATH: a swarm's own
+        # event types); nothing else of the settings is used, and nothing connects anywhere.
+        self.settings = Settings.from_env(topic=SIM_TOPIC)
+        self.registry = registry or SchemaRegistry.load(self.settings.schema_dirs())
         # Shared by every run (one thread): plans and encoders are built once, not per run.
         self.decoder = Decoder(self.registry)
         self.encoders: dict[str, Encoder] = {}
         # The run's beginning as start_run writes it (run.started in a transaction of its own, so a
-        # marker follows it), made once: every run's log starts as an offset-exact copy of it.
+        # marker follows it), made once: every run's log starts as an offset-exact copy of it. It
+        # records this process's string-hash seed, as any run does: the handlers run here, so an
+        # exported run replays (swarmlog replay re-executes itself) with the seed they ran under.
         scratch = InMemoryLog(clock_ms=lambda: EPOCH_MS)
         scratch.create_topic(SIM_TOPIC)
         start_run(settings=self.settings, swarm=swarm, run_id=run_id, seed=seed, registry=self.registry,

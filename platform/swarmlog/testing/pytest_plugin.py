@@ -2,7 +2,7 @@
 
 Installed with swarmlog (the ``pytest11`` entry point), so any test can ask for it::
 
-    from examples import case_study
+    from swarmlog.examples import case_study
 
     def test_the_review_always_finishes(simulate):
         simulate(case_study.fixed, effects={"work": {"summary": "done", "took_ms": 1}},
