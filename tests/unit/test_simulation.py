@@ -376,3 +376,21 @@ def test_a_swarm_that_never_comes_to_rest_fails_its_end_state_within_max_steps()
     run = sim.run()
     assert not run.at_rest and len(run.steps) == 50
     assert [v.check for v in run.violations] == ["no end state"]
+
+
+def test_without_hypothesis_exploring_is_a_missing_dependency_and_seeded_schedules_still_run(monkeypatch):
+    import sys
+
+    from swarmlog.errors import MissingDependency
+    from swarmlog.testing import schedules
+
+    sim = _claims()
+    for name in [m for m in sys.modules if m == "hypothesis" or m.startswith("hypothesis.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "hypothesis", None)  # what `import hypothesis` finds when it is not installed
+    with pytest.raises(MissingDependency, match=r"swarmlog\[testing\]") as raised:
+        sim.explore(max_examples=5)
+    assert raised.value.program.startswith("Hypothesis")
+    with pytest.raises(MissingDependency):
+        schedules()
+    assert sim.sample(20).failure is not None  # the claims race, found by seeds alone

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from ..errors import ScheduleMismatch
 from ._run import SimRun, SimulationFailed
-from ._schedule import Schedule
+from ._schedule import Schedule, require_hypothesis
 
 
 class Simulator(Protocol):
@@ -87,6 +87,7 @@ def explore(sim: Simulator, *, max_examples: int = 1000, seed: int = 0) -> Explo
     """Up to ``max_examples`` schedules chosen by Hypothesis (seeded: the same exploration every
     time); on the first failure, shrink it. Hypothesis stops early once it has tried every
     schedule the swarm has."""
+    require_hypothesis("Simulator.explore, the simulate fixture")
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
     from hypothesis import seed as fixed_seed
     from hypothesis import strategies as st

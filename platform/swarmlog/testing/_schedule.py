@@ -32,7 +32,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import ScheduleMismatch, UsageError
+from ..errors import MissingDependency, ScheduleMismatch, UsageError
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,12 +134,24 @@ class RandomSchedule(_NoDraw):
         return f"RandomSchedule(taken={Schedule(tuple(self.taken)).trimmed()!r})"
 
 
+def require_hypothesis(what: str) -> None:
+    """Hypothesis is the ``testing`` extra: without it, exploring says so instead of an ImportError."""
+    try:
+        import hypothesis  # noqa: F401
+    except ImportError as exc:
+        raise MissingDependency(program=f"Hypothesis ({what})",
+                                install_hint="Install the extra: pip install 'swarmlog[testing]'. Seeded "
+                                             "schedules (Simulator.sample, .run(seed), .exhaust) need nothing.") \
+            from exc
+
+
 def schedules() -> Any:
     """A Hypothesis strategy of schedules, for ``@given(schedules())`` and ``Simulator.run``.
 
     Choices are drawn lazily, as the run needs them, and shrink toward the default order.
     (To model answers with Hypothesis strategies as well, use ``st.data()`` instead.)
     """
+    require_hypothesis("swarmlog.testing.schedules()")
     from hypothesis import strategies as st
 
     return st.builds(RandomSchedule, st.randoms(use_true_random=False, note_method_calls=False))
