@@ -10,8 +10,8 @@ One home for every convention that readers and writers of the log share:
 * the **routing headers** (``sl.type``, ``sl.v``, ``sl.agent``, ``sl.to``, ``sl.step``)
   that let a reader skip an event without decoding it, and their parsing;
 * the names of the **Kafka resources** of an agent (its transactional id and
-  consumer group) and of the replay Job (its consumer group), which operators see in
-  Kafka's own tools.
+  consumer group), of the replay Job and of the sink (their consumer groups), which
+  operators see in Kafka's own tools, and of the side topics kept beside a log.
 """
 
 from __future__ import annotations
@@ -168,6 +168,26 @@ def snapshot_topic(topic: str) -> str:
     """Where the per-agent state snapshots of ``topic``'s log are kept: a topic of their own, so
     that the log itself holds only what the swarm did."""
     return f"{topic}.snapshots"
+
+
+SIDE_TOPIC_SUFFIXES = (".snapshots",)
+"""The endings of the topics swarmlog keeps beside a swarm's log (:func:`snapshot_topic`): not a
+swarm's log themselves, so a sink mirroring every topic of a pattern leaves them out unless asked."""
+
+
+def is_side_topic(name: str) -> bool:
+    """Whether ``name`` is one of swarmlog's side topics, or one of Kafka's internal ones (``__...``)."""
+    return name.startswith("__") or name.endswith(SIDE_TOPIC_SUFFIXES)
+
+
+# --- Kafka resources of the sink ---------------------------------------------------------------
+
+
+def sink_group(topic: str | None = None) -> str:
+    """The consumer group the sink commits its position to, for Kafka's tools (advisory only: the
+    position in Postgres is the truth). One topic's sink: ``swarmlog-sink.<topic>``; a sink of a
+    pattern (``topic`` None): ``swarmlog-sink``, with one committed offset per topic it mirrors."""
+    return "swarmlog-sink" if topic is None else f"swarmlog-sink.{topic}"
 
 
 def copy_transactional_ids(topic: str) -> tuple[str, str]:

@@ -3,17 +3,26 @@
 Kafka only alters the offsets of a group with no active members, so a reset never
 yanks the position from under a running consumer: it is refused with
 :class:`~swarmlog.errors.GroupHasActiveMembers`, naming them.
+
+:class:`AdvisoryCommits` commits a position that lives elsewhere (the sink's, in Postgres)
+to a group, only so that Kafka's tools and lag exporters can see it.
 """
 
 from __future__ import annotations
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from ..errors import GroupHasActiveMembers, GroupResetFailed
 from .errors import translate
 
 _TIMEOUT_S = 30.0
+
+logger = logging.getLogger(__name__)
 # A member joined between the emptiness check and the reset: the broker refused the reset.
 _GROUP_BUSY = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.NON_EMPTY_GROUP})
 
@@ -54,3 +63,44 @@ def reset_group(admin: AdminClient, *, group: str, topic: str, offset: int) -> N
         if err.code() in _GROUP_BUSY:
             raise GroupHasActiveMembers(group=group, members=group_members(admin, group) or ["(joining)"]) from None
         raise GroupResetFailed(group=group, detail=err.str()) from None
+
+
+class AdvisoryCommits:
+    """Commits offsets to ``group`` for Kafka's tools only, asynchronously; a failure is logged, never raised.
+
+    The consumer must be made with :meth:`config` in its configuration (librdkafka reports the
+    outcome of an asynchronous commit to its ``on_commit`` callback) and the group id ``group``.
+    It commits as a "simple" consumer, without joining the group: ``kafka-consumer-groups.sh
+    --describe`` shows the offsets and their lag, and no members. Nothing reads these offsets back.
+    """
+
+    def __init__(self, *, group: str) -> None:
+        self.group = group
+        self._failing = False
+
+    def config(self) -> dict[str, object]:
+        return {"on_commit": self._committed}
+
+    def commit(self, consumer: Consumer, offsets: Mapping[str, int]) -> None:
+        """Commit each topic's partition 0 at its offset: the NEXT offset to read, as Kafka counts lag."""
+        tps = [TopicPartition(t, 0, o) for t, o in offsets.items() if o > 0]
+        if not tps:
+            return
+        try:
+            consumer.commit(offsets=tps, asynchronous=True)
+        except KafkaException as exc:
+            self._failed(exc.args[0])
+
+    def _committed(self, err: KafkaError | None, partitions: Any) -> None:
+        # Served from the consumer's poll/consume: the outcome of an earlier commit.
+        if err is not None:
+            self._failed(err)
+        elif self._failing:
+            self._failing = False
+            logger.info("committing to consumer group %s works again", self.group)
+
+    def _failed(self, err: KafkaError) -> None:
+        if not self._failing:
+            logger.warning("could not commit to consumer group %s (%s): Kafka's tools show a stale position for "
+                           "it; the mirror itself is unaffected (its position is in Postgres)", self.group, err.str())
+        self._failing = True

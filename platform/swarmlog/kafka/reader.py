@@ -25,6 +25,7 @@ from ..settings import Settings
 from .config import consumer as make_consumer
 from .config import watermark_consumer
 from .errors import translate
+from .groups import AdvisoryCommits
 from .topic import require_single_partition
 
 _error = Message.error
@@ -48,10 +49,15 @@ class LogReader:
     """
 
     def __init__(self, *, settings: Settings, topic: str | None = None, group: str | None = None,
-                 consumer_config: Mapping[str, object] | None = None) -> None:
+                 consumer_config: Mapping[str, object] | None = None, advisory: bool = False) -> None:
         self.settings = settings
         self.topic = topic or settings.topic
         self.group = group
+        # advisory: the reader reads where it is assigned, and only tells ``group`` where it got,
+        # for Kafka's tools (commit_advisory; the sink, whose position lives in Postgres).
+        self._advisory = AdvisoryCommits(group=group) if advisory and group is not None else None
+        if self._advisory is not None:
+            consumer_config = {**(consumer_config or {}), **self._advisory.config()}
         self.consumer = make_consumer(settings, group=group, extra=consumer_config)
         try:
             require_single_partition(settings, self.topic, client=self.consumer)
@@ -138,6 +144,12 @@ class LogReader:
         except KafkaException as exc:
             raise translate(exc, operation=f"committing group {self.group!r}",
                             bootstrap=self.settings.bootstrap_servers) from None
+
+    def commit_advisory(self, next_offset: int) -> None:
+        """Tell the group (``advisory=True``) ``next_offset`` asynchronously; a failure is only logged."""
+        if self._advisory is None:
+            raise UsageError("LogReader.commit_advisory() needs LogReader(group=..., advisory=True)")
+        self._advisory.commit(self.consumer, {self.topic: next_offset})
 
     def close(self) -> None:
         self.consumer.close()
