@@ -11,6 +11,9 @@ Exactly-once, and why it holds under SIGKILL at any instant:
   the partition there. A sink killed before COMMIT re-reads that batch; one
   killed after COMMIT starts after it. No gap, no duplicate; the primary key
   ``(topic, seq)`` would reject a duplicate even if this reasoning were wrong.
+* The position is also committed to the sink's own consumer group
+  (:func:`swarmlog.protocol.sink_group`) after each Postgres commit, for Kafka's tools
+  (``kafka-consumer-groups.sh --describe`` shows the lag). Advisory: never read back.
 * ``SELECT ... FOR UPDATE`` on the position row fences a second sink on the same
   topic: whichever commits second sees the position moved, rolls back, and
   re-seeks. Two sinks are correct, just wasteful.
@@ -56,6 +59,7 @@ from swarmlog.errors import DatabasePermissionDenied, ServiceUnavailable
 from swarmlog.kafka.reader import LogReader
 from swarmlog.log.base import ReadPosition
 from swarmlog.observe import Family
+from swarmlog.protocol import sink_group
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -173,9 +177,14 @@ class PostgresSink:
     """
 
     def __init__(self, *, settings: Settings, topic: str | None = None, registry: SchemaRegistry | None = None,
-                 poll_timeout: float = 0.02, batch_size: int = 5000, transaction_size: int = 50_000) -> None:
+                 poll_timeout: float = 0.02, batch_size: int = 5000, transaction_size: int = 50_000,
+                 group: str | None = None) -> None:
         self.settings = settings
         self.topic = topic or settings.topic
+        self.group = group or sink_group(self.topic)
+        """The consumer group the position is also committed to, for Kafka's tools (see _advise)."""
+        self._reader: LogReader | None = None
+        self._advised = 0
         self.registry = registry or SchemaRegistry.load(settings.schema_dirs())
         self.rows = RowBuilder(topic=self.topic, decoder=Decoder(self.registry))
         self.poll_timeout = poll_timeout
@@ -209,7 +218,8 @@ class PostgresSink:
             conn.commit()
             logger.info("sink: mirroring topic %s into Postgres from offset %d", self.topic, position)
             self._reported = (self.stats.rows, self.stats.dead_letters, time.monotonic())
-            with LogReader(settings=self.settings, topic=self.topic) as reader:
+            with LogReader(settings=self.settings, topic=self.topic, group=self.group, advisory=True) as reader:
+                self._reader = reader
                 reader.assign(position)
                 self.stats.position = position
                 # The transaction running on the db thread: only one, as the next one's expected
@@ -271,6 +281,18 @@ class PostgresSink:
         if self.stats.caught_up_to < 0:
             logger.info("sink: caught up at offset %d", read.end_offset)
         self.stats.caught_up_to = max(read.end_offset, self.stats.position)
+        self._advise(self.stats.caught_up_to)
+
+    def _advise(self, next_offset: int) -> None:
+        # The position is also committed to the sink's consumer group, AFTER the Postgres
+        # COMMIT, so that `kafka-consumer-groups.sh --describe` and lag exporters see how far
+        # the mirror is. Advisory only: Postgres stays the truth, the sink never reads the
+        # group's offset back (a resume reads sink_positions), and a commit that fails or is
+        # lost costs a stale lag in those tools, nothing in the mirror. Caught up, it is the
+        # end of the log (past a final transaction marker: lag 0), not the last row's offset + 1.
+        if self._reader is not None and next_offset > self._advised:
+            self._advised = next_offset
+            self._reader.commit_advisory(next_offset)
 
     def _progress(self) -> None:
         rows, dead, when = self._reported
@@ -322,6 +344,7 @@ class PostgresSink:
         """Wait for the db thread's transaction: True if it committed, False if it was fenced."""
         written = in_flight.result()
         if written:
+            self._advise(self.stats.position)
             self._progress()
             if on_batch is not None:
                 on_batch(self.stats)

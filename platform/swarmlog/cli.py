@@ -111,8 +111,12 @@ def cmd_sink(args: argparse.Namespace) -> int:
 
     from .observe import Metrics, serve_process
 
+    if args.topics_pattern is not None:
+        return _sink_pattern(args)
+    if args.include_side_topics or args.metadata_refresh_ms is not None:
+        raise UsageError("--include-side-topics and --metadata-refresh-ms go with --topics-pattern")
     settings = _settings(args)
-    sink = PostgresSink(settings=settings)
+    sink = PostgresSink(settings=settings, group=args.group)
     sink.install_signal_handlers()
     server = None
     if args.metrics_port is not None:
@@ -127,6 +131,41 @@ def cmd_sink(args: argparse.Namespace) -> int:
         if server is not None:
             server.close()
     print(json.dumps({"position": stats.position, "rows": stats.rows, "dead_letters": stats.dead_letters}))
+    return 0
+
+
+def _sink_pattern(args: argparse.Namespace) -> int:
+    from swarmlog_connectors.pattern_sink import PatternSink
+    from swarmlog_connectors.postgres_sink import PostgresCheck
+
+    from .kafka.config import admin_client
+    from .kafka.discovery import TopicPattern, discover
+    from .observe import Health, Metrics, serve
+
+    if args.topic is not None:
+        raise UsageError("--topic and --topics-pattern exclude each other: one topic, or every topic matching")
+    settings = Settings.from_env()
+    pattern = TopicPattern(pattern=args.topics_pattern, include_side_topics=args.include_side_topics)
+    sink = PatternSink(settings=settings, pattern=pattern, group=args.group,
+                       refresh_interval_ms=args.metadata_refresh_ms or 5000)
+    sink.install_signal_handlers()
+    server = None
+    if args.metrics_port is not None:
+        metrics = Metrics()
+        metrics.add(sink.metric_families)
+        admin = admin_client(settings)
+
+        def kafka() -> None:  # the broker answers a metadata request
+            discover(settings, pattern, client=admin)
+
+        health = Health(checks={"Kafka": kafka, "Postgres": PostgresCheck(settings)})
+        server = serve(port=args.metrics_port, metrics=metrics, health=health)
+    try:
+        stats = sink.run(until_end=args.until_end)
+    finally:
+        if server is not None:
+            server.close()
+    print(json.dumps({"topics": len(stats.positions), "rows": stats.rows, "dead_letters": stats.dead_letters}))
     return 0
 
 
@@ -442,8 +481,18 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--topic")
     a.set_defaults(func=cmd_append)
 
-    s = sub.add_parser("sink", help="mirror the topic into Postgres, exactly once", parents=[verbose])
+    s = sub.add_parser("sink", help="mirror the topic (or every topic matching a pattern) into Postgres, exactly once",
+                       parents=[verbose])
     s.add_argument("--topic")
+    s.add_argument("--topics-pattern", metavar="REGEX",
+                   help="mirror every single-partition topic whose whole name matches REGEX (as Kafka Connect's "
+                        "topics.regex), e.g. '^swarm\\..*', each with its own position; new topics are picked up")
+    s.add_argument("--include-side-topics", action="store_true",
+                   help="with --topics-pattern: also mirror swarmlog's side topics (<topic>.snapshots)")
+    s.add_argument("--metadata-refresh-ms", type=int, metavar="MS",
+                   help="with --topics-pattern: how often to look for new topics (default 5000)")
+    s.add_argument("--group", help="the consumer group the sink's position is also committed to, for Kafka's "
+                                   "tools (default swarmlog-sink.<topic>, or swarmlog-sink with --topics-pattern)")
     s.add_argument("--until-end", action="store_true", help="stop once caught up instead of following")
     _metrics_port_arg(s)
     s.set_defaults(func=cmd_sink)
