@@ -207,6 +207,20 @@ def test_exactly_one_sink_with_one_replica_that_never_overlaps(manifests: list[M
     assert pod_spec(sink)["terminationGracePeriodSeconds"] >= 30
 
 
+def test_the_sink_can_be_given_a_topics_pattern_and_its_consumer_group(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    values = {"sink": {"topicsPattern": "^swarm\\..*", "consumerGroup": "mirror-a"}}
+    (sink,) = component(render(helm, helm_env, *template_args(values_file(tmp_path, values))), "Deployment", "sink")
+    args = container(sink)["args"]
+    assert arg_after(args, "--topics-pattern") == "^swarm\\..*"
+    assert arg_after(args, "--group") == "mirror-a"
+    assert "--include-side-topics" not in args
+    values["sink"]["includeSideTopics"] = True
+    (sink,) = component(render(helm, helm_env, *template_args(values_file(tmp_path, values))), "Deployment", "sink")
+    assert "--include-side-topics" in container(sink)["args"]
+
+
 # --- starting the run ------------------------------------------------------------------
 
 
