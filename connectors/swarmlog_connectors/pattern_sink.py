@@ -233,16 +233,18 @@ class PatternSink:
 
     def metric_families(self) -> list[Family]:
         s = self.stats
+        # Copies (atomic under the GIL): the scrape runs on another thread while topics come and go.
+        positions, topic_rows, topic_dead = dict(s.positions), dict(s.topic_rows), dict(s.topic_dead)
         return [
             Family("swarmlog_sink_topics", "gauge", "Topics the sink mirrors (those its pattern matches).", (),
-                   [((), len(s.positions))]),
+                   [((), len(positions))]),
             Family("swarmlog_sink_position", "gauge", "The next offset to mirror, committed in Postgres.",
-                   ("topic",), [((t,), p) for t, p in s.positions.items()]),
+                   ("topic",), [((t,), p) for t, p in positions.items()]),
             Family("swarmlog_sink_rows", "counter", "Events mirrored into Postgres by this process.", ("topic",),
-                   [((t,), n) for t, n in s.topic_rows.items()]),
+                   [((t,), n) for t, n in topic_rows.items()]),
             Family("swarmlog_sink_dead_letters", "counter",
                    "Messages written to dead_letters by this process (undecodable, or refused by Postgres).",
-                   ("topic",), [((t,), n) for t, n in s.topic_dead.items()]),
+                   ("topic",), [((t,), n) for t, n in topic_dead.items()]),
             Family("swarmlog_sink_transactions", "counter", "Postgres transactions committed.", (),
                    [((), s.transactions)]),
         ]
