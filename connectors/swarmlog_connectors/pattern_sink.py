@@ -95,7 +95,7 @@ class PatternSink:
 
     def __init__(self, *, settings: Settings, pattern: TopicPattern, group: str | None = None,
                  registry: SchemaRegistry | None = None, poll_timeout: float = 0.02, batch_size: int = 5000,
-                 transaction_size: int = 50_000, refresh_interval_ms: int = 5000) -> None:
+                 transaction_size: int = 50_000, refresh_interval_ms: int = 10_000) -> None:
         self.settings = settings
         self.pattern = pattern
         self.group = group or sink_group()
@@ -107,6 +107,8 @@ class PatternSink:
         self.refresh_interval_s = refresh_interval_ms / 1000
         self.stats = PatternStats()
         self._builders: dict[str, RowBuilder] = {}
+        # The caches every topic's RowBuilder shares (schemas, writers, names): built once, not per topic.
+        self._rows = RowBuilder(topic="", decoder=self.decoder)
         self._refused: set[str] = set()
         self._stop = threading.Event()
         self._reported = (0, 0.0)
@@ -124,7 +126,7 @@ class PatternSink:
     def _builder(self, topic: str) -> RowBuilder:
         b = self._builders.get(topic)
         if b is None:
-            b = self._builders[topic] = RowBuilder(topic=topic, decoder=self.decoder)
+            b = self._builders[topic] = RowBuilder(topic=topic, decoder=self.decoder, like=self._rows)
         return b
 
     # -- the loop ----------------------------------------------------------------------------

@@ -116,15 +116,19 @@ class RowBuilder:
 
     __slots__ = ("topic", "decoder", "_encoders", "_row_prefix", "_names", "_writers")
 
-    def __init__(self, *, topic: str, decoder: Decoder) -> None:
+    def __init__(self, *, topic: str, decoder: Decoder, like: RowBuilder | None = None) -> None:
+        """``like``: another topic's builder whose caches (all but the topic) this one shares (the
+        many-topic sink: a thousand topics, one set of schemas and names)."""
         self.topic = topic
         self.decoder = decoder
-        self._encoders: dict[str, Any] = {}  # event type -> its payload's JSON encoder
         # build_copy: every row starts with its field count and the topic field.
         self._row_prefix = struct.pack(">h", len(EVENT_COLUMNS)) + _text_field(topic)
-        self._names: dict[str, bytes] = {}  # run id / agent name -> its COPY text field
+        # event type -> its payload's JSON encoder
+        self._encoders: dict[str, Any] = {} if like is None else like._encoders
+        # run id / agent name -> its COPY text field
+        self._names: dict[str, bytes] = {} if like is None else like._names
         # writer fingerprint -> (its event_type and schema_version fields, payload -> JSON bytes)
-        self._writers: dict[bytes, tuple[bytes, Callable[[Any], bytes]]] = {}
+        self._writers: dict[bytes, tuple[bytes, Callable[[Any], bytes]]] = {} if like is None else like._writers
 
     def _json_for(self, event_type: str) -> Any:
         enc = self._encoders.get(event_type)

@@ -147,7 +147,7 @@ def _sink_pattern(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     pattern = TopicPattern(pattern=args.topics_pattern, include_side_topics=args.include_side_topics)
     sink = PatternSink(settings=settings, pattern=pattern, group=args.group,
-                       refresh_interval_ms=args.metadata_refresh_ms or 5000)
+                       refresh_interval_ms=args.metadata_refresh_ms or 10_000)
     sink.install_signal_handlers()
     server = None
     if args.metrics_port is not None:
@@ -490,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--include-side-topics", action="store_true",
                    help="with --topics-pattern: also mirror swarmlog's side topics (<topic>.snapshots)")
     s.add_argument("--metadata-refresh-ms", type=int, metavar="MS",
-                   help="with --topics-pattern: how often to look for new topics (default 5000)")
+                   help="with --topics-pattern: how often to look for new topics (default 10000)")
     s.add_argument("--group", help="the consumer group the sink's position is also committed to, for Kafka's "
                                    "tools (default swarmlog-sink.<topic>, or swarmlog-sink with --topics-pattern)")
     s.add_argument("--until-end", action="store_true", help="stop once caught up instead of following")
