@@ -36,3 +36,13 @@ def test_the_sinks_consumer_groups_are_apart_from_agents_and_replays():
     assert sink_group("swarm.a") == "swarmlog-sink.swarm.a"
     assert sink_group() == "swarmlog-sink"
     assert not sink_group("t").startswith("swarmlog.t.")  # never an agent's group (swarmlog.<topic>.<agent>)
+
+
+def test_the_sink_refuses_a_topic_and_a_pattern_together_before_reaching_any_service(capsys):
+    from swarmlog import cli
+
+    assert cli.main(["sink", "--topic", "swarm.a", "--topics-pattern", r"swarm\..*"]) == cli.EXIT_USAGE
+    assert "--topic and --topics-pattern" in capsys.readouterr().err
+    assert cli.main(["sink", "--include-side-topics"]) == cli.EXIT_USAGE
+    assert cli.main(["sink", "--topics-pattern", "swarm["]) == cli.EXIT_USAGE
+    assert "is not a regular expression" in capsys.readouterr().err
