@@ -1,0 +1,138 @@
+"""When a refused call is not the handler's doing: the rules, each as narrow as it can be.
+
+The guard stops a call the moment it is made; this decides, on that rare path, whether the code
+that made it acts for the handler in a way whose result the handler never sees. It looks only at
+the frames between the call and the guard's own (so nothing above the handler can excuse
+anything), walking outward from the caller once:
+
+* **Not the handler's logic**: a garbage-collector callback or a finalizer (``__del__``,
+  ``weakref.finalize``) runs wherever a collection or a last reference happens to fall.
+* **A first import**: the import system, and the top-level code of a module imported for the
+  first time inside a handler, run as they would at import time outside it (module-level code is
+  never guarded, so an import must not behave differently for having been lazy).
+  ``importlib.reload`` is a row of its own and is refused.
+* **Logging, under a Logger call**: a Logger call (``log.info(...)``) makes a record (the clock, the process
+  and thread ids) and hands it to handlers, formatters and filters, which may open files or
+  sockets; the Logger call returns nothing, so the handler never sees any of it. But code of the
+  handler's own objects rendered into the message (``__str__`` of an argument, called by
+  ``LogRecord.getMessage``; an exception's, called by ``traceback``) is refused as anywhere else,
+  and ``logging.makeLogRecord`` / ``LogRecord(...)`` outside a Logger call are refused.
+* **linecache, for source code**: its entry points are rows refused for any file that is not the
+  program's source (``linecache.getline("/etc/hosts", 1)``); what its frames do after that check
+  (``os.stat``, ``tokenize.open``) passes. Tracebacks and warnings render source lines this way.
+* **zoneinfo**: reading the time zone database, which is part of the deployment like the code.
+* **Debuggers** (:data:`DEBUGGER_MODULES`): a debugger entered from inside a handler
+  (``breakpoint()``, ``pdb.set_trace()``) sets itself up in the handler's thread (``~/.pdbrc``,
+  source files, its clock); its prompt then runs inside a trace function, where CPython calls no
+  profile hook at all. A call made by a debugger's frame, or by the standard library for one,
+  passes; never with handler code between the call and the debugger (``pdb.runcall(handler)``
+  stays guarded).
+* **Trusted libraries** (:data:`TRUSTED_LIBRARIES`): an HTTP client or SDK reading the clock, the
+  environment or OS entropy for its own bookkeeping, decided by the nearest frame outside the
+  standard library (so a user's callback called by httpx is the user's, not httpx's).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib._bootstrap
+import linecache
+import logging
+import sys
+import traceback
+import types
+import weakref
+
+from .table import Row
+
+__all__ = ["DEBUGGER_MODULES", "TRUSTED_KINDS", "TRUSTED_LIBRARIES", "exemption", "trust_library"]
+
+# HTTP clients and the SDKs built on them read the clock and OS entropy for their own
+# bookkeeping while a handler uses ctx.http(): timeouts and timings, retry jitter and backoff,
+# idempotency keys and multipart boundaries, cookie expiry (http.cookiejar, under httpx's
+# cookie jar); their configuration from the environment (OPENAI_API_KEY, proxies); and the
+# trace ids and span times of OpenTelemetry, which the SDKs put in request headers. None of it
+# flows into what the handler gets back, which is the recorded response. So a call of these
+# kinds whose nearest caller outside the standard library is one of these packages passes. The
+# network, files and processes stay refused for them: an SDK client not built on ctx.http()
+# still fails at its first connect.
+# swarmlog's own tracing times a step's recorded calls from inside the handler (when each asks
+# for its record and when it writes it); the times go only into spans, never into the step.
+TRUSTED_LIBRARIES: set[str] = {"httpx", "httpx2", "httpcore", "httpcore2", "openai", "anthropic", "opentelemetry",
+                               "http.cookiejar", "swarmlog.observe.tracing"}
+"""Packages (or exact modules) whose own clock, environment and entropy reads pass inside handlers."""
+TRUSTED_KINDS = frozenset({"clock", "timezone", "random", "entropy", "environment"})
+
+
+def trust_library(package: str) -> None:
+    """Let ``package``'s own code read the clock, the environment and OS entropy inside handlers
+    (never the network, files or processes): for an SDK other than openai/anthropic that you
+    hand ``ctx.http()``, and that times or retries its requests itself, or a logging library
+    that stamps its own records (``trust_library("structlog")``)."""
+    TRUSTED_LIBRARIES.add(package)
+
+
+DEBUGGER_MODULES = frozenset({"pdb", "bdb", "ipdb", "pudb", "debugpy", "pydevd", "_pydevd_bundle", "_pydev_bundle",
+                              "_pydevd_frame_eval"})
+"""Debuggers: what they do on their own account (``~/.pdbrc``, source files, their clocks) is not the
+handler's (see the module docstring)."""
+
+# Compared by identity (`is`): hashing a code object hashes its bytecode and constants.
+_FIRST_IMPORT = importlib._bootstrap._find_and_load.__code__  # type: ignore[attr-defined]
+_FINALIZER = weakref.finalize.__call__.__code__
+_LOG, _HANDLE = logging.Logger._log.__code__, logging.Logger.handle.__code__
+_MESSAGE = logging.LogRecord.getMessage.__code__
+_EXCEPTION_TEXT = traceback._safe_string.__code__  # type: ignore[attr-defined]
+_LINECACHE = linecache.__name__
+_ZONEINFO = "zoneinfo"
+
+_stdlib: dict[str, bool] = {}  # module name -> whether it is in the standard library
+
+
+def _is_trusted(module: str) -> bool:
+    return module in TRUSTED_LIBRARIES or module.partition(".")[0] in TRUSTED_LIBRARIES
+
+
+def exemption(row: Row, caller: types.FrameType | None, base: types.FrameType | None) -> str | None:
+    """Why the call ``caller`` made of ``row`` is not the handler's doing, or None if it is.
+
+    ``base`` is the frame that entered the guard: the walk stops there. It runs for every
+    refused call a handler's logging makes (a record's clock, pid and thread), so the loop is
+    kept tight: identity compares per frame, module names only up to the nearest frame outside
+    the standard library.
+    """
+    callbacks = gc.callbacks
+    gc_codes = tuple(getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in callbacks) if callbacks else ()
+    stdlib_cache, stdlib_names = _stdlib, sys.stdlib_module_names
+    nearest: str | None = None  # the nearest module outside the standard library
+    rendering = False  # the handler's own object is being rendered into a log message
+    f = caller
+    while f is not None and f is not base:
+        code = f.f_code
+        if code is _LOG or code is _HANDLE:
+            if not rendering:
+                return "logging"
+        elif code is _FIRST_IMPORT:
+            return "import"
+        elif code is _MESSAGE or code is _EXCEPTION_TEXT:
+            rendering = rendering or nearest is not None
+        elif code is _FINALIZER or code.co_name == "__del__" or (gc_codes and any(code is c for c in gc_codes)):
+            return "finalizer"
+        elif nearest is None:
+            module = f.f_globals.get("__name__", "")
+            if module.partition(".")[0] in DEBUGGER_MODULES:
+                return "debugger"
+            stdlib = stdlib_cache.get(module)
+            if stdlib is None:
+                stdlib = stdlib_cache[module] = module.partition(".")[0] in stdlib_names
+            if stdlib:
+                if module == _LINECACHE:
+                    return "linecache"
+                if module == _ZONEINFO or module.startswith("zoneinfo."):
+                    return "zoneinfo"
+            else:
+                nearest = module
+                if row.kind in TRUSTED_KINDS and _is_trusted(module):
+                    return "trusted"
+        f = f.f_back
+    return None

@@ -1,0 +1,220 @@
+"""The profile hook: on every call inside a handler, is this a refused row?
+
+It runs for every call and return of a guarded thread, so its common path is a compare and one
+dict lookup: for a C call, the function object in :data:`~._rules.EXACT` (then, for a C method,
+its ``self``'s type in :data:`~._rules.BY_TYPE`); for a Python call, the code's qualified name in
+:data:`~._rules.CODES`; a return, two compares. Everything else — a row's condition, the
+exemptions, naming the call, raising — is the rare path.
+
+CPython uninstalls a profile function that raises. Until the next line, exception or call
+reinstalls it, a one-shot trace function stands in (see :mod:`swarmlog.guard`). A frame's own
+trace function (a debugger's, coverage's) is wrapped, not replaced, and gets its event.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from ._callsite import CallSite
+from ._exemptions import exemption
+from ._rules import (
+    BY_CLASS,
+    BY_TYPE,
+    CODES,
+    EXACT,
+    LOOK_UP_AS_CLASS,
+    Entries,
+    called_from_exempt,
+    code_entries,
+    rules_for_class,
+    rules_for_type,
+)
+from ._state import ThreadState, innermost_guard, thread_state
+from .errors import ForbiddenCall
+from .table import Row
+
+__all__ = ["apply", "hook", "setprofile"]
+
+_PACKAGE = __name__.rpartition(".")[0]
+setprofile = sys.setprofile
+getprofile = sys.getprofile
+# Bound once, called by name: CPython 3.11 compiles `IMPORTED_NAME.get(x)` as an attribute load
+# (it takes an imported name for a module), which builds a bound method on every call.
+_exact_get = EXACT.get
+_by_type_get = BY_TYPE.get
+_by_class_get = BY_CLASS.get
+_codes_get = CODES.get
+
+
+def hook(frame: types.FrameType, event: str, arg: object) -> None:
+    if event == "c_call":
+        rows = _exact_get(arg)
+        if rows is not None:
+            _c_call(frame, arg.__self__, rows)  # type: ignore[attr-defined]
+            return
+        self_ = arg.__self__  # type: ignore[attr-defined]
+        by_name = _by_type_get(type(self_))
+        if by_name is None:
+            by_name = rules_for_type(type(self_))
+        if by_name is LOOK_UP_AS_CLASS:
+            by_name = _by_class_get(self_)
+            if by_name is None:
+                by_name = rules_for_class(self_)
+        if by_name:
+            rules = by_name.get(arg.__name__)  # type: ignore[attr-defined]
+            if rules:
+                for rule in rules:
+                    if rule.matches(arg, self_):
+                        _c_call(frame, self_, rule.rows)
+                        return
+    elif event == "call":
+        code = frame.f_code
+        candidates = _codes_get(code.co_qualname)
+        if candidates is not None:
+            for candidate, entries in candidates:
+                if candidate is code:
+                    _py_call(frame, entries)
+                    return
+
+
+def _c_call(frame: types.FrameType, self_: object, rows: tuple[Row, ...]) -> None:
+    if rows[-1].when is None and _excused(rows[-1], frame):
+        # Refused whatever the arguments (time.localtime: the clock, or given seconds the zone),
+        # and excused here (a Logger call's own record): no need to read the arguments.
+        return
+    site = None
+    for row in rows:
+        if row.when is not None:
+            site = site or CallSite(frame, self_)
+            if not row.when(site):
+                continue
+        _violation(row, frame, frame)
+        return
+
+
+def _py_call(frame: types.FrameType, entries: Entries) -> None:
+    for bound, row in entries:
+        if bound is not None and _first_arg(frame) is not bound:
+            continue
+        if row.when is not None and not row.when(frame):
+            continue
+        _violation(row, frame.f_back, frame)
+        return
+
+
+def _first_arg(frame: types.FrameType) -> object:
+    code = frame.f_code
+    if not code.co_argcount:
+        return None
+    return frame.f_locals.get(code.co_varnames[0])
+
+
+def _named(frame: types.FrameType | None, base: types.FrameType | None) -> Row | None:
+    """The outermost refused row among the Python frames from ``frame`` up to the guard."""
+    found = None
+    f = frame
+    while f is not None and f is not base:
+        for bound, row in code_entries(f.f_code):
+            if (bound is None or _first_arg(f) is bound) and (row.when is None or row.when(f)):
+                found = row
+                break
+        f = f.f_back
+    return found
+
+
+def _excused(row: Row, caller: types.FrameType | None) -> bool:
+    """Whether the refused call ``caller`` made of ``row`` is not the handler's doing."""
+    if caller is not None and caller.f_globals.get("__name__", "").startswith(_PACKAGE):
+        return True  # the guard itself, switching the hook off (sys.setprofile) on its way out
+    if row.unless_called_from and called_from_exempt(row, caller):
+        return True
+    st = thread_state()
+    guard = st.stack[-1] if st.stack and st.stack[-1].guards else innermost_guard(st)  # the hook runs under a guard
+    return exemption(row, caller, getattr(guard, "base", None)) is not None
+
+
+def _violation(row: Row, caller: types.FrameType | None, innermost: types.FrameType) -> None:
+    """Raise ForbiddenCall for a refused row, unless it is not the handler's doing."""
+    if _excused(row, caller):
+        return
+    st = thread_state()
+    guard = st.stack[-1] if st.stack and st.stack[-1].guards else innermost_guard(st)
+    base = getattr(guard, "base", None)
+    named = _named(innermost, base) or row
+    exc = ForbiddenCall(offset=getattr(guard, "offset", None), agent=getattr(guard, "agent", None),
+                        call=named.call, case=named.case, kind=named.kind, use=named.use, reason=named.why,
+                        intercepted=row.call if row is not named else None)
+    for scope in st.stack:
+        if scope.guards and scope.violation is None:
+            scope.violation = exc
+    _arm_rearm(st, caller or innermost)
+    raise exc
+
+
+def apply(st: ThreadState) -> None:
+    """Install the hook iff the innermost scope on this thread is a guard (slow path)."""
+    if st.yielded:
+        return
+    want = bool(st.stack) and st.stack[-1].guards
+    if want or st.hooked:
+        setprofile(hook if want else None)
+    st.hooked = want
+
+
+# --- re-arming after a raise ---------------------------------------------------------------
+
+
+class _RearmThen:
+    """A frame's trace function for one event: re-arm the guard, then hand over to ``local``."""
+
+    __slots__ = ("local",)
+
+    def __init__(self, local: object) -> None:
+        self.local = local
+
+    def __call__(self, frame: types.FrameType, event: str, arg: object) -> object:
+        rearm()  # puts `local` back as the frame's trace function
+        if self.local is None:
+            return None
+        return self.local(frame, event, arg)  # type: ignore[operator]
+
+
+def _arm_rearm(st: ThreadState, frame: types.FrameType) -> None:
+    if st.rearm_frames is None:
+        st.rearm_trace = sys.gettrace()
+        st.rearm_frames = []
+    f: types.FrameType | None = frame
+    while f is not None:
+        if not isinstance(f.f_trace, _RearmThen):
+            f.f_trace = _RearmThen(f.f_trace)
+            st.rearm_frames.append(f)
+        f = f.f_back
+    sys.settrace(_rearm_global)  # type: ignore[arg-type]
+
+
+def disarm(st: ThreadState) -> object:
+    """Take the stand-in trace functions away; return the thread's own trace function."""
+    previous, frames = st.rearm_trace, st.rearm_frames or []
+    st.rearm_trace = st.rearm_frames = None
+    for f in frames:
+        if isinstance(f.f_trace, _RearmThen):
+            f.f_trace = f.f_trace.local  # type: ignore[assignment]
+    sys.settrace(previous)  # type: ignore[arg-type]
+    return previous
+
+
+def rearm() -> object:
+    st = thread_state()
+    if st.rearm_frames is None:
+        return st.rearm_trace
+    previous = disarm(st)
+    apply(st)
+    return previous
+
+
+def _rearm_global(frame: types.FrameType, event: str, arg: object) -> object:
+    previous = rearm()
+    if previous is not None:
+        return previous(frame, event, arg)  # type: ignore[operator]
+    return None
