@@ -4,11 +4,13 @@ Every refused row is refused inside a handler of a real runtime run on the in-me
 (``run_agents`` on ``InMemoryLog``: the same worker, context and guard as on Kafka, no broker),
 with a ForbiddenCall naming the row, the agent, the offset and the ``ctx`` method to use; every
 allowed row runs there. Each refused case also works outside a handler, so a case cannot pass
-by being broken.
+by being broken. And the README's summary of the guard names only rows of this table, with
+their verdict.
 """
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from swarmlog.protocol import HANDLER_FAILED
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.testing import StubServer
 
+from ..conftest import REPO
 from ..contract.runtime import events
 from .guard_cases import ALLOWED, OUTSIDE_SKIPPED, REFUSED, Env, prepared
 
@@ -172,3 +175,36 @@ def test_every_allowed_row_runs_in_a_live_handler(env: Env, backend, run_setting
     assert failed == []
     assert result.state["ran"] == list(ALLOWED)
     assert "inside a handler: logged" in (env.tmp / "handler.log").read_text()  # the record reached its file
+
+
+# --- the README says what the table says ------------------------------------------------------
+
+_SECTION = "### What the guard refuses"
+
+
+def _readme_summary() -> list[list[str]]:
+    text = (REPO / "README.md").read_text()
+    assert _SECTION in text
+    section = text.split(_SECTION, 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| reaches")]
+    return [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in rows]
+
+
+def test_the_readme_summary_names_only_rows_of_the_table_with_their_verdict() -> None:
+    refused = {row.case: row for row in COVERAGE if row.refused}
+    allowed = {row.case: row for row in COVERAGE if not row.refused}
+    summary = _readme_summary()
+    kinds = {title: key for key, title in KINDS.items()}
+    assert sorted(kinds[cells[0]] for cells in summary) == sorted(KINDS), "one README row per kind, in its words"
+    for reaches, refused_cell, allowed_cell, use in summary:
+        kind = kinds[reaches]
+        named_refused = re.findall(r"`([^`]+)`", refused_cell)
+        assert named_refused, reaches
+        for case in named_refused:
+            assert case in refused, f"README says {case!r} is refused: no refused row has that case"
+            assert refused[case].kind == kind, f"{case!r} is listed under {reaches!r}"
+        for case in re.findall(r"`([^`]+)`", allowed_cell):
+            assert case in allowed, f"README says {case!r} is allowed: no allowed row has that case"
+        uses = {row.use for row in refused.values() if row.kind == kind}
+        for method in re.findall(r"`(ctx\.[^`]+)`", use):
+            assert any(method in u for u in uses), f"README's alternative {method!r} for {reaches!r}"
