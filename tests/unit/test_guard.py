@@ -506,6 +506,9 @@ def test_logging_opens_no_door_to_the_handler(clock_logger) -> None:
     with pytest.raises(ForbiddenCall, match=r"logging\.makeLogRecord\(\)"):
         with guarded(agent="a", offset=1):
             assert logging.makeLogRecord({}).created
+    with pytest.raises(ForbiddenCall, match=r"time\.time\(\)"):
+        with guarded(agent="a", offset=1):  # its thread and pid reads pass only after this clock read
+            logging.LogRecord("x", logging.INFO, __file__, 1, "made by the handler", None, None)
     record = logging.makeLogRecord({"msg": "made outside", "created": 0.0})
     with pytest.raises(ForbiddenCall, match=r"time\.localtime\(\)"):
         with guarded(agent="a", offset=1):

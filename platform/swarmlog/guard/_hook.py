@@ -1,8 +1,8 @@
 """The profile hook: on every call inside a handler, is this a refused row?
 
 It runs for every call and return of a guarded thread, so its common path is a compare and one
-dict lookup: for a C call, the function object in :data:`~._rules.EXACT` (then, for a C method,
-its ``self``'s type in :data:`~._rules.BY_TYPE`); for a Python call, the code's qualified name in
+dict lookup: for a C call, the function object among the refused and the known-harmless ones
+(then, for a C method, its ``self``'s type in :data:`~._rules.BY_TYPE`); for a Python call, the code's qualified name in
 :data:`~._rules.CODES`; a return, two compares. Everything else — a row's condition, the
 exemptions, naming the call, raising — is the rare path.
 
@@ -41,22 +41,41 @@ setprofile = sys.setprofile
 getprofile = sys.getprofile
 # Bound once, called by name: CPython 3.11 compiles `IMPORTED_NAME.get(x)` as an attribute load
 # (it takes an imported name for a module), which builds a bound method on every call.
-_exact_get = EXACT.get
 _by_type_get = BY_TYPE.get
 _by_class_get = BY_CLASS.get
 _codes_get = CODES.get
+# The refused C functions, and every module-level C function seen so far that is not one (as
+# `()`): len, isinstance, getattr... are then one lookup, like time.time. A function of a module
+# can match no other rule (rules on C methods go by the type of `self`, here a module).
+_functions: dict[object, tuple[Row, ...]] = dict(EXACT)
+_functions_get = _functions.get
+_FUNCTIONS_LIMIT = 8192
+_MODULE = types.ModuleType
+
+
+def _harmless(fn: object) -> None:
+    if len(_functions) > _FUNCTIONS_LIMIT:  # functions made at run time must not pile up
+        _functions.clear()
+        _functions.update(EXACT)
+    _functions[fn] = ()
 
 
 def hook(frame: types.FrameType, event: str, arg: object) -> None:
     if event == "c_call":
-        rows = _exact_get(arg)
+        rows = _functions_get(arg)
         if rows is not None:
-            _c_call(frame, arg.__self__, rows)  # type: ignore[attr-defined]
+            if rows:
+                _c_call(frame, arg.__self__, rows)  # type: ignore[attr-defined]
             return
         self_ = arg.__self__  # type: ignore[attr-defined]
-        by_name = _by_type_get(type(self_))
+        klass = type(self_)
+        by_name = _by_type_get(klass)
         if by_name is None:
-            by_name = rules_for_type(type(self_))
+            by_name = rules_for_type(klass)
+        if not by_name:
+            if klass is _MODULE:
+                _harmless(arg)
+            return
         if by_name is LOOK_UP_AS_CLASS:
             by_name = _by_class_get(self_)
             if by_name is None:

@@ -117,6 +117,11 @@ _PROC = ("concurrency", "ctx.effect(...)", "starts a process")
 _LOOP = ("concurrency", "ctx.effect(...) (asyncio.run inside the effect)",
          "runs an event loop, which schedules by the wall clock and the OS's readiness events")
 _CODE = ("process", "an import at the top of the agent's module", "re-runs a module's top-level code")
+# A LogRecord reads the clock first (`ct = time.time()`), under the full rule for logging (allowed
+# only under a Logger call), and only then the thread, the process and its name: if the clock
+# read was refused, the record never gets that far. So those reads pass from LogRecord.__init__
+# without a second walk of the stack, which every log call would pay.
+_RECORD = ("logging.LogRecord.__init__",)
 _OFF = ("process", "a profiler outside handlers", "switches the determinism guard off")
 
 
@@ -306,7 +311,7 @@ COVERAGE: tuple[Row, ...] = (
     refuse("mimetypes.guess_extension", _HOSTCONF, why="reads the host's MIME type files"),
     refuse("mimetypes.init", _HOSTCONF, why="reads the host's MIME type files"),
     # the process
-    refuse("os.getpid", _PROCESS),
+    refuse("os.getpid", _PROCESS, unless_called_from=_RECORD),
     refuse("os.getppid", _PROCESS),
     refuse("os.getuid", _PROCESS),
     refuse("os.geteuid", _PROCESS),
@@ -357,13 +362,13 @@ COVERAGE: tuple[Row, ...] = (
     refuse("signal.raise_signal", _SIGNALS),
     refuse("signal.set_wakeup_fd", _SIGNALS),
     refuse("signal.siginterrupt", _SIGNALS),
-    refuse("threading.current_thread", _THREADS),
+    refuse("threading.current_thread", _THREADS, unless_called_from=_RECORD),
     refuse("threading.currentThread", _THREADS),
     refuse("threading.enumerate", _THREADS),
     refuse("threading.active_count", _THREADS),
     refuse("threading.activeCount", _THREADS),
     refuse("threading.get_native_id", _THREADS),
-    refuse("multiprocessing.current_process", _PROCESS),
+    refuse("multiprocessing.current_process", _PROCESS, unless_called_from=_RECORD),
     refuse("multiprocessing.parent_process", _PROCESS),
     refuse("multiprocessing.active_children", _PROCESS),
     refuse("sys._current_frames", _THREADS),
