@@ -32,7 +32,7 @@ from . import common
 from .replay import start_probe_server
 
 BENCH_DIR = Path(__file__).resolve().parent
-BENCHMARKS = ("append", "replay", "sink", "sink_many", "swarm", "hop", "llm_clients", "snapshots", "simulate")
+BENCHMARKS = ("append", "replay", "sink", "sink_many", "swarm", "hop", "llm_clients", "snapshots", "simulate", "guard")
 
 # (column title, key, format)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
