@@ -518,6 +518,88 @@ def test_logging_opens_no_door_to_the_handler(clock_logger) -> None:
             log.info("%s", _Clocky())  # the handler's own object, rendered into the message
 
 
+class _ClockyError(Exception):
+    def __str__(self) -> str:
+        return f"failed at {clock.time()}"
+
+
+class _Harmless:
+    def __str__(self) -> str:
+        return "harmless"
+
+
+def test_the_full_guard_is_back_once_a_logger_call_returns(clock_logger) -> None:
+    # While Logger._log runs, a lighter profile function stands in (it refuses nothing and
+    # watches for _log's return and for the handler's code being rendered): it must give way.
+    log, _ = clock_logger
+    with pytest.raises(ForbiddenCall, match=r"time\.time\(\)"):
+        with guarded(agent="a", offset=1):
+            log.info("plain")
+            clock.time()
+    with pytest.raises(ForbiddenCall, match=r"time\.time\(\)"):
+        with guarded(agent="a", offset=1):
+            log.info("%s", _Harmless())  # in and out of rendering the message
+            clock.time()
+    with pytest.raises(ForbiddenCall, match=r"time\.time\(\)"):
+        with guarded(agent="a", offset=1):
+            log.debug("below the logger's level: no Logger._log at all")
+            clock.time()
+    with pytest.raises(ForbiddenCall, match=r"time\.time\(\)"):
+        with guarded(agent="a", offset=1):
+            try:
+                log.info("%s", _Clocky())  # refused while rendering, and swallowed by the handler
+            except ForbiddenCall:
+                pass
+            clock.time()  # re-armed: still refused (and the swallowed one fails the handler anyway)
+
+    def raising(record: logging.LogRecord) -> bool:
+        raise LookupError("a filter that fails")
+
+    log.addFilter(raising)
+    try:
+        with pytest.raises(ForbiddenCall, match=r"time\.time\(\)"):
+            with guarded(agent="a", offset=1):
+                with pytest.raises(LookupError):
+                    log.info("leaves Logger._log by an exception")
+                clock.time()
+    finally:
+        log.removeFilter(raising)
+
+
+def test_an_exceptions_text_rendered_by_a_logger_call_is_the_handlers_code(clock_logger) -> None:
+    log, _ = clock_logger
+    with pytest.raises(ForbiddenCall, match=r"time\.time\(\)"):
+        with guarded(agent="a", offset=1):
+            try:
+                raise _ClockyError()
+            except _ClockyError:
+                log.exception("it failed")
+
+
+def test_a_guard_entered_inside_a_logger_call_is_a_full_guard(clock_logger) -> None:
+    # A log handler that runs agents (a test harness's): its guard must not inherit the Logger call's ease.
+    log, _ = clock_logger
+    refused: list[str] = []
+
+    class Nested(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                with guarded(agent="inner", offset=2):
+                    clock.time()
+            except ForbiddenCall as exc:
+                refused.append(exc.agent or "")
+
+    nested = Nested()
+    log.addHandler(nested)
+    try:
+        with pytest.raises(ForbiddenCall, match="agent 'inner'"):  # a violation fails every guard open around it
+            with guarded(agent="a", offset=1):
+                log.info("runs a guard")
+    finally:
+        log.removeHandler(nested)
+    assert refused == ["inner"]
+
+
 # --- linecache: the program's source, nothing else -------------------------------------------------
 
 

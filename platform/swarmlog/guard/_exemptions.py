@@ -16,7 +16,8 @@ anything), walking outward from the caller once:
   sockets; the Logger call returns nothing, so the handler never sees any of it. But code of the
   handler's own objects rendered into the message (``__str__`` of an argument, called by
   ``LogRecord.getMessage``; an exception's, called by ``traceback``) is refused as anywhere else,
-  and ``logging.makeLogRecord`` / ``LogRecord(...)`` outside a Logger call are refused.
+  and ``logging.makeLogRecord`` / ``LogRecord(...)`` outside a Logger call are refused. (While
+  ``Logger._log`` runs, the hook applies this rule without walking: see ``_hook``.)
 * **linecache, for source code**: its entry points are rows refused for any file that is not the
   program's source (``linecache.getline("/etc/hosts", 1)``); what its frames do after that check
   (``os.stat``, ``tokenize.open``) passes. Tracebacks and warnings render source lines this way.
@@ -80,9 +81,10 @@ handler's (see the module docstring)."""
 # Compared by identity (`is`): hashing a code object hashes its bytecode and constants.
 _FIRST_IMPORT = importlib._bootstrap._find_and_load.__code__  # type: ignore[attr-defined]
 _FINALIZER = weakref.finalize.__call__.__code__
-_LOG, _HANDLE = logging.Logger._log.__code__, logging.Logger.handle.__code__
-_MESSAGE = logging.LogRecord.getMessage.__code__
-_EXCEPTION_TEXT = traceback._safe_string.__code__  # type: ignore[attr-defined]
+# A Logger call, and where it runs the handler's code (also the Logger-call scope's, in _hook).
+LOG, _HANDLE = logging.Logger._log.__code__, logging.Logger.handle.__code__
+MESSAGE = logging.LogRecord.getMessage.__code__
+EXCEPTION_TEXT = traceback._safe_string.__code__  # type: ignore[attr-defined]
 _LINECACHE = linecache.__name__
 _ZONEINFO = "zoneinfo"
 
@@ -109,12 +111,12 @@ def exemption(row: Row, caller: types.FrameType | None, base: types.FrameType | 
     f = caller
     while f is not None and f is not base:
         code = f.f_code
-        if code is _LOG or code is _HANDLE:
+        if code is LOG or code is _HANDLE:
             if not rendering:
                 return "logging"
         elif code is _FIRST_IMPORT:
             return "import"
-        elif code is _MESSAGE or code is _EXCEPTION_TEXT:
+        elif code is MESSAGE or code is EXCEPTION_TEXT:
             rendering = rendering or nearest is not None
         elif code is _FINALIZER or code.co_name == "__del__" or (gc_codes and any(code is c for c in gc_codes)):
             return "finalizer"

@@ -4,7 +4,8 @@ It runs for every call and return of a guarded thread, so its common path is a c
 dict lookup: for a C call, the function object among the refused and the known-harmless ones
 (then, for a C method, its ``self``'s type in :data:`~._rules.BY_TYPE`); for a Python call, the code's qualified name in
 :data:`~._rules.CODES`; a return, two compares. Everything else — a row's condition, the
-exemptions, naming the call, raising — is the rare path.
+exemptions, naming the call, raising — is the rare path. While a Logger call runs, a lighter
+profile function stands in (below): logging's own reads cost no lookups and no stack walks.
 
 CPython uninstalls a profile function that raises. Until the next line, exception or call
 reinstalls it, a one-shot trace function stands in (see :mod:`swarmlog.guard`). A frame's own
@@ -17,7 +18,7 @@ import sys
 import types
 
 from ._callsite import CallSite
-from ._exemptions import exemption
+from ._exemptions import EXCEPTION_TEXT, LOG, MESSAGE, exemption
 from ._rules import (
     BY_CLASS,
     BY_TYPE,
@@ -113,6 +114,9 @@ def _c_call(frame: types.FrameType, self_: object, rows: tuple[Row, ...]) -> Non
 
 
 def _py_call(frame: types.FrameType, entries: Entries) -> None:
+    if entries is _LOGGER_CALL:
+        _enter_logger_call(frame)
+        return
     for bound, row in entries:
         if bound is not None and _first_arg(frame) is not bound:
             continue
@@ -176,9 +180,84 @@ def apply(st: ThreadState) -> None:
     if st.yielded:
         return
     want = bool(st.stack) and st.stack[-1].guards
+    st.scope_hooks = None
     if want or st.hooked:
         setprofile(hook if want else None)
     st.hooked = want
+
+
+# --- a Logger call: what logging does for itself, at the cost of two compares ---------------
+#
+# A Logger call (`log.info(...)`) stamps a record with the clock, the process and the thread,
+# renders it and hands it to handlers; it returns nothing, so the handler sees none of it (the
+# rule in `_exemptions`). Checking each of those reads against the table and walking the stack to
+# excuse it cost a stamped log call twice what logging itself costs. So while `Logger._log` runs,
+# the thread's profile function is a lighter one that refuses nothing and watches for two things
+# only: `Logger._log`'s own return (then the full hook is back), and the two places where the
+# handler's own code runs inside a Logger call — rendering the message (`LogRecord.getMessage`
+# calls an argument's `__str__`) and an exception's text (`traceback._safe_string`). Inside
+# those the full hook runs again, under the same rule as before (a refused call there is
+# refused). A guard entered inside a Logger call (a log handler that runs agents) gets the full
+# hook back for good. Whatever else reinstalls the full hook (`allowed()`, re-arming after a
+# raise) only makes the rest of the Logger call stricter.
+#
+# The profile functions are closures over the frame they wait for; the thread state keeps them
+# referenced while they are installed, so replacing one from inside itself frees nothing in use.
+
+class _Scope(tuple):
+    """A :data:`~._rules.CODES` entry that is a scope, not a row: no entries (so nothing that
+    reads the table's rows sees it), told apart by identity."""
+
+    __slots__ = ()
+
+
+_LOGGER_CALL: Entries = _Scope()
+_LOG_CODE = LOG
+_MESSAGE_CODE, _EXCEPTION_TEXT_CODE = MESSAGE, EXCEPTION_TEXT
+_GUARD_ENTER_CODE: types.CodeType | None = None  # set by _scope (it imports this module)
+
+
+def _enter_logger_call(top: types.FrameType) -> None:
+    st = thread_state()
+
+    def logger_call(frame: types.FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            code = frame.f_code
+            if code is _MESSAGE_CODE or code is _EXCEPTION_TEXT_CODE:
+                _render(st, frame, logger_call)
+            elif code is _GUARD_ENTER_CODE:
+                st.scope_hooks = None
+                setprofile(hook)
+        elif event == "return" and frame is top:
+            st.scope_hooks = None
+            setprofile(hook)
+
+    st.scope_hooks = (logger_call,)
+    setprofile(logger_call)
+
+
+def _render(st: ThreadState, at: types.FrameType, resume: object) -> None:
+    """The handler's code may run from here until ``at`` returns: the full hook, then ``resume``."""
+
+    def rendering(frame: types.FrameType, event: str, arg: object) -> None:
+        if event == "return" and frame is at:
+            st.scope_hooks = (resume,)
+            setprofile(resume)  # type: ignore[arg-type]
+            return
+        hook(frame, event, arg)
+
+    st.scope_hooks = (resume, rendering)
+    setprofile(rendering)
+
+
+def _register_logger_call() -> None:
+    if code_entries(_LOG_CODE):
+        raise TypeError("logging.Logger._log is a row of the guard's table and a Logger-call scope")
+    others = tuple(pair for pair in CODES.get(_LOG_CODE.co_qualname, ()) if pair[0] is not _LOG_CODE)
+    CODES[_LOG_CODE.co_qualname] = (*others, (_LOG_CODE, _LOGGER_CALL))
+
+
+_register_logger_call()
 
 
 # --- re-arming after a raise ---------------------------------------------------------------

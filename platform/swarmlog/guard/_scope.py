@@ -116,6 +116,9 @@ class allowed:
             st.hooked = True
 
 
+_hook._GUARD_ENTER_CODE = guarded.__enter__.__code__
+
+
 def _warn_profiler(profiler: object) -> None:
     global _warned_profiler
     if not _warned_profiler:

@@ -9,7 +9,7 @@ __all__ = ["ThreadState", "innermost_guard", "thread_state"]
 
 
 class ThreadState:
-    __slots__ = ("stack", "hooked", "yielded", "rearm_frames", "rearm_trace")
+    __slots__ = ("stack", "hooked", "yielded", "rearm_frames", "rearm_trace", "scope_hooks")
 
     def __init__(self) -> None:
         self.stack: list = []  # the open scopes, innermost last; `scope.guards` tells a guard from allowed()
@@ -17,6 +17,9 @@ class ThreadState:
         self.yielded = False  # another profiler was installed first: stay out of its way
         self.rearm_frames: list[types.FrameType] | None = None
         self.rearm_trace: object = None
+        # The lighter profile functions of a Logger call in progress (see _hook), kept referenced
+        # while installed; None when the full hook is the one.
+        self.scope_hooks: tuple[object, ...] | None = None
 
 
 local = threading.local()
