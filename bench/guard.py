@@ -14,7 +14,9 @@ calls a handler makes. Two measurements, both in this process with repetitions i
   a Logger call do), beside the same calls outside it.
 * ``guard.calls``: a handler-shaped loop of ``CALLS`` iterations of one Python call (a helper
   function) and four C calls (``len`` twice, ``dict.get``, ``str.join``) inside ``guarded()``,
-  beside the same loop outside it: the hook's cost per call, with nothing else in the way.
+  beside the same loop outside it: the hook's cost per call, with nothing else in the way; and the
+  same loop under a profile function that does nothing, the floor any ``sys.setprofile`` hook
+  written in Python pays (``empty_hook_ns_per_call``).
 
 Usage: part of ``make bench``; alone, with no cluster, ``PYTHONPATH=platform .venv/bin/python -m bench.guard``.
 """
@@ -26,6 +28,7 @@ import dataclasses
 import io
 import json
 import logging
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -90,6 +93,10 @@ def _unguarded(**_: Any) -> Iterator[None]:
     yield
 
 
+def _empty_hook(frame: object, event: str, arg: object) -> None:
+    pass
+
+
 def _helper(x: int) -> int:
     return x + 1
 
@@ -130,12 +137,19 @@ def run(s: Settings | None = None, registry: SchemaRegistry | None = None) -> li
         log(f"{which.name}: {steps / seconds:,.0f} steps/s")
 
     guarded_calls, plain_calls = Run("guard.calls", 5 * CALLS), Run("guard.calls_unguarded", 5 * CALLS)
+    empty_calls = Run("guard.calls_empty_hook", 5 * CALLS)
 
-    def calls(which: Run, guard: bool) -> None:
+    def calls(which: Run, guard: bool | None) -> None:
         def body() -> int:
             if guard:
                 with guarded(agent="bench", offset=0):
                     return _calls()
+            if guard is None:  # the floor: what any Python profile function costs, doing nothing
+                sys.setprofile(_empty_hook)
+                try:
+                    return _calls()
+                finally:
+                    sys.setprofile(None)
             return _calls()
 
         seconds, _ = timed(body)
@@ -165,13 +179,15 @@ def run(s: Settings | None = None, registry: SchemaRegistry | None = None) -> li
     replay(Run("warm-up", steps), False)  # imports, caches, the first replay's allocations
     interleave(reps(5), lambda r: replay(with_guard, False), lambda r: replay(without, True),
                lambda r: logs(guarded_logs, True), lambda r: logs(plain_logs, False),
-               lambda r: calls(guarded_calls, True), lambda r: calls(plain_calls, False))
+               lambda r: calls(guarded_calls, True), lambda r: calls(plain_calls, False),
+               lambda r: calls(empty_calls, None))
     per_step_us = {r.name: round(r.seconds / steps * 1e6, 2) for r in (with_guard, without)}
     per_call_ns = round((guarded_calls.seconds - plain_calls.seconds) / (5 * CALLS) * 1e9, 1)
+    floor_ns = round((empty_calls.seconds - plain_calls.seconds) / (5 * CALLS) * 1e9, 1)
     per_log_us = {r.name: round(r.seconds / LOG_CALLS * 1e6, 2) for r in (guarded_logs, plain_logs)}
     return [row(with_guard, without, per_step_us=per_step_us, headline=True),
             row(guarded_logs, plain_logs, per_log_call_us=per_log_us),
-            row(guarded_calls, plain_calls, hook_ns_per_call=per_call_ns)]
+            row(guarded_calls, plain_calls, hook_ns_per_call=per_call_ns, empty_hook_ns_per_call=floor_ns)]
 
 
 if __name__ == "__main__":
