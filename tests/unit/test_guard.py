@@ -635,6 +635,37 @@ def test_linecache_serves_no_other_file_even_from_its_cache(env: Env) -> None:
             assert traceback.FrameSummary(str(env.file), 1, "x").line
 
 
+# --- library setup: pydantic discovering its plugins, nothing else of it ---------------------------
+
+
+def test_a_model_built_inside_a_handler_may_look_up_pydantic_plugins() -> None:
+    # The SDKs build their response models' validators lazily, on the first response parsed,
+    # which is inside a handler: pydantic's plugin lookup reads PYDANTIC_DISABLE_PLUGINS.
+    import pydantic
+    from pydantic.plugin import _loader
+
+    with guarded(agent="a", offset=1):
+        class Reply(pydantic.BaseModel):
+            text: str
+
+        assert Reply(text="hi").text == "hi"
+        assert list(_loader.get_plugins()) == list(_loader.get_plugins())
+
+
+def test_pydantic_opens_no_other_door() -> None:
+    import pydantic
+
+    with pytest.raises(ForbiddenCall, match=r"os\.getenv\(\)"):
+        with guarded(agent="a", offset=1):
+            os.getenv("PYDANTIC_DISABLE_PLUGINS")  # the handler's own read of the same variable
+    with pytest.raises(ForbiddenCall, match=r"uuid\.uuid4\(\)"):
+        with guarded(agent="a", offset=1):
+            class Stamped(pydantic.BaseModel):
+                id: uuid.UUID = pydantic.Field(default_factory=uuid.uuid4)
+
+            Stamped()  # a default factory pydantic calls for the handler is the handler's
+
+
 # --- a first import runs as it would outside; nothing above the guard excuses a call ------------------
 
 
@@ -687,8 +718,9 @@ def test_a_finalizer_that_reads_the_clock_is_not_blamed_on_the_handler() -> None
 def test_a_trusted_library_reads_the_clock_and_environment_but_not_for_the_handlers_callbacks(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, env: Env) -> None:
     (tmp_path / "guard_trusted_sdk.py").write_text(
-        "import os, socket, time, uuid\n"
-        "def bookkeeping():\n    return time.monotonic(), os.environ.get('HOME'), uuid.uuid4()\n"
+        "import os, platform, socket, time, uuid\n"
+        "def bookkeeping():\n"
+        "    return time.monotonic(), os.environ.get('HOME'), uuid.uuid4(), platform.system(), platform.machine()\n"
         "def calls_back(hook):\n    return hook()\n"
         "def connects(address):\n    socket.create_connection(address, timeout=1).close()\n")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -22,6 +22,12 @@ anything), walking outward from the caller once:
   program's source (``linecache.getline("/etc/hosts", 1)``); what its frames do after that check
   (``os.stat``, ``tokenize.open``) passes. Tracebacks and warnings render source lines this way.
 * **zoneinfo**: reading the time zone database, which is part of the deployment like the code.
+* **Library setup** (:data:`LIBRARY_SETUP`): a library discovering its own plugins the first time
+  it is used, which may be inside a handler — pydantic's ``get_plugins`` reads
+  ``PYDANTIC_DISABLE_PLUGINS`` and scans the installed packages' entry points whenever a model's
+  validator is built (the SDKs build theirs lazily, parsing a response). Which plugins are
+  installed is part of the deployment, like the code; the same read made by the handler, or by
+  any other function of the library, is refused.
 * **Debuggers** (:data:`DEBUGGER_MODULES`): a debugger entered from inside a handler
   (``breakpoint()``, ``pdb.set_trace()``) sets itself up in the handler's thread (``~/.pdbrc``,
   source files, its clock); its prompt then runs inside a trace function, where CPython calls no
@@ -46,14 +52,16 @@ import weakref
 
 from .table import Row
 
-__all__ = ["DEBUGGER_MODULES", "TRUSTED_KINDS", "TRUSTED_LIBRARIES", "exemption", "trust_library"]
+__all__ = ["DEBUGGER_MODULES", "LIBRARY_SETUP", "TRUSTED_KINDS", "TRUSTED_LIBRARIES", "exemption", "trust_library"]
 
 # HTTP clients and the SDKs built on them read the clock and OS entropy for their own
 # bookkeeping while a handler uses ctx.http(): timeouts and timings, retry jitter and backoff,
 # idempotency keys and multipart boundaries, cookie expiry (http.cookiejar, under httpx's
-# cookie jar); their configuration from the environment (OPENAI_API_KEY, proxies); and the
-# trace ids and span times of OpenTelemetry, which the SDKs put in request headers. None of it
-# flows into what the handler gets back, which is the recorded response. So a call of these
+# cookie jar); their configuration from the environment (OPENAI_API_KEY, proxies); the trace
+# ids and span times of OpenTelemetry, which the SDKs put in request headers; and the host they
+# describe in those headers (openai's and anthropic's X-Stainless-OS and -Arch: platform.system(),
+# platform.machine()). None of it flows into what the handler gets back, which is the recorded
+# response (request headers are recorded, never compared: swarmlog.http). So a call of these
 # kinds whose nearest caller outside the standard library is one of these packages passes. The
 # network, files and processes stay refused for them: an SDK client not built on ctx.http()
 # still fails at its first connect.
@@ -61,13 +69,13 @@ __all__ = ["DEBUGGER_MODULES", "TRUSTED_KINDS", "TRUSTED_LIBRARIES", "exemption"
 # for its record and when it writes it); the times go only into spans, never into the step.
 TRUSTED_LIBRARIES: set[str] = {"httpx", "httpx2", "httpcore", "httpcore2", "openai", "anthropic", "opentelemetry",
                                "http.cookiejar", "swarmlog.observe.tracing"}
-"""Packages (or exact modules) whose own clock, environment and entropy reads pass inside handlers."""
-TRUSTED_KINDS = frozenset({"clock", "timezone", "random", "entropy", "environment"})
+"""Packages (or exact modules) whose own clock, environment, machine and entropy reads pass inside handlers."""
+TRUSTED_KINDS = frozenset({"clock", "timezone", "random", "entropy", "environment", "machine"})
 
 
 def trust_library(package: str) -> None:
-    """Let ``package``'s own code read the clock, the environment and OS entropy inside handlers
-    (never the network, files or processes): for an SDK other than openai/anthropic that you
+    """Let ``package``'s own code read the clock, the environment, the machine's description and
+    OS entropy inside handlers (never the network, files or processes): for an SDK other than openai/anthropic that you
     hand ``ctx.http()``, and that times or retries its requests itself, or a logging library
     that stamps its own records (``trust_library("structlog")``)."""
     TRUSTED_LIBRARIES.add(package)
@@ -89,6 +97,26 @@ _LINECACHE = linecache.__name__
 _ZONEINFO = "zoneinfo"
 
 _stdlib: dict[str, bool] = {}  # module name -> whether it is in the standard library
+
+LIBRARY_SETUP = ("pydantic.plugin._loader.get_plugins",)
+"""Functions of libraries (installed or not) whose calls, and everything under them, pass (see above)."""
+
+
+def _setup_codes() -> dict[int, types.CodeType]:
+    import importlib
+
+    codes: dict[int, types.CodeType] = {}
+    for path in LIBRARY_SETUP:
+        module, _, name = path.rpartition(".")
+        try:
+            fn = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):  # not installed (or moved): nothing to excuse
+            continue
+        codes[id(fn.__code__)] = fn.__code__
+    return codes
+
+
+_SETUP = _setup_codes()  # by id(code), the code beside it: hashing a code object hashes its bytecode
 
 
 def _is_trusted(module: str) -> bool:
@@ -120,6 +148,8 @@ def exemption(row: Row, caller: types.FrameType | None, base: types.FrameType | 
             rendering = rendering or nearest is not None
         elif code is _FINALIZER or code.co_name == "__del__" or (gc_codes and any(code is c for c in gc_codes)):
             return "finalizer"
+        elif _SETUP.get(id(code)) is code:
+            return "library setup"
         elif nearest is None:
             module = f.f_globals.get("__name__", "")
             if module.partition(".")[0] in DEBUGGER_MODULES:
