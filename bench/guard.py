@@ -110,7 +110,7 @@ def _calls() -> int:
 
 
 def run(s: Settings | None = None, registry: SchemaRegistry | None = None) -> list[dict[str, Any]]:
-    registry = registry or SchemaRegistry.load(Settings().schema_dir)
+    registry = registry or SchemaRegistry.load(Settings().schema_dirs())
     backend = InMemoryLog()
     topic = "swarmlog.bench-guard"
     backend.create_topic(topic)
