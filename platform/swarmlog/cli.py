@@ -112,7 +112,7 @@ def cmd_sink(args: argparse.Namespace) -> int:
     from .observe import Metrics, serve_process
 
     settings = _settings(args)
-    sink = PostgresSink(settings=settings)
+    sink = PostgresSink(settings=settings, give_up_after=args.give_up_after)
     sink.install_signal_handlers()
     server = None
     if args.metrics_port is not None:
@@ -127,6 +127,24 @@ def cmd_sink(args: argparse.Namespace) -> int:
         if server is not None:
             server.close()
     print(json.dumps({"position": stats.position, "rows": stats.rows, "dead_letters": stats.dead_letters}))
+    return 0
+
+
+def cmd_mirror(args: argparse.Namespace) -> int:
+    from swarmlog_connectors.postgres_migrations import SCHEMA_VERSION, migrate, schema_version
+    from swarmlog_connectors.postgres_sink import connect
+
+    with connect(_settings(args)) as conn:
+        if args.action == "status":
+            found = schema_version(conn)
+            print(json.dumps({"schema_version": found, "sink_needs": SCHEMA_VERSION,
+                              "migrated": found >= SCHEMA_VERSION}))
+            return 0 if found >= SCHEMA_VERSION else 1
+        applied = migrate(conn, writer_role=args.writer_role, reader_role=args.reader_role)
+    for m in applied:
+        print(f"applied version {m.version}: {m.name}")
+    print(f"the mirror's schema is at version {SCHEMA_VERSION}; the sink needs role {args.writer_role}, "
+          f"readers {args.reader_role} (GRANT {args.writer_role} TO <the sink's login role>)")
     return 0
 
 
@@ -446,7 +464,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--topic")
     s.add_argument("--until-end", action="store_true", help="stop once caught up instead of following")
     _metrics_port_arg(s)
+    s.add_argument("--give-up-after", type=float, metavar="SECONDS",
+                   help="exit (status 2) once Postgres has been unreachable this long (default: keep retrying)")
     s.set_defaults(func=cmd_sink)
+
+    mi = sub.add_parser("mirror", help="the Postgres mirror's schema: migrate (as the database owner) | status",
+                        parents=[verbose])
+    mi.add_argument("action", choices=["migrate", "status"])
+    mi.add_argument("--writer-role", default="swarmlog_sink", help="group role the sink runs as (created if missing)")
+    mi.add_argument("--reader-role", default="swarmlog_reader", help="read-only group role (created if missing)")
+    mi.set_defaults(func=cmd_mirror)
 
     r = sub.add_parser("replay", help="rebuild every agent's state from offset zero", parents=[verbose])
     r.add_argument("--topic")

@@ -1,4 +1,6 @@
--- The Postgres mirror of swarmlog topics. Safe to run again (IF NOT EXISTS).
+-- The Postgres mirror of swarmlog topics, version 1: what the sink (and the replay report
+-- publisher) created themselves before versioned migrations, so it is safe on a database that
+-- already has these tables (IF NOT EXISTS).
 -- `seq` is the Kafka offset: the event's place in its swarm's total order.
 -- Offsets have gaps (transaction markers), so never expect seq+1 to exist.
 
