@@ -93,24 +93,36 @@ class Reader(Protocol):
 
 @dataclass(slots=True)
 class Delivered:
-    """What a flush learned about the messages sent since the previous one."""
+    """The delivery reports a flush collected: of the messages sent so far, in send order.
+
+    Reports arrive in send order (one partition, an idempotent producer), so report ``i`` is
+    of the ``i``-th message not reported before; the sender pairs them with what it sent by
+    position alone. What is not reported yet is ``pending``: still queued or in flight, and
+    reported, in order, by a later flush.
+    """
 
     offsets: list[int] = field(default_factory=list)
-    """The offsets of the acknowledged messages, in the order they were sent."""
-    errors: list[str] = field(default_factory=list)
-    """Why messages failed (one entry per failed message)."""
-    unacknowledged: int = 0
-    """Messages still in flight when the flush gave up waiting."""
+    """One per reported message, in send order: its offset, or -1 if it failed (see ``errors``)."""
+    errors: dict[int, str] = field(default_factory=dict)
+    """Index into ``offsets`` -> why that message was not written."""
+    pending: int = 0
+    """Messages sent but not reported yet (the flush gave up waiting): they are not lost."""
 
 
 class Appender(Protocol):
-    """An idempotent, ordered producer: one producer's messages land once, in send order."""
+    """An idempotent, ordered producer: one producer's messages land once, in send order.
 
-    def send(self, value: bytes, key: bytes | None, headers: Headers | None) -> None: ...
+    It never gives up on a message by itself (no delivery timeout): a message is acknowledged,
+    refused by the broker, or still pending; and a flush that times out leaves the pending
+    ones to be reported by the next.
+    """
+
+    def send(self, value: bytes | None, key: bytes | None, headers: Headers | None) -> None: ...
 
     def flush(self, timeout: float) -> Delivered: ...
 
-    def close(self) -> None: ...
+    def close(self, timeout: float) -> int:
+        """Wait up to ``timeout`` for what is pending; return how many messages were abandoned."""
 
 
 class AgentChannel(Protocol):

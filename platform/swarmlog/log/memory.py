@@ -330,7 +330,7 @@ class MemoryAppender:
         self.topic = topic
         self._delivered = Delivered()
 
-    def send(self, value: bytes, key: bytes | None, headers: Headers | None) -> None:
+    def send(self, value: bytes | None, key: bytes | None, headers: Headers | None) -> None:
         with self.log._cond:
             offset = self.log._append(self.log._topic(self.topic), value, key, headers, None)
         self._delivered.offsets.append(offset)
@@ -339,8 +339,8 @@ class MemoryAppender:
         delivered, self._delivered = self._delivered, Delivered()
         return delivered
 
-    def close(self) -> None:
-        pass
+    def close(self, timeout: float = 30.0) -> int:
+        return 0
 
 
 class MemoryAgentChannel:
