@@ -136,7 +136,7 @@ class RowBuilder:
     def build(self, msgs: list[Any]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         """(event rows as tuples in ``EVENT_COLUMNS`` order, dead-letter rows)."""
         topic = self.topic
-        decode = self.decoder.decode
+        decode = self.decoder.decode_checked  # a routing header that lies is a dead letter too
         json_for = self._encoders
         rows: list[tuple[Any, ...]] = []
         dead: list[tuple[Any, ...]] = []
@@ -146,9 +146,8 @@ class RowBuilder:
         logged_at: datetime | None = None
         for m in msgs:
             off = m.offset()
-            value = m.value()
             try:
-                writer, rec = decode(value, off)
+                writer, rec = decode(m)
                 dumps = json_for.get(writer.event_type) or self._json_for(writer.event_type)
                 payload = dumps(rec["payload"])
             except (SwarmlogError, TypeError, ValueError) as exc:
@@ -174,7 +173,7 @@ class RowBuilder:
         serializer's bytes as they come; ``logged_at`` is integer arithmetic, not a datetime.
         """
         topic = self.topic
-        decode = self.decoder.decode
+        decode = self.decoder.decode_checked  # a routing header that lies is a dead letter too
         writers = self._writers
         names = self._names
         prefix = self._row_prefix
@@ -186,7 +185,7 @@ class RowBuilder:
         for m in msgs:
             off = m.offset()
             try:
-                writer, rec = decode(m.value(), off)
+                writer, rec = decode(m)
                 w = writers.get(writer.fingerprint) or self._writer_fields(writer)
                 payload = w[1](rec["payload"])
                 event_id = rec["event_id"].encode()

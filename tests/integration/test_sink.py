@@ -344,3 +344,20 @@ def test_the_sink_runs_as_a_role_that_can_only_insert_and_cannot_create_tables(s
     finally:
         db.execute(f'DROP OWNED BY "{user}"')
         db.execute(f'DROP ROLE "{user}"')
+
+
+def test_a_message_whose_routing_header_lies_is_dead_lettered_by_name(settings, registry, db):
+    from swarmlog.schema.codec import Encoder
+
+    enc = Encoder(registry.latest("agent.message"))
+    value = enc.encode_event("op-1", "", "alice", "bob", [], {"kind": "k", "body": "to bob"})
+    with EventLog(settings=settings) as log:
+        log.append("agent.message", {"kind": "k", "body": "before"}, agent="a")
+        log.produce_raw(value, key=b"alice", headers=enc.headers(b"alice", b"carol"))
+        log.append("agent.message", {"kind": "k", "body": "after"}, agent="a")
+    stats = PostgresSink(settings=settings, registry=registry).run(until_end=True)
+    assert (stats.rows, stats.dead_letters) == (2, 1)
+    (seq, error, raw), = db.execute("SELECT seq, error, raw FROM dead_letters WHERE topic = %s",
+                                    (settings.topic,)).fetchall()
+    assert seq == 1 and bytes(raw) == value
+    assert "header sl.to says 'carol', but its envelope says 'bob'" in error

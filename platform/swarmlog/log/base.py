@@ -121,7 +121,7 @@ class Appender(Protocol):
 
     def flush(self, timeout: float) -> Delivered: ...
 
-    def close(self, timeout: float) -> int:
+    def close(self, timeout: float = 30.0) -> int:
         """Wait up to ``timeout`` for what is pending; return how many messages were abandoned."""
 
 

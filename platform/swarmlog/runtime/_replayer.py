@@ -30,7 +30,7 @@ from ..errors import GroupNotAtStart
 from ..hashing import StreamHasher
 from ..log.base import LogBackend
 from ..observe import tracing
-from ..protocol import agent_group, route
+from ..protocol import agent_group
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ._core import AgentCore, Divergence
@@ -125,7 +125,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
             for m in batch:
                 hasher.update(m.offset(), m.value())
                 events += 1
-                r = route(m.headers())
+                r = decoder.route(m)  # from the envelope; a lying header raises RoutingHeaderMismatch
                 for core in cores:
                     core.process(m, r)
             if progress is not None:

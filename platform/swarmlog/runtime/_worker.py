@@ -43,7 +43,7 @@ from ..events import Event
 from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend
 from ..observe import Family, LatencyHistogram, tracing
-from ..protocol import H_STEP, TIMER_FIRED, parse_step, route, wall_timer_id
+from ..protocol import H_STEP, TIMER_FIRED, parse_step, wall_timer_id
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
@@ -173,6 +173,7 @@ class AgentWorker:
         last_commit = last_report = time.monotonic()
         reported_steps = 0
         committed_position = -1
+        route = self.decoder.route  # from the envelope; a lying header raises RoutingHeaderMismatch
         try:
             while not self.stop_event.is_set():
                 self.heartbeat = now = time.monotonic()
@@ -194,7 +195,7 @@ class AgentWorker:
                 if eof is not None:
                     self.eof_at = eof
                 for m in msgs:
-                    core.process(m, route(m.headers()))
+                    core.process(m, route(m))
                 read_to = max(core.position, self.eof_at)
                 if read_to >= start_end:
                     if not self.caught_up.is_set():
