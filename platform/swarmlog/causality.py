@@ -9,6 +9,7 @@ Over a whole log, for every event:
   handled it, i.e. every message received was sent to it (``input_not_addressed``);
 * a logical timer's firing follows that agent's ``timer.set`` of the same name
   (``timer_not_set``);
+* the log starts at offset 0 (``history_incomplete``: retention deleted its beginning);
 * every message is a readable event (``unreadable``: named with its offset and why, never
   skipped in silence) whose routing headers agree with its envelope (``header_mismatch``:
   readers that route by header would send it elsewhere).
@@ -57,6 +58,11 @@ def check_causality(*, settings: Settings, topic: str | None = None, registry: S
     violations: list[Violation] = []
     count = 0
     with backend.reader(topic) as reader:
+        history = backend.history(topic)
+        if not history.complete:
+            violations.append(Violation(history.log_start, "history_incomplete",
+                                        f"the log starts here, not at 0 ({history.describe()}): causes before "
+                                        f"it cannot be checked"))
         reader.assign(0)
         for batch in reader.batches():
             for m in batch:

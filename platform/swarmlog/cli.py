@@ -172,17 +172,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
         bar = _progress_bar("replay", unit="ev")
         try:
             result = replay(settings=settings, to=args.to, group=args.group, reset=not args.no_reset,
-                            reducer=reducer_obj, progress=bar.update_to if bar else None)
+                            reducer=reducer_obj, progress=bar.update_to if bar else None,
+                            from_log_start=args.from_log_start)
         finally:
             if bar:
                 bar.close()
         for u in result.undecodable:
             print(f"warning: offset {u.offset} is not a readable event and was not replayed: {u.error}",
                   file=sys.stderr)
+        if result.start_offset:
+            print(f"warning: the log starts at offset {result.start_offset}, not 0: this is not the whole run "
+                  f"(its token records start_offset {result.start_offset})", file=sys.stderr)
         if args.json:
             print(json.dumps(result.to_json(), indent=2))
         else:
-            print(f"replayed {result.events} events up to offset {result.end_offset} (exclusive)")
+            print(f"replayed {result.events} events from offset {result.start_offset} up to offset "
+                  f"{result.end_offset} (exclusive)")
             for agent, h in sorted(result.agents.items()):
                 print(f"  {agent:<20} {h}")
             print(f"stream hash {result.stream_hash}")
@@ -485,6 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--reducer", help="module:object folding events into agent state (default: the ledger)")
     r.add_argument("--json", action="store_true")
     r.add_argument("--strict", action="store_true", help="exit 3 if any message could not be read")
+    r.add_argument("--from-log-start", action="store_true",
+                   help="replay what is left of a log whose first offsets were deleted (refused otherwise)")
     r.add_argument("--token-out", metavar="FILE", help="write a replay token (run, seed, offsets, hashes)")
     r.add_argument("--verify", metavar="FILE", help="replay the token's range and check it matches (exit 5 if not)")
     r.add_argument("--swarm", help="module:swarm — re-run this code against the log and report divergences "

@@ -41,7 +41,7 @@ from ..context import Output
 from ..errors import TransactionAborted
 from ..events import Event
 from ..kafka.backend import backend_for
-from ..log.base import AgentChannel, LogBackend
+from ..log.base import AgentChannel, LogBackend, require_complete_history
 from ..observe import Family, LatencyHistogram, tracing
 from ..protocol import H_STEP, TIMER_FIRED, parse_step, wall_timer_id
 from ..schema.codec import Decoder, Encoder
@@ -155,6 +155,9 @@ class AgentWorker:
 
     def _run(self, channel: AgentChannel) -> WorkerResult:
         name = self.agent.name
+        # Restart is rebuild from offset 0: a log that lost its first offsets would rebuild
+        # another state than the run's, silently. Refuse before anything is written.
+        require_complete_history(self.backend, self.topic)
         channel.fence()
         indexes, start_end = index_log(backend=self.backend, topic=self.topic, decoder=self.decoder, agents=[name])
         index = indexes[name]
