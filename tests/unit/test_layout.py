@@ -44,8 +44,8 @@ PUBLIC = {
         "topic_config", "watermarks",
     ],
     "swarmlog.log": [
-        "AgentChannel", "Appender", "BATCH", "Delivered", "History", "InMemoryLog", "LogBackend", "MemoryMessage", "Message",
-        "ReadPosition", "Reader",
+        "AgentChannel", "Appender", "BATCH", "Delivered", "History", "InMemoryLog", "LogBackend", "MemoryMessage",
+        "Message", "ReadPosition", "Reader",
     ],
     "swarmlog.runtime": [
         "AgentWorker", "Divergence", "RunInfo", "SwarmReplayResult", "WorkerResult", "code_version", "find_run",
