@@ -201,3 +201,22 @@ class Researcher(Agent):
 
 traced = Swarm(name="traced", agents=lambda: [Planner("planner"), Researcher("researcher")], llm=_Model(),
                code_version="1")
+
+
+def _slow() -> int:
+    import time
+
+    time.sleep(3.0)
+    return 1
+
+
+class Echo(Agent):
+    """Answers a ping, then takes a while (a slow recorded effect) before its step commits."""
+
+    @on_message("ping")
+    def ping(self, ctx, event):
+        ctx.send("operator", "pong", event.body)
+        ctx.effect("slow", _slow)
+
+
+echo = Swarm(name="echo", agents=lambda: [Echo("e")], code_version="echo-1")
