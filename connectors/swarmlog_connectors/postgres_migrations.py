@@ -8,8 +8,9 @@ CI), :func:`migrate` applies every version the database lacks and grants two gro
 * **the sink's** (:data:`WRITER_ROLE`): ``INSERT`` on ``events`` and ``dead_letters``,
   ``SELECT, INSERT, UPDATE`` on ``sink_positions`` (the position row is locked with
   ``SELECT ... FOR UPDATE``), ``INSERT`` on ``replay_reports`` (the replay Job publishes
-  there with the same credentials; and ``SELECT`` of its ``id``, which the insert returns), ``SELECT`` on the version table. Nothing else: it
-  cannot create, alter or drop anything, nor read the mirror.
+  there with the same credentials; and ``SELECT`` of its ``id``, which the insert returns),
+  ``SELECT`` on the version table. Nothing else: it cannot create, alter or drop anything,
+  nor read the mirror.
 * **readers'** (:data:`READER_ROLE`): ``SELECT`` on the mirror's tables (``psql``,
   :class:`swarmlog.mirror.Mirror`, dashboards).
 

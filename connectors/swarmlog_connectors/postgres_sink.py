@@ -73,6 +73,7 @@ from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
+from .postgres_migrations import require_schema
 from .postgres_rows import (
     COPY_SIGNATURE,
     COPY_TRAILER,
@@ -83,7 +84,6 @@ from .postgres_rows import (
     dead_letter,
     safe_text,
 )
-from .postgres_migrations import require_schema
 
 # Binary: no text escaping to do in Python, no text parsing of integers, arrays and
 # timestamps in Postgres (RowBuilder.build_copy writes the stream).
