@@ -83,9 +83,12 @@ def test_what_is_not_an_event_keeps_its_header_route_and_fails_where_it_is_decod
 
 def test_a_truncated_envelope_is_not_read_past_its_end(registry):
     whole = _message(registry).value()
-    for cut in range(10, 30):
+    envelope_end = whole.index(b"bob") + 3  # `to` is the envelope's last field read
+    for cut in range(10, envelope_end):  # every field cut, the `to` string included
         m = MemoryMessage(3, whole[:cut], None, [(H_TYPE, b"agent.message"), (H_AGENT, b"a")], 0)
         assert Decoder(registry).route(m).agent == "a"  # the header route: decoding fails later
+    whole_envelope = MemoryMessage(3, whole[:envelope_end], None, None, 0)
+    assert Decoder(registry).route(whole_envelope).to == "bob"
 
 
 _names = st.text(min_size=0, max_size=80)

@@ -319,7 +319,12 @@ def _envelope_route(value: bytes) -> tuple[bytes, bytes, bytes | None]:
         return event_id, agent, None
     if branch != 2:  # zigzag 1: the string branch
         raise ValueError("bad union branch for `to`")
-    n, i = _read_length(value, i + 1)
+    n = value[i + 1]
+    if n >= 0x80 or n & 1:
+        n, i = _read_length(value, i + 1)
+    else:
+        n >>= 1
+        i += 2
     if i + n > len(value):
         raise ValueError("truncated envelope")
     return event_id, agent, value[i:i + n]
