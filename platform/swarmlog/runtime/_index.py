@@ -65,25 +65,23 @@ def index_log(*, backend: LogBackend, topic: str, decoder: Decoder, agents: Coll
         return indexes, reader.position.end_offset
 
 
-def steps_past(*, backend: LogBackend, topic: str, agents: Collection[str], start: int) -> dict[str, set[int]]:
-    """Per agent, the steps that have outputs at or after offset ``start`` (headers only, nothing decoded).
+def steps_past(*, backend: LogBackend, topic: str, decoder: Decoder, agents: Collection[str],
+               start: int) -> dict[str, set[int]]:
+    """Per agent, the steps that have outputs at or after offset ``start`` (routes only, no payload decoded).
 
     An agent's outputs are in the log in step order (one producer, transactions committed in
     order), so a step found here has no output before ``start`` that comes after one found here.
     """
     past: dict[str, set[int]] = {name: set() for name in agents}
-    by_bytes = {name.encode(): steps for name, steps in past.items()}
     with backend.reader(topic) as reader:
         reader.assign(start)
+        route = decoder.route
         for batch in reader.batches():
             for m in batch:
-                steps = None
-                step = None
-                for k, v in m.headers() or ():
-                    if k == H_AGENT:
-                        steps = by_bytes.get(v)
-                    elif k == H_STEP:
-                        step = v
+                # The envelope's route, headers checked against it (RoutingHeaderMismatch): a lying
+                # sl.agent or sl.step would call a diverged step merely unverified.
+                _, agent, _, step = route(m)
+                steps = past.get(agent)
                 if steps is not None and step is not None:
-                    steps.add(int(step))
+                    steps.add(step)
     return past

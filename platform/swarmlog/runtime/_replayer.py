@@ -90,7 +90,8 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
     # only tells a step whose outputs the cut left out (unverified) from one that wrote none.
     cut = to if to is not None and to < high else None
     indexes, _ = index_log(backend=backend, topic=topic, decoder=decoder, agents=names, end=cut)
-    past = steps_past(backend=backend, topic=topic, agents=names, start=cut) if cut is not None else {}
+    past = (steps_past(backend=backend, topic=topic, decoder=decoder, agents=names, start=cut)
+            if cut is not None else {})
     cores = [AgentCore(agent=a, decoder=decoder, index=indexes[a.name], live_sink=None, strict=strict)
              for a in agents]
     for core in cores:
