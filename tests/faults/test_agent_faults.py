@@ -70,14 +70,17 @@ class _OpenTransactions:
         self.admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
         self.reader = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": f"open-{time.time_ns()}",
                                 "isolation.level": "read_uncommitted", "enable.auto.commit": False})
+        self.committed = Consumer({"bootstrap.servers": settings.bootstrap_servers,
+                                   "group.id": f"ended-{time.time_ns()}", "isolation.level": "read_committed",
+                                   "enable.auto.commit": False})
+
+    def _end(self, isolation: IsolationLevel) -> int:
+        return self.admin.list_offsets({self.tp: OffsetSpec.latest()}, isolation_level=isolation)[self.tp].result(
+            30).offset
 
     def holder(self) -> tuple[str | None, int]:
         """(the agent whose transaction is the oldest open one, or None; the last stable offset)."""
-        ends = {}
-        for iso in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
-            ends[iso] = self.admin.list_offsets({self.tp: OffsetSpec.latest()}, isolation_level=iso)[self.tp].result(
-                30).offset
-        stable, high = ends[IsolationLevel.READ_COMMITTED], ends[IsolationLevel.READ_UNCOMMITTED]
+        stable, high = self._end(IsolationLevel.READ_COMMITTED), self._end(IsolationLevel.READ_UNCOMMITTED)
         if stable >= high:
             return None, stable
         self.reader.assign([TopicPartition(self.tp.topic, 0, stable)])
@@ -86,8 +89,27 @@ class _OpenTransactions:
             return None, stable
         return dict(m.headers() or ()).get("sl.agent", b"").decode() or None, stable
 
+    def aborted(self, offset: int, timeout: float = 180.0) -> bool:
+        """Once the transaction holding ``offset`` has ended: was it aborted (its message never visible)?
+
+        Only an ended transaction says: a kill that landed after the step's commit request reached
+        the coordinator still commits (the coordinator finishes it without the client), and on a
+        loaded broker writing its markers can take seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while self._end(IsolationLevel.READ_COMMITTED) <= offset:
+            assert time.monotonic() < deadline, f"the transaction at offset {offset} never ended"
+            time.sleep(0.2)
+        self.committed.assign([TopicPartition(self.tp.topic, 0, offset)])
+        while True:
+            assert time.monotonic() < deadline, f"nothing read_committed at or after offset {offset}"
+            m = self.committed.poll(1.0)
+            if m is not None and not m.error():
+                return m.offset() != offset
+
     def close(self) -> None:
         self.reader.close()
+        self.committed.close()
 
 
 def _finished(settings, registry) -> set[int]:
@@ -104,7 +126,7 @@ def test_agents_killed_mid_transaction_restart_without_duplicate_or_lost_step(se
     start_run(settings=settings, swarm=swarm, run_id="kills", seed=12)
     procs = {a: harness.spawn(settings, "run", spec, "--agent", a) for a in AGENTS}
     killed: list[tuple[str, int, int]] = []  # (agent, last stable offset at the kill, high watermark after)
-    confirmed = 0  # kills after which the victim's transaction stayed open: it died inside it
+    confirmed = 0  # kills whose victim's open transaction ended aborted: it died inside it
     open_txns = _OpenTransactions(settings)
     try:
         while confirmed < kills:
@@ -116,13 +138,10 @@ def test_agents_killed_mid_transaction_restart_without_duplicate_or_lost_step(se
                 continue
             procs[agent].send_signal(signal.SIGKILL)
             procs[agent].wait()
-            # Still open a moment after its death: it died inside it, and its next life aborts it. (A
-            # commit whose EndTxn had reached the coordinator completes without the client: the last
-            # stable offset moves on within the pause; an open transaction outlives it, 60 s.)
-            time.sleep(2.0)
-            confirmed += open_txns.holder() == (agent, stable)
             killed.append((agent, stable, high_watermark(settings, settings.topic)))
             procs[agent] = harness.spawn(settings, "run", spec, "--agent", agent)
+            # Its next life fences the dead one's transaction: aborted if the kill landed inside it.
+            confirmed += open_txns.aborted(stable)
     finally:
         open_txns.close()
     deadline = time.monotonic() + 600
