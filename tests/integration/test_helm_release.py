@@ -243,7 +243,7 @@ def test_an_agent_that_finds_no_run_started_says_so_and_fails_after_its_bounded_
     values = _values(base_settings, topic, installed["app"], runStart={"enabled": False},
                      agents={"waitForRunSeconds": 8})
     everything = _render(helm, helm_env, tmp_path, values, installed)
-    assert [w.component for w in everything if w.hook_weight is not None] == ["topic"]
+    assert sorted(w.component for w in everything if w.hook_weight is not None) == ["mirror-migrate", "topic"]
     _wheel_ships_schemas(installed, everything[0].env)
     _run_hooks([_pod(w, installed) for w in everything if w.component == "topic"])
     (worker,) = [_pod(w, installed) for w in everything if w.agent == "r0"]

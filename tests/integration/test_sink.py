@@ -296,7 +296,7 @@ def test_the_sink_refuses_an_unmigrated_database_and_names_the_command(settings,
         log.append("agent.message", {"kind": "k", "body": "x"}, agent="a")
     refused = subprocess.run([sys.executable, "-m", "swarmlog.cli", "sink", "--until-end"], env=env,
                              capture_output=True, text=True, timeout=120)
-    assert refused.returncode == 2 and "swarmlog mirror migrate" in refused.stderr, refused.stderr
+    assert refused.returncode == 70 and "swarmlog mirror migrate" in refused.stderr, refused.stderr
     status = subprocess.run([sys.executable, "-m", "swarmlog.cli", "mirror", "status"], env=env,
                             capture_output=True, text=True, timeout=60)
     assert status.returncode == 1 and json.loads(status.stdout)["schema_version"] == 0
