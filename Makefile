@@ -10,12 +10,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit integration lint bench bench-peers tools browser up down status schema-check clean help
+.PHONY: demo test unit integration faults faults-slice lint bench bench-peers tools browser up down status schema-check clean help
 
 help:
 	@echo "make demo   run a swarm on a local Kafka + Postgres, mirror it, replay it"
 	@echo "make test   lint and type checks, unit tests (no services), then the integration tests"
 	@echo "            against the real Kafka and Postgres (started here if they are not running)"
+	@echo "make faults the fault suite: real signals against real processes (a throwaway dev cluster of"
+	@echo "            its own); prints the table kept in the README -> tests/faults/results.md"
 	@echo "make bench  benchmarks beside their baselines -> bench/results.{json,md}"
 	@echo "make bench-peers  LangGraph and Kafka Connect beside swarmlog -> bench/results-peers.{json,md}"
 
@@ -59,7 +61,7 @@ schema-check: $(STAMP)
 
 # Order matters: the lint gate and the unit tests run before any service is started, which
 # is what shows the unit tests need none (tests/unit/conftest.py also refuses every attempt).
-test: $(STAMP) lint unit tools up schema-check integration
+test: $(STAMP) lint unit tools up schema-check integration faults-slice
 
 lint: $(STAMP)
 	$(BIN)/ruff check platform connectors tests bench examples
@@ -74,6 +76,16 @@ unit: $(STAMP)
 integration: $(STAMP) tools up
 	if [ -z "$$SWARMLOG_BOOTSTRAP_SERVERS" ]; then eval "$$($(BIN)/swarmlog dev env)"; fi; \
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration
+
+# The fault suite (tests/faults): each case from a clean topic and database, faults injected with
+# real signals (SIGKILL, SIGSTOP) against real processes of a dev cluster the suite starts for
+# itself and purges (it never kills yours), checked by reading the whole topic and mirror. Whole:
+# about 15-20 minutes; `make test` runs the same cases smaller (faults-slice, a few minutes).
+faults: $(STAMP)
+	SWARMLOG_FAULTS=full $(BIN)/python -m pytest -q -p no:cacheprovider tests/faults
+
+faults-slice: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/faults
 
 bench: up
 	$(BIN)/python -m bench.run

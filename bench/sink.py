@@ -51,8 +51,9 @@ from swarmlog.log.append import EventLog
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
+from swarmlog_connectors.postgres_migrations import migrate
 from swarmlog_connectors.postgres_rows import COPY_SIGNATURE, COPY_TRAILER, EVENT_COLUMNS, RowBuilder
-from swarmlog_connectors.postgres_sink import PostgresSink, connect, ensure_schema
+from swarmlog_connectors.postgres_sink import PostgresSink, connect
 
 from .common import (
     EVENT_TYPE,
@@ -130,7 +131,7 @@ _COPY_BINARY = sql.SQL("COPY events ({}) FROM STDIN (FORMAT binary)").format(
 def raw_copy(s: Settings, rows: list[tuple[Any, ...]]) -> float:
     """Seconds to COPY the built rows with psycopg's ``write_row``, one transaction per batch."""
     with connect(s) as conn:
-        ensure_schema(conn)
+        migrate(conn)
         conn.autocommit = False
         t0 = perf_counter()
         for batch in chunks(rows, SINK_BATCH):
@@ -145,7 +146,7 @@ def raw_copy(s: Settings, rows: list[tuple[Any, ...]]) -> float:
 def raw_copy_binary(s: Settings, streams: list[bytes]) -> float:
     """Seconds to COPY the prebuilt binary streams, one transaction per batch: Postgres' own ingest."""
     with connect(s) as conn:
-        ensure_schema(conn)
+        migrate(conn)
         conn.autocommit = False
         t0 = perf_counter()
         for data in streams:
@@ -362,6 +363,8 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
     rate = env_int("BENCH_LATENCY_RATE", 5000, scale=False)
     seconds = float(os.environ.get("BENCH_LATENCY_SECONDS", "3" if quick() else "15"))
     stream = make_stream(registry)
+    with connect(s) as conn:  # the mirror's tables: a separate step, as in production
+        migrate(conn)
 
     sub = Run("sink.swarmlog", n)
     raw = Run("sink.raw_copy", n)

@@ -201,3 +201,50 @@ class Researcher(Agent):
 
 traced = Swarm(name="traced", agents=lambda: [Planner("planner"), Researcher("researcher")], llm=_Model(),
                code_version="1")
+
+
+def _slow() -> int:
+    import time
+
+    time.sleep(3.0)
+    return 1
+
+
+class Echo(Agent):
+    """Answers a ping, then takes a while (a slow recorded effect) before its step commits."""
+
+    @on_message("ping")
+    def ping(self, ctx, event):
+        ctx.send("operator", "pong", event.body)
+        ctx.effect("slow", _slow)
+
+
+echo = Swarm(name="echo", agents=lambda: [Echo("e")], code_version="echo-1")
+
+
+def _pause() -> int:
+    import time
+
+    time.sleep(0.05)
+    return 1
+
+
+class SlowRelay(LongRelay):
+    """A relay whose every hop holds its transaction open a while: its output is sent, then a slow
+    recorded effect runs before the step commits (agents killed at random die mid-transaction)."""
+
+    ttl = 400
+
+    @on_message("hop")
+    def hop(self, ctx, event):
+        super().hop(ctx, event)
+        ctx.effect("pause", _pause)
+
+
+class ShortSlowRelay(SlowRelay):
+    ttl = 100
+
+
+slow_relay = Swarm(name="slow-relay", agents=lambda: [SlowRelay(n) for n in _names()], code_version="slow-1")
+short_slow_relay = Swarm(name="slow-relay", agents=lambda: [ShortSlowRelay(n) for n in _names()],
+                         code_version="slow-short-1")

@@ -24,7 +24,7 @@ import psycopg
 
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
-from swarmlog_connectors.postgres_sink import ensure_schema
+from swarmlog_connectors.postgres_migrations import migrate
 
 from .. import common
 from ..common import Run, env_int, fresh_topic, log, make_stream, populate, reps, row
@@ -83,7 +83,7 @@ def swarmlog_mirror(s: Settings, topic: str, n: int) -> float:
     sink = _start_sink_process(s, topic)
     try:
         with psycopg.connect(s.database_url, autocommit=True) as conn:
-            ensure_schema(conn)
+            migrate(conn)
 
             def alive() -> None:
                 if sink.poll() is not None:

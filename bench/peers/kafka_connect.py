@@ -49,8 +49,8 @@ from swarmlog.kafka.reader import LogReader
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
+from swarmlog_connectors.postgres_migrations import migrate
 from swarmlog_connectors.postgres_rows import EVENT_COLUMNS, RowBuilder
-from swarmlog_connectors.postgres_sink import ensure_schema
 
 from ..common import log
 
@@ -178,7 +178,7 @@ def connect_records(s: Settings, registry: SchemaRegistry, src: str, dst: str, *
 
 def create_table(conn: psycopg.Connection[Any], table: str) -> None:
     """A table of the ``events`` table's shape: the same columns, key and indexes."""
-    ensure_schema(conn)
+    migrate(conn)
     conn.execute(f"CREATE TABLE {table} (LIKE events INCLUDING DEFAULTS INCLUDING CONSTRAINTS "
                  "INCLUDING INDEXES)")
 

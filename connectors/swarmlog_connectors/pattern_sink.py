@@ -61,8 +61,8 @@ from .postgres_sink import (
     _TRANSACTION_BYTES,
     _redact,
     connect,
-    ensure_schema,
 )
+from .postgres_migrations import require_schema
 
 _LOCK_POSITIONS = ("SELECT topic, next_offset FROM sink_positions WHERE topic = ANY(%s) ORDER BY topic "
                    "FOR UPDATE")
@@ -135,7 +135,7 @@ class PatternSink:
         with connect(self.settings) as conn, \
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix="swarmlog-sink-db") as db, \
                 MultiTopicReader(settings=self.settings, group=self.group) as reader:
-            ensure_schema(conn)
+            require_schema(conn, database=_redact(self.settings.database_url))
             conn.autocommit = False
             logger.info("sink: mirroring the topics matching %r into Postgres (consumer group %s)",
                         self.pattern.pattern, self.group)

@@ -25,7 +25,7 @@ EVENT_COLUMNS = (
     "topic", "seq", "event_id", "run_id", "agent_id", "event_type", "schema_version",
     "recipient", "causes", "payload", "logged_at",
 )
-DEAD_LETTER_COLUMNS = ("topic", "seq", "error", "raw", "key", "headers")
+DEAD_LETTER_COLUMNS = ("topic", "seq", "error", "raw", "key", "header_keys", "header_values")
 
 
 def _json_default(value: Any) -> Any:
@@ -140,7 +140,7 @@ class RowBuilder:
     def build(self, msgs: list[Any]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         """(event rows as tuples in ``EVENT_COLUMNS`` order, dead-letter rows)."""
         topic = self.topic
-        decode = self.decoder.decode
+        decode = self.decoder.decode_checked  # a routing header that lies is a dead letter too
         json_for = self._encoders
         rows: list[tuple[Any, ...]] = []
         dead: list[tuple[Any, ...]] = []
@@ -150,9 +150,8 @@ class RowBuilder:
         logged_at: datetime | None = None
         for m in msgs:
             off = m.offset()
-            value = m.value()
             try:
-                writer, rec = decode(value, off)
+                writer, rec = decode(m)
                 dumps = json_for.get(writer.event_type) or self._json_for(writer.event_type)
                 payload = dumps(rec["payload"])
             except (SwarmlogError, TypeError, ValueError) as exc:
@@ -178,7 +177,7 @@ class RowBuilder:
         serializer's bytes as they come; ``logged_at`` is integer arithmetic, not a datetime.
         """
         topic = self.topic
-        decode = self.decoder.decode
+        decode = self.decoder.decode_checked  # a routing header that lies is a dead letter too
         writers = self._writers
         names = self._names
         prefix = self._row_prefix
@@ -190,7 +189,7 @@ class RowBuilder:
         for m in msgs:
             off = m.offset()
             try:
-                writer, rec = decode(m.value(), off)
+                writer, rec = decode(m)
                 w = writers.get(writer.fingerprint) or self._writer_fields(writer)
                 payload = w[1](rec["payload"])
                 event_id = rec["event_id"].encode()
@@ -234,13 +233,27 @@ def array_literal(values: list[int]) -> str:
 
 
 def dead_letter(topic: str, msg: Any, error: str) -> tuple[Any, ...]:
-    headers = msg.headers()
+    """A ``dead_letters`` row that Postgres cannot refuse: the message kept whole, as bytes.
+
+    The value, the key and every header (in order, duplicate keys and all, NUL and non-UTF-8
+    bytes as they are, a value-less header as NULL) go into ``bytea`` columns, which take
+    any bytes; only the error is text, and it is ours, made safe for a ``text`` column.
+    """
+    headers = msg.headers() or ()
     return (
         topic,
         msg.offset(),
-        error,
+        safe_text(error),
         msg.value(),
         msg.key(),
-        json.dumps({k: (v.decode("utf-8", "replace") if v is not None else None) for k, v in headers})
-        if headers else None,
+        # Header keys are strings to librdkafka; surrogateescape keeps whatever bytes they held.
+        [k.encode("utf-8", "surrogateescape") for k, _ in headers],
+        [v for _, v in headers],
     )
+
+
+def safe_text(text: str) -> str:
+    """``text`` as a Postgres ``text`` value accepts it: no NUL, no lone surrogates."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -22,8 +22,21 @@ The consumer is ``read_committed``, so events of aborted agent transactions
 are never mirrored.
 
 A message that does not decode, or a row Postgres refuses (jsonb rejects
-``\\u0000``, for instance), goes to ``dead_letters`` with its offset, the error
-and the raw bytes, in the same transaction, and the sink keeps going.
+``\\u0000``, for instance), goes to ``dead_letters`` with its offset, the error,
+the raw bytes and its headers (``bytea`` all, so nothing in them can be refused),
+in the same transaction, and the sink keeps going: one poison message never stops
+the mirror. The row-by-row redo puts every row, dead letters too, in a savepoint.
+
+**Postgres away.** When the connection fails (a restart, a failover, a network
+cut), the sink logs it, waits with exponential backoff and reconnects, for as long
+as it takes (``give_up_after`` bounds it). It then reads its position again — the
+truth, whether or not the last COMMIT reached the server — and re-seeks the topic
+there, so it resumes exactly: no gap, no duplicate, and no restart of the process.
+
+**Least privilege.** The sink creates nothing: ``swarmlog mirror migrate``
+(:mod:`swarmlog_connectors.postgres_migrations`) makes the tables, as the owner,
+and the sink runs as a role that may only insert into them and move its position.
+It refuses to start against an older schema (:class:`~swarmlog.errors.MirrorNotMigrated`).
 
 Throughput: a transaction runs on a second thread while the main thread consumes
 and decodes the next batches (psycopg waits for Postgres with the GIL released).
@@ -49,14 +62,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from swarmlog.errors import DatabasePermissionDenied, ServiceUnavailable
-from swarmlog.kafka.reader import LogReader
+from swarmlog.kafka.backend import KafkaBackend
+from swarmlog.kafka.reader import LogReader, watermarks
 from swarmlog.log.base import ReadPosition
 from swarmlog.observe import Family
 from swarmlog.protocol import sink_group
@@ -64,6 +77,7 @@ from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
+from .postgres_migrations import require_schema
 from .postgres_rows import (
     COPY_SIGNATURE,
     COPY_TRAILER,
@@ -72,6 +86,7 @@ from .postgres_rows import (
     CopyBatch,
     RowBuilder,
     dead_letter,
+    safe_text,
 )
 
 # Binary: no text escaping to do in Python, no text parsing of integers, arrays and
@@ -81,18 +96,17 @@ _COPY_EVENTS = sql.SQL("COPY events ({}) FROM STDIN (FORMAT binary)").format(
 _INSERT_EVENT = sql.SQL("INSERT INTO events ({}) VALUES ({})").format(
     sql.SQL(", ").join(map(sql.Identifier, EVENT_COLUMNS)), sql.SQL(", ").join(sql.Placeholder() * len(EVENT_COLUMNS))
 )
-_INSERT_DEAD = sql.SQL("INSERT INTO dead_letters ({}) VALUES ({}) ON CONFLICT DO NOTHING").format(
-    sql.SQL(", ").join(map(sql.Identifier, DEAD_LETTER_COLUMNS)),
-    sql.SQL(", ").join(sql.Placeholder() * len(DEAD_LETTER_COLUMNS)),
-)
+# The header arrays are cast: psycopg cannot tell the type of an empty list, or of one of NULLs.
+_INSERT_DEAD = sql.SQL("INSERT INTO dead_letters ({}) VALUES ({}, %s::bytea[], %s::bytea[]) ON CONFLICT DO NOTHING"
+                       ).format(sql.SQL(", ").join(map(sql.Identifier, DEAD_LETTER_COLUMNS)),
+                                sql.SQL(", ").join(sql.Placeholder() * (len(DEAD_LETTER_COLUMNS) - 2)))
 # A grouped transaction also stops growing at this much COPY data, so that large events
 # cannot make the batches decoded ahead of Postgres hold more memory than this.
 _TRANSACTION_BYTES = 64 * 1024 * 1024
-# Serialises concurrent CREATE TABLE IF NOT EXISTS (which is not race-free in Postgres).
-_DDL_LOCK_KEY = 0x5357_4C47  # "SWLG"
+# Waiting for Postgres to come back: 0.5 s, 1 s, 2 s, ... up to 30 s between attempts.
+_BACKOFF_FIRST_S = 0.5
+_BACKOFF_MAX_S = 30.0
 _PROGRESS_EVERY_S = 30.0
-# What postgres_schema.sql creates, and the sink cannot work without.
-_MIRROR_TABLES = ("events", "dead_letters", "sink_positions")
 
 logger = logging.getLogger(__name__)
 
@@ -106,27 +120,6 @@ class SinkStats:
     batches: int = 0
     caught_up_to: int = -1
     """The log end (exclusive) the sink last found with everything before it committed; -1 before."""
-
-
-def ensure_schema(conn: psycopg.Connection[Any]) -> None:
-    """Create the mirror's tables and indexes if they are missing.
-
-    A role that may not create tables can still run the sink against tables that the
-    database's owner created (a least-privilege deployment); without them it is a
-    :class:`~swarmlog.errors.DatabasePermissionDenied` saying what to grant.
-    """
-    ddl = resources.files("swarmlog_connectors").joinpath("postgres_schema.sql").read_text()
-    try:
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
-            conn.execute(ddl)
-    except psycopg.errors.InsufficientPrivilege as exc:
-        missing = [t for t in _MIRROR_TABLES
-                   if conn.execute("SELECT to_regclass(%s)", (t,)).fetchone() in (None, (None,))]
-        if missing:
-            raise denied(conn, f"create the mirror's tables ({', '.join(missing)})", exc) from None
-        logger.warning("Postgres role %s may not run the mirror's DDL (%s); using the tables that exist",
-                       conn.info.user, str(exc).strip())
 
 
 def denied(conn: psycopg.Connection[Any], action: str, exc: psycopg.Error) -> DatabasePermissionDenied:
@@ -146,6 +139,14 @@ def connect(settings: Settings, **kwargs: Any) -> psycopg.Connection[Any]:
     except psycopg.OperationalError as exc:
         raise ServiceUnavailable(service="Postgres", address=_redact(settings.database_url),
                                  detail=str(exc).strip()) from None
+
+
+class _PostgresAway(Exception):
+    """The connection failed (psycopg's OperationalError): wait, reconnect, resume from the position."""
+
+    def __init__(self, cause: psycopg.Error | str) -> None:
+        self.cause = cause
+        super().__init__(str(cause).strip())
 
 
 class PostgresCheck:
@@ -173,12 +174,14 @@ class PostgresSink:
     """Mirrors ``topic`` into Postgres. ``run()`` until stopped or, with ``until_end``, caught up.
 
     ``batch_size`` messages are consumed and decoded at a time; a transaction holds one
-    batch, or several (up to ``transaction_size`` messages) when Postgres is behind.
+    batch, or several (up to ``transaction_size`` messages) when Postgres is behind. While
+    Postgres is away the sink retries with backoff; ``give_up_after`` seconds of it (None:
+    never) end ``run()`` with :class:`~swarmlog.errors.ServiceUnavailable`.
     """
 
     def __init__(self, *, settings: Settings, topic: str | None = None, registry: SchemaRegistry | None = None,
                  poll_timeout: float = 0.02, batch_size: int = 5000, transaction_size: int = 50_000,
-                 group: str | None = None) -> None:
+                 group: str | None = None, give_up_after: float | None = None) -> None:
         self.settings = settings
         self.topic = topic or settings.topic
         self.group = group or sink_group(self.topic)
@@ -190,7 +193,9 @@ class PostgresSink:
         self.poll_timeout = poll_timeout
         self.batch_size = batch_size
         self.transaction_size = transaction_size
+        self.give_up_after = give_up_after
         self.stats = SinkStats()
+        self._connected_at = 0.0  # monotonic time of the last connection that worked
         self._stop = threading.Event()
         self.log_end: int | None = None
         """The high watermark, when something (the health checker) last asked; for the lag metric."""
@@ -207,71 +212,128 @@ class PostgresSink:
 
     def run(self, *, until_end: bool = False, on_batch: Callable[[SinkStats], None] | None = None) -> SinkStats:
         """Mirror until stopped (or, with ``until_end``, caught up); ``on_batch`` after each commit."""
-        with connect(self.settings) as conn, \
+        backend = KafkaBackend(self.settings)
+        try:
+            backend.warn_if_history_is_finite(self.topic)
+        finally:
+            backend.close()
+        with LogReader(settings=self.settings, topic=self.topic, group=self.group, advisory=True) as reader, \
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix="swarmlog-sink-db") as db:
-            ensure_schema(conn)
-            conn.autocommit = False
-            try:
-                position = self._read_position(conn)
-            except psycopg.errors.InsufficientPrivilege as exc:
-                raise denied(conn, "read and write the mirror's rows", exc) from None
-            conn.commit()
-            logger.info("sink: mirroring topic %s into Postgres from offset %d", self.topic, position)
-            self._reported = (self.stats.rows, self.stats.dead_letters, time.monotonic())
-            with LogReader(settings=self.settings, topic=self.topic, group=self.group, advisory=True) as reader:
-                self._reader = reader
-                reader.assign(position)
-                self.stats.position = position
-                # The transaction running on the db thread: only one, as the next one's expected
-                # position is this one's end, which holds only once it committed.
-                in_flight: Future[bool] | None = None
-                pending: list[CopyBatch] = []  # decoded batches for the next transaction
+            self._reader = reader
+            away_since: float | None = None
+            delay = _BACKOFF_FIRST_S
+            while not self._stop.is_set():
                 try:
-                    while not self._stop.is_set():
-                        fenced = False
-                        for batch in reader.batches(follow=not until_end, timeout=self.poll_timeout,
-                                                    batch_size=self.batch_size):
-                            if batch:
-                                pending.append(self.rows.build_copy(batch))
-                            # While the db thread is busy, keep decoding into the next transaction
-                            # (until it is full: see _full); hand over when the db thread is free,
-                            # or at once when the log is idle (latency).
-                            if in_flight is not None and (in_flight.done() or not batch or self._full(pending)):
-                                fenced = not self._settle(in_flight, on_batch)
-                                in_flight = None
-                                if fenced:
-                                    break
-                            if in_flight is None and pending:
-                                in_flight = db.submit(self._write, conn, pending, self.stats.position)
-                                pending = []
-                            elif in_flight is None and not batch:
-                                self._caught_up(reader.position)
-                            if self._stop.is_set():
-                                break
-                        if not fenced and in_flight is not None:  # caught up, or stopping
-                            fenced = not self._settle(in_flight, on_batch)
-                            in_flight = None
-                        if not fenced and pending:
-                            fenced = not self._settle(db.submit(self._write, conn, pending, self.stats.position),
-                                                      on_batch)
-                        pending = []
-                        if fenced:
-                            # Another sink moved the position: what was decoded after the fenced
-                            # transaction is dropped; read on from where the position is now.
-                            position = self._read_position(conn)
-                            conn.commit()
-                            reader.consumer.assign([])
-                            reader.assign(position)
-                            self.stats.position = position
-                        elif until_end:
-                            self._caught_up(reader.position)
-                            break
-                finally:
-                    if in_flight is not None:  # leaving on an error: let the transaction end first
-                        in_flight.exception()
+                    self._session(reader, db, until_end=until_end, on_batch=on_batch,
+                                  resumed=away_since is not None)
+                    break  # stopped, or caught up
+                except _PostgresAway as away:
+                    now = time.monotonic()
+                    if away_since is None or self._connected_at > away_since:
+                        away_since, delay = now, _BACKOFF_FIRST_S  # a new outage, not the same one
+                    if self.give_up_after is not None and now - away_since >= self.give_up_after:
+                        raise ServiceUnavailable(service="Postgres", address=_redact(self.settings.database_url),
+                                                 detail=f"{away} (retried for {now - away_since:.0f} s)") from None
+                    logger.warning("sink: Postgres at %s is unavailable (%s); mirrored up to offset %d; "
+                                   "connecting again in %.1f s", _redact(self.settings.database_url), away,
+                                   self.stats.position, delay)
+                    self._stop.wait(delay)
+                    delay = min(delay * 2, _BACKOFF_MAX_S)
         logger.info("sink: stopped at offset %d (%d rows, %d dead letters mirrored by this process)",
                     self.stats.position, self.stats.rows, self.stats.dead_letters)
         return self.stats
+
+    def _session(self, reader: LogReader, db: ThreadPoolExecutor, *, until_end: bool,
+                 on_batch: Callable[[SinkStats], None] | None, resumed: bool) -> None:
+        """Mirror over one connection until stopped or caught up; :class:`_PostgresAway` if it fails."""
+        try:
+            # A bounded connect (connect): a server that accepts the TCP connection but does not
+            # answer (stopped, overloaded) is retried like one that refuses it.
+            conn = connect(self.settings)
+        except ServiceUnavailable as exc:
+            raise _PostgresAway(exc.detail) from None
+        try:
+            try:
+                require_schema(conn, database=_redact(self.settings.database_url))
+                conn.autocommit = False
+                position = self._read_position(conn)
+                conn.commit()
+            except psycopg.OperationalError as exc:
+                raise _PostgresAway(exc) from None
+            self._connected_at = time.monotonic()
+            if resumed:
+                logger.warning("sink: Postgres at %s is back: resuming at offset %d",
+                               _redact(self.settings.database_url), position)
+            else:
+                logger.info("sink: mirroring topic %s into Postgres from offset %d", self.topic, position)
+            low = watermarks(self.settings, self.topic)[0]
+            if position < low:
+                logger.warning("sink: topic %r starts at offset %d: offsets %d..%d were deleted (retention) before "
+                               "the mirror had them; mirroring from %d", self.topic, low, position, low - 1, low)
+            self._reported = (self.stats.rows, self.stats.dead_letters, time.monotonic())
+            # The position in Postgres is the truth: whatever was decoded, or committed without
+            # the client hearing of it, before the connection failed, is read again from here.
+            reader.assign(position)
+            self.stats.position = position
+            self._mirror(conn, reader, db, until_end=until_end, on_batch=on_batch)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            conn.rollback()
+            raise denied(conn, "read and write the mirror's rows", exc) from None
+        finally:
+            conn.close()
+
+    def _mirror(self, conn: psycopg.Connection[Any], reader: LogReader, db: ThreadPoolExecutor, *, until_end: bool,
+                on_batch: Callable[[SinkStats], None] | None) -> None:
+        # The transaction running on the db thread: only one, as the next one's expected
+        # position is this one's end, which holds only once it committed.
+        in_flight: Future[bool] | None = None
+        pending: list[CopyBatch] = []  # decoded batches for the next transaction
+        try:
+            while not self._stop.is_set():
+                fenced = False
+                for batch in reader.batches(follow=not until_end, timeout=self.poll_timeout,
+                                            batch_size=self.batch_size):
+                    if batch:
+                        pending.append(self.rows.build_copy(batch))
+                    # While the db thread is busy, keep decoding into the next transaction
+                    # (until it is full: see _full); hand over when the db thread is free,
+                    # or at once when the log is idle (latency).
+                    if in_flight is not None and (in_flight.done() or not batch or self._full(pending)):
+                        fenced = not self._settle(in_flight, on_batch)
+                        in_flight = None
+                        if fenced:
+                            break
+                    if in_flight is None and pending:
+                        in_flight = db.submit(self._write, conn, pending, self.stats.position)
+                        pending = []
+                    elif in_flight is None and not batch:
+                        self._caught_up(reader.position)
+                    if self._stop.is_set():
+                        break
+                if not fenced and in_flight is not None:  # caught up, or stopping
+                    fenced = not self._settle(in_flight, on_batch)
+                    in_flight = None
+                if not fenced and pending:
+                    fenced = not self._settle(db.submit(self._write, conn, pending, self.stats.position),
+                                              on_batch)
+                pending = []
+                if fenced:
+                    # Another sink moved the position: what was decoded after the fenced
+                    # transaction is dropped; read on from where the position is now.
+                    try:
+                        position = self._read_position(conn)
+                        conn.commit()
+                    except psycopg.OperationalError as exc:
+                        raise _PostgresAway(exc) from None
+                    reader.consumer.assign([])
+                    reader.assign(position)
+                    self.stats.position = position
+                elif until_end:
+                    self._caught_up(reader.position)
+                    return
+        finally:
+            if in_flight is not None:  # leaving on an error: let the transaction end first
+                in_flight.exception()
 
     # -- what an operator sees ---------------------------------------------------------------
 
@@ -382,8 +444,7 @@ class PostgresSink:
             conn.rollback()
             raise denied(conn, "write the mirror's rows", exc) from None
         except psycopg.OperationalError as exc:
-            raise ServiceUnavailable(service="Postgres", address=_redact(self.settings.database_url),
-                                     detail=str(exc).strip()) from None
+            raise _PostgresAway(exc) from None
         self.stats.position = next_offset
         self.stats.rows += rows
         self.stats.dead_letters += dead_count
@@ -408,10 +469,26 @@ class PostgresSink:
                 except psycopg.DataError as exc:
                     refused.append(dead_letter(self.topic, by_offset[row[1]], f"Postgres refused the row: {exc}"))
             for d in dead + refused:
-                cur.execute(_INSERT_DEAD, d)
+                self._insert_dead_letter(conn, cur, d)
             self._set_position(cur, next_offset)
         conn.commit()
         return len(rows) - len(refused), len(dead) + len(refused)
+
+    def _insert_dead_letter(self, conn: psycopg.Connection[Any], cur: psycopg.Cursor[Any],
+                            row: tuple[Any, ...]) -> None:
+        # Every column but the error is bytea, which takes any bytes, and the error is made
+        # safe for text (dead_letter): nothing here should be refusable. The savepoint is for
+        # what nobody foresaw: then the letter is kept with its bytes and a plain error.
+        try:
+            with conn.transaction():
+                cur.execute(_INSERT_DEAD, row)
+        except psycopg.DataError as exc:
+            logger.error("sink: offset %d: Postgres refused its dead letter (%s); keeping its bytes with a plain "
+                         "error", row[1], exc)
+            with conn.transaction():
+                cur.execute(_INSERT_DEAD, (*row[:2], safe_text(f"dead letter refused by Postgres ({exc}); "
+                                                               f"{row[2]!r}").encode("ascii", "backslashreplace")
+                                           .decode("ascii"), *row[3:]))
 
     def _lock_position(self, cur: psycopg.Cursor[Any]) -> int:
         cur.execute("SELECT next_offset FROM sink_positions WHERE topic = %s FOR UPDATE", (self.topic,))

@@ -20,7 +20,8 @@ from psycopg.types.json import Jsonb
 from swarmlog.errors import ServiceUnavailable
 from swarmlog.settings import Settings
 
-from .postgres_sink import _redact, connect, ensure_schema
+from .postgres_migrations import require_schema
+from .postgres_sink import _redact, connect
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,9 @@ def publish_report(settings: Settings, report: dict[str, Any]) -> int:
     }
     with connect(settings) as conn:
         try:
-            ensure_schema(conn)
+            # The table is made by `swarmlog mirror migrate`; publishing needs only INSERT on it
+            # (the swarmlog_sink role has it), never the right to create it.
+            require_schema(conn, database=_redact(settings.database_url))
             row = conn.execute(_INSERT, params).fetchone()
         except psycopg.OperationalError as exc:
             raise ServiceUnavailable(service="Postgres", address=_redact(settings.database_url),

@@ -8,7 +8,11 @@ Over a whole log, for every event:
   (``step_not_first_cause``), and that input was addressed to the agent that
   handled it, i.e. every message received was sent to it (``input_not_addressed``);
 * a logical timer's firing follows that agent's ``timer.set`` of the same name
-  (``timer_not_set``).
+  (``timer_not_set``);
+* the log starts at offset 0 (``history_incomplete``: retention deleted its beginning);
+* every message is a readable event (``unreadable``: named with its offset and why, never
+  skipped in silence) whose routing headers agree with its envelope (``header_mismatch``:
+  readers that route by header would send it elsewhere).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import SwarmlogError
+from .errors import RoutingHeaderMismatch, SwarmlogError
 from .kafka.backend import backend_for
 from .log.base import LogBackend
 from .protocol import RUN_STARTED, TIMER_FIRED, TIMER_SET, parse_step
@@ -54,14 +58,24 @@ def check_causality(*, settings: Settings, topic: str | None = None, registry: S
     violations: list[Violation] = []
     count = 0
     with backend.reader(topic) as reader:
+        history = backend.history(topic)
+        if not history.complete:
+            violations.append(Violation(history.log_start, "history_incomplete",
+                                        f"the log starts here, not at 0 ({history.describe()}): causes before "
+                                        f"it cannot be checked"))
         reader.assign(0)
         for batch in reader.batches():
             for m in batch:
                 off = m.offset()
                 try:
-                    writer, rec = decoder.decode(m.value(), off)
-                except SwarmlogError:
-                    continue  # not an event; the sink's dead letters and replay report it
+                    writer, rec = decoder.decode_checked(m)
+                except RoutingHeaderMismatch as exc:
+                    violations.append(Violation(off, "header_mismatch", f"header {exc.header} says "
+                                                f"{exc.header_value!r}, the envelope {exc.envelope_value!r}"))
+                    writer, rec = decoder.decode(m.value(), off)  # it decoded: check its causes too
+                except SwarmlogError as exc:
+                    violations.append(Violation(off, "unreadable", str(exc)))
+                    continue
                 count += 1
                 etype, agent, causes = writer.event_type, rec["agent_id"], rec["causes"]
                 payload = rec["payload"]

@@ -116,7 +116,7 @@ def cmd_sink(args: argparse.Namespace) -> int:
     if args.include_side_topics or args.metadata_refresh_ms is not None:
         raise UsageError("--include-side-topics and --metadata-refresh-ms go with --topics-pattern")
     settings = _settings(args)
-    sink = PostgresSink(settings=settings, group=args.group)
+    sink = PostgresSink(settings=settings, group=args.group, give_up_after=args.give_up_after)
     sink.install_signal_handlers()
     server = None
     if args.metrics_port is not None:
@@ -166,6 +166,23 @@ def _sink_pattern(args: argparse.Namespace) -> int:
         if server is not None:
             server.close()
     print(json.dumps({"topics": len(stats.positions), "rows": stats.rows, "dead_letters": stats.dead_letters}))
+
+
+def cmd_mirror(args: argparse.Namespace) -> int:
+    from swarmlog_connectors.postgres_migrations import SCHEMA_VERSION, migrate, schema_version
+    from swarmlog_connectors.postgres_sink import connect
+
+    with connect(_settings(args)) as conn:
+        if args.action == "status":
+            found = schema_version(conn)
+            print(json.dumps({"schema_version": found, "sink_needs": SCHEMA_VERSION,
+                              "migrated": found >= SCHEMA_VERSION}))
+            return 0 if found >= SCHEMA_VERSION else 1
+        applied = migrate(conn, writer_role=args.writer_role, reader_role=args.reader_role)
+    for m in applied:
+        print(f"applied version {m.version}: {m.name}")
+    print(f"the mirror's schema is at version {SCHEMA_VERSION}; the sink needs role {args.writer_role}, "
+          f"readers {args.reader_role} (GRANT {args.writer_role} TO <the sink's login role>)")
     return 0
 
 
@@ -193,17 +210,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
         bar = _progress_bar("replay", unit="ev")
         try:
             result = replay(settings=settings, to=args.to, group=args.group, reset=not args.no_reset,
-                            reducer=reducer_obj, progress=bar.update_to if bar else None)
+                            reducer=reducer_obj, progress=bar.update_to if bar else None,
+                            from_log_start=args.from_log_start)
         finally:
             if bar:
                 bar.close()
         for u in result.undecodable:
             print(f"warning: offset {u.offset} is not a readable event and was not replayed: {u.error}",
                   file=sys.stderr)
+        if result.start_offset:
+            print(f"warning: the log starts at offset {result.start_offset}, not 0: this is not the whole run "
+                  f"(its token records start_offset {result.start_offset})", file=sys.stderr)
         if args.json:
             print(json.dumps(result.to_json(), indent=2))
         else:
-            print(f"replayed {result.events} events up to offset {result.end_offset} (exclusive)")
+            print(f"replayed {result.events} events from offset {result.start_offset} up to offset "
+                  f"{result.end_offset} (exclusive)")
             for agent, h in sorted(result.agents.items()):
                 print(f"  {agent:<20} {h}")
             print(f"stream hash {result.stream_hash}")
@@ -495,7 +517,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "tools (default swarmlog-sink.<topic>, or swarmlog-sink with --topics-pattern)")
     s.add_argument("--until-end", action="store_true", help="stop once caught up instead of following")
     _metrics_port_arg(s)
+    s.add_argument("--give-up-after", type=float, metavar="SECONDS",
+                   help="exit (status 2) once Postgres has been unreachable this long (default: keep retrying)")
     s.set_defaults(func=cmd_sink)
+
+    mi = sub.add_parser("mirror", help="the Postgres mirror's schema: migrate (as the database owner) | status",
+                        parents=[verbose])
+    mi.add_argument("action", choices=["migrate", "status"])
+    mi.add_argument("--writer-role", default="swarmlog_sink", help="group role the sink runs as (created if missing)")
+    mi.add_argument("--reader-role", default="swarmlog_reader", help="read-only group role (created if missing)")
+    mi.set_defaults(func=cmd_mirror)
 
     r = sub.add_parser("replay", help="rebuild every agent's state from offset zero", parents=[verbose])
     r.add_argument("--topic")
@@ -507,6 +538,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--reducer", help="module:object folding events into agent state (default: the ledger)")
     r.add_argument("--json", action="store_true")
     r.add_argument("--strict", action="store_true", help="exit 3 if any message could not be read")
+    r.add_argument("--from-log-start", action="store_true",
+                   help="replay what is left of a log whose first offsets were deleted (refused otherwise)")
     r.add_argument("--token-out", metavar="FILE", help="write a replay token (run, seed, offsets, hashes)")
     r.add_argument("--verify", metavar="FILE", help="replay the token's range and check it matches (exit 5 if not)")
     r.add_argument("--swarm", help="module:swarm — re-run this code against the log and report divergences "

@@ -100,6 +100,7 @@ class _Agent:
 
 def main(*, settings: Settings, agents: int = 3, rounds: int = 200) -> int:
     """Run the demo; return 0 when live and replayed state, and topic and mirror, agree."""
+    from swarmlog_connectors.postgres_migrations import migrate
     from swarmlog_connectors.postgres_sink import PostgresSink, connect
 
     if agents < 3:
@@ -113,6 +114,8 @@ def main(*, settings: Settings, agents: int = 3, rounds: int = 200) -> int:
     names = [f"agent-{chr(ord('a') + i)}" for i in range(agents)]
     print(f"swarm of {agents} agents on topic {topic} (one partition: its offsets are the clock)")
 
+    with connect(settings) as conn:  # the mirror's tables (`swarmlog mirror migrate`), then the sink
+        migrate(conn)
     sink = PostgresSink(settings=settings, registry=registry)
     sink_thread = threading.Thread(target=sink.run, name="sink", daemon=True)
     sink_thread.start()

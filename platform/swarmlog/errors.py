@@ -9,6 +9,9 @@ sink (:mod:`swarmlog_connectors`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 
 class SwarmlogError(Exception):
     """Base of every error swarmlog raises on purpose."""
@@ -90,7 +93,7 @@ class KafkaHandshakeFailed(ServiceUnavailable):
 
 
 class DatabasePermissionDenied(SwarmlogError):
-    """The Postgres role may not do what the mirror needs (create its tables, write rows)."""
+    """The Postgres role may not do what the mirror needs (read its position, write rows)."""
 
     def __init__(self, *, role: str, database: str, action: str, detail: str) -> None:
         self.role = role
@@ -98,10 +101,9 @@ class DatabasePermissionDenied(SwarmlogError):
         self.action = action
         self.detail = detail
         super().__init__(
-            f"Postgres role {role!r} may not {action} in database {database!r} ({detail}). Either let it: "
-            f"GRANT CREATE ON SCHEMA public TO {role} (tables) and GRANT SELECT, INSERT, UPDATE ON ALL TABLES "
-            f"IN SCHEMA public TO {role} (rows); or have the database's owner create the tables once with "
-            f"`swarmlog sink --until-end` and run the sink as {role!r} after that.")
+            f"Postgres role {role!r} may not {action} in database {database!r} ({detail}). The sink needs only "
+            f"the group role `swarmlog mirror migrate` creates: GRANT swarmlog_sink TO {role} (the migration, "
+            f"run as the database owner, makes the tables and grants that role what mirroring needs).")
 
 
 class KafkaOperationFailed(SwarmlogError):
@@ -250,6 +252,95 @@ class AppendFailed(SwarmlogError):
         super().__init__(f"append to {topic!r} failed: {detail}")
 
 
+class EventFate(NamedTuple):
+    """What became of one appended event: written at ``offset``, still ``pending``, or ``error``."""
+
+    event_id: str
+    offset: int | None
+    """Its offset once the broker acknowledged it."""
+    error: str | None = None
+    """Why it was not written (the broker refused it); None while it is pending or once written."""
+
+    @property
+    def state(self) -> str:
+        """``written``, ``pending`` (queued in the producer; it lands once, in order) or ``failed``."""
+        return "written" if self.offset is not None else ("failed" if self.error is not None else "pending")
+
+
+class AppendIncomplete(AppendFailed):
+    """Not every event of an append was acknowledged in time; ``fates`` says what became of each.
+
+    Definite, event by event (``fates``, in the order they were appended):
+
+    * ``written``: in the log at ``offset``.
+    * ``pending``: still queued in this producer (Kafka did not answer in time). The
+      idempotent producer writes it exactly once, in order, when Kafka answers; nothing
+      times it out. Append it again with the same ``event_id`` (or flush again) to get its
+      offset: it is not sent a second time.
+    * ``failed``: the broker refused it (``error``); it is not in the log, and appending it
+      again sends it again.
+    """
+
+    def __init__(self, *, topic: str, fates: Sequence[EventFate], timeout: float) -> None:
+        self.fates = list(fates)
+        self.timeout = timeout
+        written = sum(f.offset is not None for f in self.fates)
+        failed = [f for f in self.fates if f.error is not None]
+        pending = len(self.fates) - written - len(failed)
+        why = f"; the broker refused {len(failed)} ({failed[0].error})" if failed else ""
+        super().__init__(topic=topic, detail=(
+            f"{written} of {len(self.fates)} event(s) acknowledged within {timeout}s, {pending} still queued{why}. "
+            f"Queued events are written exactly once, in order, when Kafka answers: append them again with the "
+            f"same event ids (nothing is sent twice) or flush again; the fate of each is in .fates"))
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        return {f.event_id: f.offset for f in self.fates if f.offset is not None}
+
+    @property
+    def pending(self) -> list[str]:
+        return [f.event_id for f in self.fates if f.offset is None and f.error is None]
+
+    @property
+    def failed(self) -> dict[str, str]:
+        return {f.event_id: f.error for f in self.fates if f.error is not None}
+
+
+class RoutingHeaderMismatch(SwarmlogError):
+    """A message's routing header says something else than its envelope (its Avro body).
+
+    Headers let readers skip a message without decoding it; a header that lies would route the
+    message to the wrong agent, or to nobody. So wherever a header steers what happens, it is
+    checked against the body, and a mismatch stops there instead of guessing.
+    """
+
+    def __init__(self, *, offset: int, header: str, header_value: str | None, envelope_value: str | None) -> None:
+        self.offset = offset
+        self.header = header
+        self.header_value = header_value
+        self.envelope_value = envelope_value
+        said = "is absent" if header_value is None else f"says {header_value!r}"
+        super().__init__(
+            f"message at offset {offset}: header {header} {said}, but its envelope says {envelope_value!r}. "
+            f"A producer wrote routing headers that do not match the event; fix that producer. "
+            f"`swarmlog check causality` lists every such message; the sink dead-letters them")
+
+
+class HistoryIncomplete(SwarmlogError):
+    """The topic no longer holds its history from offset 0: replaying it cannot rebuild the run."""
+
+    def __init__(self, *, topic: str, log_start: int, retention: str) -> None:
+        self.topic = topic
+        self.log_start = log_start
+        self.retention = retention
+        super().__init__(
+            f"topic {topic!r} starts at offset {log_start}, not 0: its first {log_start} offset(s) were deleted "
+            f"({retention}). Replay and agents rebuild state from offset 0, so what they would rebuild from here is "
+            f"not the run. Keep history forever (`retention.ms=-1`, `retention.bytes=-1`, as `swarmlog topic "
+            f"create` makes it); to look at what is left anyway, `swarmlog replay --from-log-start` (its token "
+            f"records the real start)")
+
+
 class TransactionAborted(SwarmlogError):
     """An agent's transaction did not commit: none of its outputs became visible.
 
@@ -268,6 +359,28 @@ class AgentFenced(TransactionAborted):
 
     def __init__(self, *, agent: str, detail: str) -> None:
         super().__init__(agent=agent, detail=f"fenced by a newer instance of the agent: {detail}")
+
+
+# --- the Postgres mirror ---------------------------------------------------------------
+
+
+class MirrorNotMigrated(SwarmlogError):
+    """The mirror's tables are missing or older than the sink writes: migrations are a separate step."""
+
+    def __init__(self, *, database: str, found: int, required: int) -> None:
+        self.database = database
+        self.found = found
+        self.required = required
+        super().__init__(
+            f"the mirror at {database} has schema version {found}, the sink needs {required}. Run "
+            f"`swarmlog mirror migrate` as the database owner (on Kubernetes the chart's migrate hook Job does), "
+            f"then start the sink again; the sink itself needs only the swarmlog_sink role")
+
+
+class MirrorMigrationFailed(SwarmlogError):
+    def __init__(self, *, detail: str) -> None:
+        self.detail = detail
+        super().__init__(f"migrating the mirror's schema failed: {detail}")
 
 
 # --- runs ---------------------------------------------------------------------------

@@ -42,9 +42,12 @@ class ReplayResult:
     stream_hash: str
     undecodable: list[Undecodable] = field(default_factory=list)
     states: dict[str, Any] = field(default_factory=dict, repr=False)
+    start_offset: int = 0
+    """The first offset replayed: 0, unless a replay ``from_log_start`` found history deleted."""
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "start_offset": self.start_offset,
             "end_offset": self.end_offset,
             "events": self.events,
             "agents": dict(sorted(self.agents.items())),
@@ -104,8 +107,9 @@ class Fold:
                 continue
             yield off, writer.event_type, record["agent_id"], record["to"], record["payload"]
 
-    def result(self, end_offset: int) -> ReplayResult:
+    def result(self, end_offset: int, *, start_offset: int = 0) -> ReplayResult:
         return ReplayResult(
+            start_offset=start_offset,
             end_offset=end_offset,
             events=self.events,
             agents={agent: state_hash(s) for agent, s in self.states.items()},

@@ -8,7 +8,9 @@ One home for every convention that readers and writers of the log share:
   deterministic, so that an agent rebuilding from offset zero recognises what an
   earlier life of it already wrote; a wall-clock firing is ``<agent>@timer<set offset>``;
 * the **routing headers** (``sl.type``, ``sl.v``, ``sl.agent``, ``sl.to``, ``sl.step``)
-  that let a reader skip an event without decoding it, and their parsing;
+  that let a reader skip an event without decoding it, their parsing, and their check
+  against the envelope (:func:`checked_route`): a header that steers behaviour is never
+  trusted over the body it describes;
 * the names of the **Kafka resources** of an agent (its transactional id and
   consumer group), of the replay Job and of the sink (their consumer groups), which
   operators see in Kafka's own tools, and of the side topics kept beside a log.
@@ -16,7 +18,9 @@ One home for every convention that readers and writers of the log share:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple, NoReturn
+
+from .errors import RoutingHeaderMismatch
 
 # --- event types ------------------------------------------------------------------------
 
@@ -41,8 +45,6 @@ RUN_FORKED = "run.forked"
 RECORDED_EFFECTS = frozenset({EFFECT_RECORDED, LLM_CALL, HTTP_EXCHANGE})
 """Recorded I/O: run live once, served from the log on every replay. A handler needs the
 result at once, so replay indexes these ahead of the steps that made them."""
-RECORDED_EFFECT_HEADERS = frozenset(t.encode() for t in RECORDED_EFFECTS)
-""":data:`RECORDED_EFFECTS` as the bytes of an ``sl.type`` header."""
 SELF_RECORDS = frozenset({*RECORDED_EFFECTS, TIMER_SET, TIMER_CANCELLED, HANDLER_FAILED})
 """What an agent writes about itself: never dispatched to handlers."""
 
@@ -61,8 +63,6 @@ H_SNAPSHOT_CODE = "sl.snap.code"
 """On a snapshot record: the code version that made it."""
 
 Headers = list[tuple[str, bytes]]
-
-RUN_STARTED_HEADER = (H_TYPE, RUN_STARTED.encode())
 
 
 class Route(NamedTuple):
@@ -96,11 +96,104 @@ def route(headers: Headers | None) -> Route:
     return Route(t, a, to, step)
 
 
+def checked_route(headers: Headers | None, offset: int, event_type: str, event_type_b: bytes, version: bytes,
+                  event_id: bytes, agent: bytes, to: bytes | None, expected: dict[Any, Headers], /) -> Route:
+    """The route of a message as its envelope gives it, its routing headers checked against it.
+
+    ``event_type`` is the writer schema's type (the fingerprint's; ``event_type_b`` encoded),
+    ``version`` its version as an ``sl.v`` header spells it; ``event_id``, ``agent`` and ``to``
+    are the envelope's fields as bytes. Raises :class:`~swarmlog.errors.RoutingHeaderMismatch`
+    for a header that says something else, or for ``sl.type``, ``sl.agent`` or ``sl.to``
+    missing from a message that carries routing headers (an absent ``sl.to`` means a
+    broadcast). A message without any (written by another tool) is routed by its envelope.
+
+    Speed: every agent routes every message. swarmlog's writers put the headers in one order
+    (``sl.type``, ``sl.v``, ``sl.agent``, ``sl.to`` if any, ``sl.step`` on runtime outputs), so
+    the common case is one list comparison with the headers such an envelope should have
+    (kept in ``expected``, the caller's cache); anything else is checked header by header.
+    """
+    step = None
+    if headers:
+        key = (event_type_b, version, agent, to)
+        want = expected.get(key)
+        if want is None:
+            want = _expected_headers(expected, key)
+        if headers != want:
+            n = len(want)
+            last = headers[-1]
+            if len(headers) == n + 1 and last[0] == H_STEP and last[1] == step_of(event_id) and headers[:n] == want:
+                step = int(last[1])
+            else:
+                step = _check_each(headers, offset, event_type_b, version, event_id, agent, to)
+    return Route(event_type, agent.decode(), None if to is None else to.decode(), step)
+
+
+_EXPECTED_MAX = 4096
+
+
+def _expected_headers(expected: dict[Any, Headers], key: tuple[bytes, bytes, bytes, bytes | None]) -> Headers:
+    if len(expected) >= _EXPECTED_MAX:  # (type, version, agent, recipient) repeat; guard against what does not
+        expected.clear()
+    event_type_b, version, agent, to = key
+    want = [(H_TYPE, event_type_b), (H_VERSION, version), (H_AGENT, agent)]
+    if to is not None:
+        want.append((H_TO, to))
+    expected[key] = want
+    return want
+
+
+def _check_each(headers: Headers, offset: int, event_type_b: bytes, version: bytes, event_id: bytes, agent: bytes,
+                to: bytes | None) -> int | None:
+    """Header by header (any order, other headers among them); the step, if ``sl.step`` is there."""
+    step = None
+    seen = 0
+    for k, v in headers:
+        if k == H_TYPE:
+            seen |= 1
+            if v != event_type_b:
+                _mismatch(offset, H_TYPE, v, event_type_b)
+        elif k == H_VERSION:
+            seen |= 8
+            if v != version:
+                _mismatch(offset, H_VERSION, v, version)
+        elif k == H_AGENT:
+            seen |= 2
+            if v != agent:
+                _mismatch(offset, H_AGENT, v, agent)
+        elif k == H_TO:
+            seen |= 4
+            if v != to:
+                _mismatch(offset, H_TO, v, to)
+        elif k == H_STEP:
+            seen |= 8
+            if v != step_of(event_id):
+                _mismatch(offset, H_STEP, v, step_of(event_id))
+            step = int(v)
+    if seen:
+        if not seen & 1:
+            _mismatch(offset, H_TYPE, None, event_type_b)
+        if not seen & 2:
+            _mismatch(offset, H_AGENT, None, agent)
+        if not seen & 4 and to is not None:
+            _mismatch(offset, H_TO, None, to)
+    return step
+
+
+def _mismatch(offset: int, header: str, header_value: bytes | None, envelope_value: bytes | None) -> NoReturn:
+    def text(b: bytes | None) -> str | None:
+        return None if b is None else b.decode("utf-8", "backslashreplace")
+
+    raise RoutingHeaderMismatch(offset=offset, header=header, header_value=text(header_value),
+                                envelope_value=text(envelope_value))
+
+
 # --- event ids ------------------------------------------------------------------------------
 
 _STEP_MARK = "@"
 _INDEX_MARK = "#"
 _WALL_TIMER_MARK = "@timer"
+_STEP_MARK_B = _STEP_MARK.encode()
+_INDEX_MARK_B = _INDEX_MARK.encode()
 AGENT_NAME_FORBIDDEN = "@#:/ "
 """Characters an agent name may not hold: they would make its event ids ambiguous."""
 
@@ -118,6 +211,13 @@ def output_id_prefix(agent: str, step: int) -> str:
 def wall_timer_id(agent: str, set_offset: int) -> str:
     """The id of a wall-clock timeout's firing: one per ``timer.set``, whichever life fires it."""
     return f"{agent}{_WALL_TIMER_MARK}{set_offset}"
+
+
+def step_of(event_id: bytes) -> bytes | None:
+    """The step of an ``agent@step#i`` id as the bytes of an ``sl.step`` header (None: no step)."""
+    _, _, tail = event_id.rpartition(_STEP_MARK_B)
+    step, sep, index = tail.partition(_INDEX_MARK_B)
+    return step if sep and step.isdigit() and index.isdigit() else None
 
 
 def run_started_id(run_id: str) -> str:

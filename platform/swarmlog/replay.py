@@ -17,21 +17,29 @@ Two ways in for :func:`replay`:
   consumes, and commits where it stopped.
 
 Messages that do not decode are reported with their offsets, never silently skipped.
+
+A log that no longer starts at offset 0 (finite retention, DeleteRecords) cannot rebuild
+the run: both replays refuse it with :class:`~swarmlog.errors.HistoryIncomplete`.
+``replay(from_log_start=True)`` folds what is left anyway, loudly, and its result (and
+token) records the offset it really started at.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from .agent import Swarm
 from .errors import GroupNotAtStart, UsageError
 from .fold import Fold, Reducer, ReplayResult, Undecodable
 from .kafka.backend import backend_for
-from .log.base import LogBackend
+from .log.base import LogBackend, require_complete_history
 from .protocol import agent_group, replay_group
 from .runtime import Divergence, SwarmReplayResult, replay_swarm_log
 from .schema.registry import SchemaRegistry
 from .settings import Settings
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["Divergence", "Fold", "ReplayResult", "SwarmReplayResult", "Undecodable", "replay", "replay_swarm"]
 
@@ -47,6 +55,7 @@ def replay(
     registry: SchemaRegistry | None = None,
     progress: Callable[[int, int], None] | None = None,
     backend: LogBackend | None = None,
+    from_log_start: bool = False,
 ) -> ReplayResult:
     """Rebuild every agent's state from the start of the log, up to ``to`` (exclusive).
 
@@ -54,12 +63,23 @@ def replay(
     while it has active members); with ``reset=False`` the group must already
     be at the log start (e.g. reset by ``kafka-consumer-groups --reset-offsets
     --to-earliest --execute``).
+
+    A log that no longer starts at offset 0 is refused (:class:`~swarmlog.errors.HistoryIncomplete`)
+    unless ``from_log_start``: then what is left is folded, with a warning, and the result's
+    ``start_offset`` says where it began.
     """
     topic = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dirs())
     backend = backend_for(settings, backend)
     fold = Fold(registry=registry, reducer=reducer)
     with backend.reader(topic, group=group) as reader:
+        if from_log_start:
+            history = backend.history(topic)
+            if not history.complete:
+                logger.warning("topic %r starts at offset %d, not 0 (%s): replaying what is left, which is not "
+                               "the whole run", topic, history.log_start, history.describe())
+        else:
+            require_complete_history(backend, topic)
         low, high = backend.watermarks(topic)
         total = (min(high, to) if to is not None else high) - low
         if group is None:
@@ -81,7 +101,7 @@ def replay(
         end = reader.position.end_offset
         if group is not None:
             reader.commit(end)
-    return fold.result(end)
+    return fold.result(end, start_offset=low)
 
 
 def replay_swarm(
@@ -120,5 +140,6 @@ def replay_swarm(
     backend = backend_for(settings, backend)
     with backend.reader(topic):
         pass  # refuses a missing or multi-partition topic with a clear error
+    require_complete_history(backend, topic)  # the agents' code replays from offset 0 or not at all
     return replay_swarm_log(backend=backend, swarm=swarm, topic=topic, registry=registry, to=to, strict=strict,
                             group=group, reset=reset, progress=progress)

@@ -100,8 +100,10 @@ def mismatches(expected: ReplayToken, actual: ReplayToken) -> list[str]:
 
 
 def token_from(result: Any, *, topic: str, run: Any, code_version: str | None, reducer: str,
-               start_offset: int = 0) -> ReplayToken:
+               start_offset: int | None = None) -> ReplayToken:
+    # The real start: a replay from a log whose history was deleted did not start at 0.
+    start = start_offset if start_offset is not None else getattr(result, "start_offset", 0)
     return ReplayToken(topic=topic, run_id=run.run_id if run else None, seed=run.seed if run else None,
-                       code_version=code_version, start_offset=start_offset, end_offset=result.end_offset,
+                       code_version=code_version, start_offset=start, end_offset=result.end_offset,
                        events=result.events, stream_hash=result.stream_hash, agents=dict(result.agents),
                        reducer=reducer)

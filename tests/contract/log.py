@@ -34,7 +34,7 @@ def append(backend: LogBackend, topic: str, *payloads: bytes) -> list[int]:
         appender.send(p, b"k", [("h", b"v")])
     delivered = appender.flush(30)
     appender.close()
-    assert delivered.errors == [] and delivered.unacknowledged == 0
+    assert delivered.errors == {} and delivered.pending == 0
     return delivered.offsets
 
 

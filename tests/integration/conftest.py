@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any, NamedTuple
@@ -30,6 +31,7 @@ from swarmlog.kafka.topic import create_topic
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
+from swarmlog_connectors.postgres_migrations import migrate
 
 from ..conftest import REPO, new_topic_name, subprocess_env
 
@@ -42,7 +44,7 @@ def base_settings() -> Iterator[Settings]:
 
     source = containers.service_source(os.environ, docker_reachable=containers.docker_reachable)
     if source is containers.ServiceSource.ENVIRONMENT:
-        yield Settings.from_env()
+        yield _migrated(Settings.from_env())
         return
     with ExitStack() as stack:
         if source is containers.ServiceSource.CONTAINERS:
@@ -56,7 +58,14 @@ def base_settings() -> Iterator[Settings]:
         # Subprocesses the tests start (the sink under SIGKILL, the CLI) find the same cluster.
         os.environ["SWARMLOG_BOOTSTRAP_SERVERS"] = bootstrap
         os.environ["SWARMLOG_DATABASE_URL"] = database
-        yield Settings.from_env()
+        yield _migrated(Settings.from_env())
+
+
+def _migrated(settings: Settings) -> Settings:
+    # The mirror's tables, made as `swarmlog mirror migrate` makes them: the sink creates nothing.
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        migrate(conn)
+    return settings
 
 
 @pytest.fixture
@@ -81,6 +90,19 @@ def backend(base_settings: Settings) -> KafkaBackend:
 def db(base_settings: Settings) -> Iterator[psycopg.Connection]:
     with psycopg.connect(base_settings.database_url, autocommit=True) as conn:
         yield conn
+
+
+@pytest.fixture
+def fresh_database(base_settings: Settings) -> Iterator[str]:
+    """The URL of a new, empty database on the same server (dropped afterwards)."""
+    name = f"swarmlog_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base_settings.database_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    info = psycopg.conninfo.conninfo_to_dict(base_settings.database_url)
+    info["dbname"] = name
+    yield psycopg.conninfo.make_conninfo(**info)  # type: ignore[arg-type]
+    with psycopg.connect(base_settings.database_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 class LogRecord(NamedTuple):

@@ -4,8 +4,8 @@
   process start-up), naming the address and librdkafka's reason, with no librdkafka line
   on the terminal unless -v.
 * A TLS or SASL handshake that fails says which one, against the real (plaintext) broker.
-* A bad setting is one line and exit 2; a Postgres role that may not create the mirror's
-  tables is told what to grant.
+* A bad setting is one line and exit 2; a database whose mirror schema is not migrated names
+  the command, and a Postgres role without the sink's group role is told what to grant.
 """
 
 from __future__ import annotations
@@ -141,15 +141,22 @@ def test_a_role_that_may_not_create_the_mirrors_tables_is_told_what_to_grant(set
         assert proc.returncode == 70, proc.stderr
         line = proc.stderr.strip()
         assert len(line.splitlines()) == 1 and "Traceback" not in line
-        assert f"Postgres role {role!r} may not create the mirror's tables" in line
-        assert f"GRANT CREATE ON SCHEMA public TO {role}" in line
+        assert "has schema version 0" in line and "swarmlog mirror migrate" in line  # the sink runs no DDL
 
-        # Once the owner made the tables, the same role may run the sink with row privileges only.
+        # The owner migrates; the role, not yet given the sink's group role, is told to get it.
         env["SWARMLOG_DATABASE_URL"] = owner_url
-        assert _cli(env, "sink", "--until-end")[0].returncode == 0
-        with psycopg.connect(owner_url, autocommit=True) as conn:
-            conn.execute(f'GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA public TO "{role}"')
+        assert _cli(env, "mirror", "migrate")[0].returncode == 0
         env["SWARMLOG_DATABASE_URL"] = role_url
+        proc, _ = _cli(env, "sink", "--until-end")
+        assert proc.returncode == 70, proc.stderr
+        line = proc.stderr.strip()
+        assert len(line.splitlines()) == 1 and "Traceback" not in line
+        assert f"Postgres role {role!r} may not read and write the mirror's rows" in line
+        assert f"GRANT swarmlog_sink TO {role}" in line
+
+        # With that role, and nothing else, it mirrors.
+        with psycopg.connect(owner_url, autocommit=True) as conn:
+            conn.execute(f'GRANT swarmlog_sink TO "{role}"')
         ok, _ = _cli(env, "sink", "--until-end")
         assert ok.returncode == 0, ok.stderr
         assert json.loads(ok.stdout)["position"] >= 0

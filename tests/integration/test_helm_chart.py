@@ -425,11 +425,46 @@ def test_inline_credentials_land_in_a_secret_never_in_the_configmap_or_pods(
     assert configmap["data"]["SWARMLOG_KAFKA_SASL_USERNAME"] == "research"
 
 
-def test_only_the_sink_and_replay_receive_the_database_url(replay_manifests: list[Manifest]) -> None:
+def test_only_the_sink_the_mirror_migration_and_replay_receive_the_database_url(
+        replay_manifests: list[Manifest]) -> None:
     for workload in pod_workloads(replay_manifests):
         gets_db = "SWARMLOG_DATABASE_URL" in env_of(workload)
         role = workload["metadata"]["labels"]["app.kubernetes.io/component"]
-        assert gets_db == (role in ("sink", "replay")), role
+        assert gets_db == (role in ("sink", "mirror-migrate", "replay")), role
+
+
+# --- the mirror's schema ----------------------------------------------------------------
+
+
+def test_the_mirror_is_migrated_by_a_hook_before_the_sink_with_the_owners_credentials(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    manifests = render(helm, helm_env, *template_args(PROD_VALUES, values_file(tmp_path, {
+        "mirror": {"migrate": {"existingSecret": "pg-owner", "existingSecretKey": "uri"}}})))
+    (job,) = component(manifests, "Job", "mirror-migrate")
+    (topic_job,) = component(manifests, "Job", "topic")
+    annotations = job["metadata"]["annotations"]
+    assert set(annotations["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade"}
+    assert int(annotations["helm.sh/hook-weight"]) > int(topic_job["metadata"]["annotations"]["helm.sh/hook-weight"])
+    assert container(job)["args"] == ["mirror", "migrate", "--writer-role", "swarmlog_sink",
+                                      "--reader-role", "swarmlog_reader"]
+    assert pod_spec(job)["restartPolicy"] == "Never" and "envFrom" not in container(job)
+    assert env_of(job)["SWARMLOG_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "pg-owner", "key": "uri"}
+    # The sink keeps its own, least-privileged credentials: it runs no DDL.
+    (sink,) = component(manifests, "Deployment", "sink")
+    assert env_of(sink)["SWARMLOG_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "research-swarm-pg-app", "key": "uri"}
+    assert container(sink)["args"][:1] == ["sink"]
+
+
+def test_without_an_owner_secret_the_migration_uses_the_sinks_url_and_without_a_sink_none_runs(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path, default_manifests: list[Manifest]
+) -> None:
+    (job,) = component(default_manifests, "Job", "mirror-migrate")
+    assert env_of(job)["SWARMLOG_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["key"] == "database-url"
+    for overrides in ({"sink": {"enabled": False}}, {"mirror": {"migrate": {"enabled": False}}}):
+        manifests = render(helm, helm_env, *template_args(values_file(tmp_path, overrides)))
+        assert component(manifests, "Job", "mirror-migrate") == []
 
 
 # --- replay ----------------------------------------------------------------------------

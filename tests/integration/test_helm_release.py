@@ -3,7 +3,7 @@ and environment as a local process, with swarmlog installed from the built wheel
 virtual environment outside the repository, against the real dev Kafka and Postgres.
 
 The order is the one Helm and Kubernetes give: the pre-install hooks by weight (the topic
-Job, then the run-start Job), then one process per agent and the sink; later an upgrade with
+Job, the mirror's migration, then the run-start Job), then one process per agent and the sink; later an upgrade with
 ``replay.enabled=true`` renders the replay Job, which runs while the agents keep running.
 """
 
@@ -149,12 +149,14 @@ def test_the_rendered_release_runs_the_swarm_to_its_end_exactly_and_its_replay_j
     settings = base_settings.model_copy(update={"topic": topic})
     everything = _render(helm, helm_env, tmp_path, _values(base_settings, topic, installed["app"]), installed)
     hooks = [_pod(w, installed) for w in everything if w.hook_weight is not None]
-    assert sorted(p.workload.component for p in hooks) == ["run-start", "topic"]
+    assert sorted(p.workload.component for p in hooks) == ["mirror-migrate", "run-start", "topic"]
     _wheel_ships_schemas(installed, hooks[0].workload.env)
 
-    # helm install: the hooks, in weight order. The run starts exactly once, with the values'
-    # run id and seed; a retried or upgraded hook finds it and writes nothing.
+    # helm install: the hooks, in weight order. The mirror's schema is migrated (the sink runs no
+    # DDL); the run starts exactly once, with the values' run id and seed; a retried or upgraded
+    # hook finds it and writes nothing.
     done = _run_hooks(hooks)
+    assert "the mirror's schema is at version" in done["mirror-migrate"].stdout()
     assert "started" in done["run-start"].stderr()
     again = _run_hooks([_pod(w, installed) for w in everything if w.component == "run-start"])
     assert "already started" in again["run-start"].stderr()
@@ -241,7 +243,7 @@ def test_an_agent_that_finds_no_run_started_says_so_and_fails_after_its_bounded_
     values = _values(base_settings, topic, installed["app"], runStart={"enabled": False},
                      agents={"waitForRunSeconds": 8})
     everything = _render(helm, helm_env, tmp_path, values, installed)
-    assert [w.component for w in everything if w.hook_weight is not None] == ["topic"]
+    assert sorted(w.component for w in everything if w.hook_weight is not None) == ["mirror-migrate", "topic"]
     _wheel_ships_schemas(installed, everything[0].env)
     _run_hooks([_pod(w, installed) for w in everything if w.component == "topic"])
     (worker,) = [_pod(w, installed) for w in everything if w.agent == "r0"]

@@ -269,3 +269,31 @@ def test_a_swarm_is_not_quiet_while_an_agent_holds_an_open_transaction(settings,
         time.sleep(0.05)
     worker.in_transaction = False
     assert watcher.quiet(0.2, [worker])
+
+
+def test_an_agent_stopped_mid_step_commits_past_its_last_marker_and_shows_lag_0(settings, registry):
+    """SIGTERM while a step runs: the agent finishes and commits the step, then reads its own outputs
+    back and past the transaction's marker before it commits its position, so Kafka's own tools
+    (kafka-consumer-groups) show the stopped, caught-up agent at lag 0, not behind."""
+    from swarmlog.dev import kafka_tool_argv
+
+    start_run(settings=settings, swarm=swarms.echo, run_id="lag", seed=4)
+    agent = _spawn_agent(settings, "tests.swarms:echo", "e")
+    with EventLog(settings=settings, run_id="lag") as log:
+        ping = log.append("agent.message", {"kind": "ping", "body": "1"}, agent="operator", to="e")
+    deadline = time.monotonic() + 60
+    while _log_end(settings) <= ping + 1:  # the pong is in the open transaction; the step still runs
+        assert time.monotonic() < deadline and agent.poll() is None, "the agent never answered"
+        time.sleep(0.05)
+    agent.send_signal(signal.SIGTERM)
+    _, err = agent.communicate(timeout=60)
+    assert agent.returncode == 0, err[-2000:]
+    group = f"swarmlog.{settings.topic}.e"
+    argv = kafka_tool_argv("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                           "--bootstrap-server", settings.bootstrap_servers, "--describe", "--group", group)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    (current, end, lag), = [tuple(map(int, cols[3:6])) for cols in map(str.split, proc.stdout.splitlines())
+                            if cols[:2] == [group, settings.topic]]
+    assert end == _log_end(settings) > ping + 3  # ping, pong, the effect's record, the commit marker
+    assert (current, lag) == (end, 0), proc.stdout

@@ -10,6 +10,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from swarmlog.kafka.reader import LogReader
 from swarmlog.log.append import EventLog
 from swarmlog.schema.codec import Decoder
@@ -74,6 +76,7 @@ def test_sink_resumes_without_gap_or_duplicate_after_sigkill(settings, registry,
     total = 100_000
     rng = random.Random(20261130)
     loaded = threading.Event()
+    killed = threading.Event()
 
     def load() -> None:
         with EventLog(settings=settings) as log:
@@ -81,7 +84,13 @@ def test_sink_resumes_without_gap_or_duplicate_after_sigkill(settings, registry,
                 log.produce("agent.message", {"kind": "load", "body": str(i)}, agent=f"a{i % 5}")
                 if i % 5000 == 0:
                     log.flush()
-                    time.sleep(1.0)  # spread the load (~20 s) over the kills
+                    # Spread the load over the kills: at first one burst per kill (a sink's start
+                    # takes seconds on a busy machine), then a burst a second.
+                    if i < 30_000:
+                        killed.wait(60)
+                        killed.clear()
+                    else:
+                        time.sleep(1.0)
             log.flush()
         loaded.set()
 
@@ -107,6 +116,7 @@ def test_sink_resumes_without_gap_or_duplicate_after_sigkill(settings, registry,
         loading = not loaded.is_set()
         sink.send_signal(signal.SIGKILL)
         sink.wait()
+        killed.set()
         kills_during_load += loading
         positions.append(db.execute("SELECT next_offset FROM sink_positions WHERE topic = %s",
                                     (settings.topic,)).fetchone())
@@ -137,11 +147,11 @@ def test_garbage_lands_in_dead_letters_and_the_sink_keeps_going(settings, regist
         log.append("agent.message", {"kind": "k", "body": "after"}, agent="a")
     stats = PostgresSink(settings=settings, registry=registry).run(until_end=True)
     assert stats.rows == 2 and stats.dead_letters == 2
-    dead = db.execute("SELECT seq, error, raw, key, headers FROM dead_letters WHERE topic = %s ORDER BY seq",
-                      (settings.topic,)).fetchall()
+    dead = db.execute("SELECT seq, error, raw, key, header_keys, header_values FROM dead_letters WHERE topic = %s "
+                      "ORDER BY seq", (settings.topic,)).fetchall()
     assert [d[0] for d in dead] == [1, 2]
     assert bytes(dead[0][2]) == b"\x00garbage that is not avro" and bytes(dead[0][3]) == b"k1"
-    assert dead[0][4] == {"x": "y"}
+    assert (dead[0][4], dead[0][5]) == ([b"x"], [b"y"])
     assert "eeeeeeeeeeeeeeee" in dead[1][1]  # the unknown fingerprint is named
     assert [r[0] for r in db.execute("SELECT payload->>'body' FROM events WHERE topic = %s ORDER BY seq",
                                      (settings.topic,))] == ["before", "after"]
@@ -220,3 +230,142 @@ def test_sink_exits_cleanly_on_sigterm_after_its_batch(settings, registry, db):
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1])["position"] == 1000
+
+
+# --- poison messages, whole dead letters ------------------------------------------------------
+
+POISON_HEADERS = [("sl.type", b"agent.message"), ("nul", b"a\x00b"), ("bytes", b"\xff\xfe\x00\x80"), ("none", None),
+                  *[("dup", str(i).encode()) for i in range(200)], ("nul", b"\x00")]
+
+
+def test_a_poison_message_with_a_nul_header_is_dead_lettered_whole_and_everything_after_it_is_mirrored(
+        settings, registry, db):
+    """The sink as users run it (`swarmlog sink`), twice: the poison message never stops it."""
+    with EventLog(settings=settings) as log:
+        for i in range(10):
+            log.produce("agent.message", {"kind": "k", "body": f"before {i}"}, agent="a")
+        log.produce_raw(b"not avro \x00 \xff at all", key=b"k\x00ey", headers=POISON_HEADERS)
+        for i in range(1000):
+            log.produce("agent.message", {"kind": "k", "body": f"after {i}"}, agent="a")
+        offsets = log.flush()
+    poison = offsets[10]
+    for _ in range(2):  # a restart finds nothing left to choke on
+        done = subprocess.run([sys.executable, "-m", "swarmlog.cli", "sink", "--until-end"],
+                              env=subprocess_env(settings), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    (seq, error, raw, key, keys, values), = db.execute(
+        "SELECT seq, error, raw, key, header_keys, header_values FROM dead_letters WHERE topic = %s",
+        (settings.topic,)).fetchall()
+    assert seq == poison and "Avro" in error
+    assert bytes(raw) == b"not avro \x00 \xff at all" and bytes(key) == b"k\x00ey"
+    assert [(k.decode(), v) for k, v in zip(keys, values, strict=True)] == POISON_HEADERS
+    mirrored = [r[0] for r in db.execute("SELECT payload->>'body' FROM events WHERE topic = %s ORDER BY seq",
+                                         (settings.topic,))]
+    assert mirrored == [f"before {i}" for i in range(10)] + [f"after {i}" for i in range(1000)]
+    assert db.execute("SELECT next_offset FROM sink_positions WHERE topic = %s",
+                      (settings.topic,)).fetchone() == (offsets[-1] + 1,)
+
+
+def test_a_refused_row_and_a_poison_message_in_one_batch_both_land_in_dead_letters(settings, registry, db):
+    # The row-by-row redo (a jsonb NUL in an event) also writes the poison message's letter,
+    # each in a savepoint.
+    with EventLog(settings=settings) as log:
+        log.append("agent.message", {"kind": "k", "body": "nul\x00"}, agent="a")
+        log.produce_raw(b"\x01garbage", headers=[("h", b"\x00")])
+        log.append("agent.message", {"kind": "k", "body": "fine"}, agent="a")
+    stats = PostgresSink(settings=settings, registry=registry).run(until_end=True)
+    assert (stats.rows, stats.dead_letters) == (1, 2)
+    assert db.execute("SELECT seq, header_values FROM dead_letters WHERE topic = %s ORDER BY seq",
+                      (settings.topic,)).fetchall() == [(0, [b"agent.message", b"3", b"a"]), (1, [b"\x00"])]
+
+
+# --- migrations and least privilege -------------------------------------------------------------
+
+
+def _url_as(url: str, user: str) -> str:
+    import psycopg
+
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    info["user"] = user
+    return psycopg.conninfo.make_conninfo(**info)
+
+
+def test_the_sink_refuses_an_unmigrated_database_and_names_the_command(settings, fresh_database):
+    env = {**subprocess_env(settings), "SWARMLOG_DATABASE_URL": fresh_database}
+    with EventLog(settings=settings) as log:
+        log.append("agent.message", {"kind": "k", "body": "x"}, agent="a")
+    refused = subprocess.run([sys.executable, "-m", "swarmlog.cli", "sink", "--until-end"], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 70 and "swarmlog mirror migrate" in refused.stderr, refused.stderr
+    status = subprocess.run([sys.executable, "-m", "swarmlog.cli", "mirror", "status"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 1 and json.loads(status.stdout)["schema_version"] == 0
+    migrated = subprocess.run([sys.executable, "-m", "swarmlog.cli", "mirror", "migrate"], env=env,
+                              capture_output=True, text=True, timeout=60)
+    assert migrated.returncode == 0, migrated.stderr
+    assert all(f"applied version {v}" in migrated.stdout for v in (1, 2, 3))
+    again = subprocess.run([sys.executable, "-m", "swarmlog.cli", "mirror", "migrate"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "applied version" not in again.stdout
+    done = subprocess.run([sys.executable, "-m", "swarmlog.cli", "sink", "--until-end"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and json.loads(done.stdout.splitlines()[-1])["rows"] == 1, done.stderr
+
+
+def test_version_1_dead_letters_keep_their_headers_through_the_migration(fresh_database):
+    import psycopg
+
+    from swarmlog_connectors.postgres_migrations import migrate, migrations
+
+    with psycopg.connect(fresh_database, autocommit=True) as conn:
+        conn.execute(migrations()[0].sql.encode())  # a database the old sink set up itself
+        conn.execute("INSERT INTO dead_letters VALUES ('t', 7, 'bad', '\\x00', NULL, '{\"b\": \"2\", \"a\": null}')")
+        assert [m.version for m in migrate(conn)] == [1, 2, 3]
+        assert conn.execute("SELECT header_keys, header_values, raw FROM dead_letters").fetchone() == (
+            [b"a", b"b"], [None, b"2"], b"\x00")
+
+
+def test_the_sink_runs_as_a_role_that_can_only_insert_and_cannot_create_tables(settings, registry, db):
+    import psycopg
+
+    user = f"sink_{settings.topic.rsplit('-', 1)[-1]}"
+    db.execute(f'CREATE ROLE "{user}" LOGIN IN ROLE swarmlog_sink')
+    try:
+        url = _url_as(settings.database_url, user)
+        with psycopg.connect(url, autocommit=True) as conn:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("CREATE TABLE sneaky (x int)")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("SELECT count(*) FROM events")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("DELETE FROM sink_positions")
+        with EventLog(settings=settings) as log:
+            for i in range(100):
+                log.produce("agent.message", {"kind": "k", "body": str(i)}, agent="a")
+            log.produce_raw(b"garbage", headers=[("x", b"\x00")])
+            log.flush()
+        env = {**subprocess_env(settings), "SWARMLOG_DATABASE_URL": url}
+        done = subprocess.run([sys.executable, "-m", "swarmlog.cli", "sink", "--until-end"], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout.splitlines()[-1]) == {"position": 101, "rows": 100, "dead_letters": 1}
+    finally:
+        db.execute(f'DROP OWNED BY "{user}"')
+        db.execute(f'DROP ROLE "{user}"')
+
+
+def test_a_message_whose_routing_header_lies_is_dead_lettered_by_name(settings, registry, db):
+    from swarmlog.schema.codec import Encoder
+
+    enc = Encoder(registry.latest("agent.message"))
+    value = enc.encode_event("op-1", "", "alice", "bob", [], {"kind": "k", "body": "to bob"})
+    with EventLog(settings=settings) as log:
+        log.append("agent.message", {"kind": "k", "body": "before"}, agent="a")
+        log.produce_raw(value, key=b"alice", headers=enc.headers(b"alice", b"carol"))
+        log.append("agent.message", {"kind": "k", "body": "after"}, agent="a")
+    stats = PostgresSink(settings=settings, registry=registry).run(until_end=True)
+    assert (stats.rows, stats.dead_letters) == (2, 1)
+    (seq, error, raw), = db.execute("SELECT seq, error, raw FROM dead_letters WHERE topic = %s",
+                                    (settings.topic,)).fetchall()
+    assert seq == 1 and bytes(raw) == value
+    assert "header sl.to says 'carol', but its envelope says 'bob'" in error

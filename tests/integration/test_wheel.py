@@ -79,7 +79,9 @@ def test_the_wheel_carries_schemas_upcasters_the_case_study_and_py_typed(install
     names = zipfile.ZipFile(installed.wheel).namelist()
     for path in ("swarmlog/py.typed", "swarmlog_connectors/py.typed", "swarmlog/schema/builtin/run.started/v2.avsc",
                  "swarmlog/schema/builtin/agent.message/upcasters.py", "swarmlog/schema/builtin/compatibility.json",
-                 "swarmlog/examples/case_study.py", "swarmlog_connectors/postgres_schema.sql"):
+                 "swarmlog/examples/case_study.py", "swarmlog_connectors/migrations/0001_mirror.sql",
+                 "swarmlog_connectors/migrations/0002_lossless_dead_letters.sql",
+                 "swarmlog_connectors/migrations/0003_replay_reports.sql"):
         assert path in names, path
     where = subprocess.run([str(installed.venv / "bin" / "python"), "-c",
                             "import swarmlog, swarmlog.settings as s; print(swarmlog.__file__); "
@@ -125,6 +127,9 @@ def test_append_and_sink_work_from_the_wheel(installed, base_settings):
                int(installed.run("append", "billing.invoice", json.dumps({"amount": 42}), "--agent", "alice",
                                  env=env).stdout)]
     assert offsets == [0, 1]
+    # The mirror's schema from the wheel's own migrations (the sink runs no DDL).
+    migrated = installed.run("mirror", "migrate", env=env).stdout
+    assert "the mirror's schema is at version 3" in migrated
     stats = json.loads(installed.run("sink", "--until-end", env=env).stdout)
     assert stats == {"position": 2, "rows": 2, "dead_letters": 0}
     with psycopg.connect(base_settings.database_url) as conn:

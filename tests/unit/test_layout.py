@@ -19,13 +19,14 @@ SOURCES = sorted(PACKAGE.rglob("*.py")) + sorted((REPO / "connectors").rglob("*.
 
 PUBLIC = {
     "swarmlog": [
-        "Agent", "AgentFenced", "AppendFailed", "ConfigurationError", "Context", "CopyFailed",
-        "DatabasePermissionDenied", "Divergence", "EffectDiverged", "EffectFailed", "Event", "EventLog",
+        "Agent", "AgentFenced", "AppendFailed", "AppendIncomplete", "ConfigurationError", "Context", "CopyFailed",
+        "DatabasePermissionDenied", "Divergence", "EffectDiverged", "EffectFailed", "Event", "EventFate", "EventLog",
         "EventNotFound", "ForkPointInsideStep", "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed",
-        "HTTPRequestDiverged", "HashSeedMismatch", "InMemoryLog", "InvalidEvent", "InvalidSetting",
-        "KafkaHandshakeFailed", "KafkaOperationFailed", "MissingDependency", "NoRunStarted", "NondeterminismError",
-        "OutsideStep", "ReadFailed", "ReplayResult", "RunAlreadyRecorded", "RunNotStarted", "ScheduleMismatch",
-        "SchemaClash", "SchemaError",
+        "HTTPRequestDiverged", "HashSeedMismatch", "HistoryIncomplete", "InMemoryLog", "InvalidEvent",
+        "InvalidSetting", "KafkaHandshakeFailed", "KafkaOperationFailed", "MirrorMigrationFailed",
+        "MirrorNotMigrated", "MissingDependency", "NoRunStarted", "NondeterminismError", "OutsideStep",
+        "ReadFailed", "ReplayResult", "RoutingHeaderMismatch", "RunAlreadyRecorded", "RunNotStarted",
+        "ScheduleMismatch", "SchemaClash", "SchemaError",
         "SchemaNotFound", "ServiceUnavailable", "Settings", "Swarm", "SwarmReplayResult", "SwarmlogError",
         "TopicCreateFailed", "TopicExists", "TopicNotFound", "TopicNotSinglePartition", "TransactionAborted",
         "UndecodableMessage", "UnknownEventType", "UnmodelledEffect", "UsageError", "on", "on_message",
@@ -45,8 +46,8 @@ PUBLIC = {
         "topic_config", "watermarks",
     ],
     "swarmlog.log": [
-        "AgentChannel", "Appender", "BATCH", "Delivered", "InMemoryLog", "LogBackend", "MemoryMessage", "Message",
-        "ReadPosition", "Reader",
+        "AgentChannel", "Appender", "BATCH", "Delivered", "History", "InMemoryLog", "LogBackend", "MemoryMessage",
+        "Message", "ReadPosition", "Reader",
     ],
     "swarmlog.runtime": [
         "AgentWorker", "Divergence", "RunInfo", "SwarmReplayResult", "WorkerResult", "code_version", "find_run",

@@ -39,7 +39,11 @@ from ..guard import allowed
 from ..hashing import canonical
 from ..log.base import LogBackend
 from ..observe import tracing
-from ..protocol import H_AGENT, H_STEP, H_TYPE, RECORDED_EFFECT_HEADERS, agent_group, parse_step, route
+from ..protocol import (
+    RECORDED_EFFECTS,
+    agent_group,
+    parse_step,
+)
 from ..runtime._checkpoint import capture, copy_state, restore
 from ..runtime._core import AgentCore, Divergence
 from ..runtime._index import OwnIndex
@@ -117,7 +121,7 @@ class EffectLookahead:
         self.decoder = decoder
         self.start = start
         self.effects: dict[str, Event] = {}
-        self.max_step = {a.encode(): -1 for a in agents}
+        self.max_step = {a: -1 for a in agents}
         self.done = False
         self.read_to = start
         self._reader: Any = None
@@ -128,17 +132,16 @@ class EffectLookahead:
         if rec is not None:
             return rec
         parsed = parse_step(event_id)
-        key = agent.encode()
-        if parsed is None or key not in self.max_step:
+        if parsed is None or agent not in self.max_step:
             return None
         step = parsed[0]
-        while not self.done and self.max_step[key] <= step:
+        while not self.done and self.max_step[agent] <= step:
             self._read_batch()
         return self.effects.get(event_id)
 
     def last_step(self, agent: str) -> int:
         """The agent's highest recorded step seen so far."""
-        return self.max_step.get(agent.encode(), -1)
+        return self.max_step.get(agent, -1)
 
     def _read_batch(self) -> None:
         if self._batches is None:
@@ -152,26 +155,16 @@ class EffectLookahead:
             self.done = True
             return
         max_step = self.max_step
+        route = self.decoder.route
         for m in batch:
-            headers = m.headers()
-            if not headers:
+            # The envelope's route, headers checked against it (RoutingHeaderMismatch): a lying
+            # sl.agent or sl.step would move where an agent's history ends.
+            etype, who, _, step = route(m)
+            if who not in max_step:
                 continue
-            who = step = None
-            is_effect = False
-            for k, v in headers:
-                if k == H_AGENT:
-                    who = v
-                elif k == H_STEP:
-                    step = v
-                elif k == H_TYPE and v in RECORDED_EFFECT_HEADERS:
-                    is_effect = True
-            if who is None or who not in max_step:
-                continue
-            if step is not None:
-                n = int(step)
-                if n > max_step[who]:
-                    max_step[who] = n
-            if is_effect:
+            if step is not None and step > max_step[who]:
+                max_step[who] = step
+            if etype in RECORDED_EFFECTS:
                 try:
                     writer, rec = self.decoder.decode(m.value(), m.offset())
                 except SwarmlogError:
@@ -274,7 +267,7 @@ class SwarmFold:
     def apply(self, m: Any, *, observe: bool = False) -> list[Step]:
         """Fold one message into every agent that has reached it; with ``observe``, the steps it made."""
         off = m.offset()
-        r = route(m.headers())
+        r = self.decoder.route(m)  # from the envelope; a lying header raises RoutingHeaderMismatch
         steps: list[Step] = []
         resume = self.resume
         for name, core in self.cores.items():

@@ -32,7 +32,7 @@ from ..hashing import StreamHasher
 from ..kafka.backend import backend_for
 from ..log.append import EventLog
 from ..log.base import LogBackend
-from ..protocol import H_AGENT, H_STEP, RUN_FORKED, RUN_STARTED_HEADER
+from ..protocol import RUN_FORKED, RUN_STARTED
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
@@ -58,30 +58,24 @@ class Forked:
                 "prefix_stream_hash": self.prefix_stream_hash, "forked_offset": self.forked_offset}
 
 
-def check_cut(backend: LogBackend, topic: str, at: int) -> None:
-    """Refuse an ``at`` that falls inside one step's recorded outputs (headers only, nothing decoded).
+def check_cut(backend: LogBackend, topic: str, at: int, decoder: Decoder) -> None:
+    """Refuse an ``at`` that falls inside one step's recorded outputs (routes only, no payload decoded;
+    a routing header that lies is :class:`~swarmlog.errors.RoutingHeaderMismatch`).
 
     An agent's records come in step order (its transactions commit in order), so a step is cut
     in two exactly when the agent's last record before ``at`` and its first record from ``at`` on
     belong to the same step.
     """
-    last_before: dict[bytes, tuple[int, int]] = {}  # agent -> (its last step before `at`, that step's first record)
-    straddling: dict[bytes, list[int]] = {}  # agent -> [step, first record, last record seen]
-    settled: set[bytes] = set()
+    last_before: dict[str, tuple[int, int]] = {}  # agent -> (its last step before `at`, that step's first record)
+    straddling: dict[str, list[int]] = {}  # agent -> [step, first record, last record seen]
+    settled: set[str] = set()
+    route = decoder.route
     with backend.reader(topic) as reader:
         reader.assign(0)
         for batch in reader.batches():
             for m in batch:
-                h = m.headers()
-                if not h:
-                    continue
-                who = step = None
-                for k, v in h:
-                    if k == H_AGENT:
-                        who = v
-                    elif k == H_STEP:
-                        step = int(v)
-                if who is None or step is None:
+                _, who, _, step = route(m)
+                if step is None:
                     continue
                 off = m.offset()
                 if off < at:
@@ -96,12 +90,12 @@ def check_cut(backend: LogBackend, topic: str, at: int) -> None:
                     continue
                 if who in straddling:
                     _, _, last = straddling[who]
-                    raise ForkPointInsideStep(at=at, agent=who.decode(), step=step0, first=first, last=last)
+                    raise ForkPointInsideStep(at=at, agent=who, step=step0, first=first, last=last)
                 settled.add(who)
                 if len(settled) == len(last_before):
                     return
     for who, (step0, first, last) in straddling.items():
-        raise ForkPointInsideStep(at=at, agent=who.decode(), step=step0, first=first, last=last)
+        raise ForkPointInsideStep(at=at, agent=who, step=step0, first=first, last=last)
 
 
 def fork(*, settings: Settings, at: int, to_topic: str, topic: str | None = None,
@@ -111,10 +105,10 @@ def fork(*, settings: Settings, at: int, to_topic: str, topic: str | None = None
     registry = registry or SchemaRegistry.load(settings.schema_dirs())
     backend = backend_for(settings, backend)
     at = min(at, backend.watermarks(source)[1])  # past the end: the whole log
-    check_cut(backend, source, at)
+    decoder = Decoder(registry)
+    check_cut(backend, source, at, decoder)
     hasher = StreamHasher()
     run_id = [""]
-    decoder = Decoder(registry)
 
     def prefix() -> Iterator[Any]:
         with backend.reader(source) as reader:
@@ -122,7 +116,7 @@ def fork(*, settings: Settings, at: int, to_topic: str, topic: str | None = None
             for batch in reader.batches(end=at):
                 for m in batch:
                     hasher.update(m.offset(), m.value())
-                    if not run_id[0] and RUN_STARTED_HEADER in (m.headers() or ()):
+                    if not run_id[0] and decoder.route(m).event_type == RUN_STARTED:
                         run_id[0] = decoder.decode(m.value(), m.offset())[1]["run_id"]
                     yield m
 

@@ -192,7 +192,7 @@ class SnapshotStore:
             delivered = appender.flush(30.0)
         finally:
             appender.close()
-        if delivered.errors or delivered.unacknowledged:
+        if delivered.errors or delivered.pending:
             raise AppendFailed(topic=self.snapshot_topic,
-                               detail="; ".join(delivered.errors) or f"{delivered.unacknowledged} unacknowledged")
+                               detail="; ".join(delivered.errors.values()) or f"{delivered.pending} unacknowledged")
         return len(folds)

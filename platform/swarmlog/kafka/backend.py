@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..log.base import LogBackend
+from ..log.base import History, LogBackend
 from ..settings import Settings
 from .channel import KafkaAgentChannel
 from .config import admin_client, watermark_consumer
@@ -14,7 +15,11 @@ from .copy import create_copy
 from .groups import committed_offset, reset_group
 from .producer import KafkaAppender
 from .reader import LogReader, watermarks
-from .topic import create_topic, require_single_partition
+from .topic import create_topic, deletes_history, require_single_partition, topic_config
+
+logger = logging.getLogger(__name__)
+
+_warned: set[tuple[str, str]] = set()  # (bootstrap servers, topic): warn once per process about finite history
 
 
 class KafkaBackend:
@@ -38,7 +43,25 @@ class KafkaBackend:
 
     def appender(self, topic: str) -> KafkaAppender:
         require_single_partition(self.settings, topic)
+        self.warn_if_history_is_finite(topic)
         return KafkaAppender(settings=self.settings, topic=topic, producer_config=self.producer_config)
+
+    def history(self, topic: str) -> History:
+        low, _ = self.watermarks(topic)
+        return History(log_start=low, deletes=deletes_history(topic_config(self.settings, topic,
+                                                                           client=self._admin_client())))
+
+    def warn_if_history_is_finite(self, topic: str) -> History:
+        """Log (once per process and topic) that the topic deletes or has lost history."""
+        history = self.history(topic)
+        key = (self.settings.bootstrap_servers, topic)
+        if (history.deletes or not history.complete) and key not in _warned:
+            _warned.add(key)
+            logger.warning("topic %r does not keep its whole history (%s; it starts at offset %d): replay and "
+                           "agents rebuild from offset 0 and will refuse it once offsets are gone. Set "
+                           "retention.ms=-1 and retention.bytes=-1, as `swarmlog topic create` does", topic,
+                           history.deletes or history.describe(), history.log_start)
+        return history
 
     def agent_channel(self, topic: str, agent: str) -> KafkaAgentChannel:
         return KafkaAgentChannel(settings=self.settings, topic=topic, agent=agent)

@@ -50,6 +50,14 @@ PRODUCER_REQUIRED: dict[str, object] = {
     # partitions would silently give the swarm N clocks.
     "allow.auto.create.topics": False,
 }
+APPENDER_REQUIRED: dict[str, object] = {
+    **PRODUCER_REQUIRED,
+    # Never time a message out (0 is infinite): a message that timed out in flight may or may
+    # not be in the log, a fate no caller can act on. Pending, it is written once, in order,
+    # when the broker answers (swarmlog.kafka.producer). Agents' transactional producers are
+    # bounded by their transaction timeout instead, and an abort settles their fate.
+    "message.timeout.ms": 0,
+}
 PRODUCER_TUNING: dict[str, object] = {
     "linger.ms": 5,
     "batch.num.messages": 10000,

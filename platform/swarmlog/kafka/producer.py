@@ -5,6 +5,13 @@ flight and the broker de-duplicates retries by sequence number, so one producer'
 messages land exactly once and in the order it produced them, even across retries.
 Delivery reports for one partition arrive in produce order, which is how
 :meth:`KafkaAppender.flush` pairs offsets with messages without a per-message callback.
+
+A definite fate for every message: ``message.timeout.ms=0`` (librdkafka: "a time of 0 is
+infinite"), so librdkafka never drops a message it may already have written. With the
+broker away longer than a flush waits, the flush reports what was acknowledged and how
+many are still pending; those stay queued in the producer, are written once, in order,
+when the broker answers, and the next flush reports them. A delivery timeout instead would
+turn each into "timed out, perhaps written": a fate nobody can act on without duplicates.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from ..log.base import Delivered
 from ..protocol import Headers
 from ..settings import Settings
-from .config import PRODUCER_REQUIRED, PRODUCER_TUNING, new_client
+from .config import APPENDER_REQUIRED, PRODUCER_TUNING, new_client
 from .errors import translate
 
 _POLL_EVERY = 1000
@@ -30,12 +37,15 @@ class KafkaAppender:
     def __init__(self, *, settings: Settings, topic: str, producer_config: Mapping[str, object] | None = None) -> None:
         self.settings = settings
         self.topic = topic
-        self._producer = new_client(Producer, settings, {**PRODUCER_REQUIRED, "on_delivery": self._on_delivery},
+        self._producer = new_client(Producer, settings, {**APPENDER_REQUIRED, "on_delivery": self._on_delivery},
                                     tuning={**PRODUCER_TUNING, **(producer_config or {})})
         self._delivered = Delivered()
-        self._pending = 0
+        # Messages sent and reported: their difference is what is still pending. (What flush()
+        # returns counts librdkafka's queued error callbacks too, not only messages.)
+        self._sent = 0
+        self._reported = 0
 
-    def send(self, value: bytes, key: bytes | None, headers: Headers | None) -> None:
+    def send(self, value: bytes | None, key: bytes | None, headers: Headers | None) -> None:
         producer = self._producer
         while True:
             try:
@@ -46,22 +56,25 @@ class KafkaAppender:
             except KafkaException as exc:
                 raise translate(exc, operation=f"appending to {self.topic!r}",
                                 bootstrap=self.settings.bootstrap_servers, topic=self.topic) from None
-        self._pending += 1
-        if self._pending >= _POLL_EVERY:
-            self._pending = 0
+        self._sent += 1
+        if not self._sent % _POLL_EVERY:
             producer.poll(0)
 
     def flush(self, timeout: float) -> Delivered:
-        remaining = self._producer.flush(timeout)
+        self._producer.flush(timeout)
         delivered, self._delivered = self._delivered, Delivered()
-        delivered.unacknowledged = remaining
+        delivered.pending = self._sent - self._reported
         return delivered
 
-    def close(self) -> None:
-        self._producer.flush(30)
+    def close(self, timeout: float = 30.0) -> int:
+        self._producer.flush(timeout)
+        return self._sent - self._reported
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        self._reported += 1
+        delivered = self._delivered
         if err is not None:
-            self._delivered.errors.append(err.str())
+            delivered.errors[len(delivered.offsets)] = err.str()
+            delivered.offsets.append(-1)
         else:
-            self._delivered.offsets.append(msg.offset())
+            delivered.offsets.append(msg.offset())

@@ -152,9 +152,22 @@ def set_topic_config(settings: Settings, topic: str, config: Mapping[str, str]) 
                         topic=topic) from None
 
 
-def topic_config(settings: Settings, topic: str) -> dict[str, str]:
+def deletes_history(config: dict[str, str]) -> str | None:
+    """What in a topic's configuration deletes its history (None: it keeps everything forever)."""
+    reasons = [f"{key}={config[key]}" for key in ("retention.ms", "retention.bytes")
+               if key in config and config[key] not in ("-1", "")]
+    if "compact" in config.get("cleanup.policy", "delete"):
+        reasons.append(f"cleanup.policy={config['cleanup.policy']}")
+    return ", ".join(reasons) or None
+
+
+def topic_config(settings: Settings, topic: str, *, client: object | None = None) -> dict[str, str]:
     """The topic's effective configuration (for `swarmlog topic describe` and tests)."""
-    admin = admin_client(settings)
+    admin: Any = client or admin_client(settings)
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    entries = admin.describe_configs([resource])[resource].result(timeout=_TIMEOUT_S)
+    try:
+        entries = admin.describe_configs([resource])[resource].result(timeout=_TIMEOUT_S)
+    except KafkaException as exc:
+        raise translate(exc, operation=f"describing the configuration of {topic!r}",
+                        bootstrap=settings.bootstrap_servers, topic=topic) from None
     return {name: entry.value for name, entry in entries.items()}

@@ -6,7 +6,7 @@
 validated events through any of them.
 """
 
-from .base import BATCH, AgentChannel, Appender, Delivered, LogBackend, Message, Reader, ReadPosition
+from .base import BATCH, AgentChannel, Appender, Delivered, History, LogBackend, Message, Reader, ReadPosition
 from .memory import InMemoryLog, MemoryMessage
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "AgentChannel",
     "Appender",
     "Delivered",
+    "History",
     "InMemoryLog",
     "LogBackend",
     "MemoryMessage",

@@ -23,6 +23,9 @@ What every backend must keep, because the guarantees rest on it:
   same bytes, keys, headers and timestamps, and nothing a reader sees in between. Event
   ids, causes, timer offsets and every ``ctx.random()`` derive from offsets, so a copy
   at other offsets would replay as a different run.
+* **History from offset 0**: replay and agents rebuild state from the log start, which is
+  the run only if nothing was ever deleted (:class:`History`); they refuse a log that
+  no longer starts at 0 (:class:`~swarmlog.errors.HistoryIncomplete`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..errors import HistoryIncomplete
 from ..protocol import Headers
 
 BATCH = 5000
@@ -93,24 +97,55 @@ class Reader(Protocol):
 
 @dataclass(slots=True)
 class Delivered:
-    """What a flush learned about the messages sent since the previous one."""
+    """The delivery reports a flush collected: of the messages sent so far, in send order.
+
+    Reports arrive in send order (one partition, an idempotent producer), so report ``i`` is
+    of the ``i``-th message not reported before; the sender pairs them with what it sent by
+    position alone. What is not reported yet is ``pending``: still queued or in flight, and
+    reported, in order, by a later flush.
+    """
 
     offsets: list[int] = field(default_factory=list)
-    """The offsets of the acknowledged messages, in the order they were sent."""
-    errors: list[str] = field(default_factory=list)
-    """Why messages failed (one entry per failed message)."""
-    unacknowledged: int = 0
-    """Messages still in flight when the flush gave up waiting."""
+    """One per reported message, in send order: its offset, or -1 if it failed (see ``errors``)."""
+    errors: dict[int, str] = field(default_factory=dict)
+    """Index into ``offsets`` -> why that message was not written."""
+    pending: int = 0
+    """Messages sent but not reported yet (the flush gave up waiting): they are not lost."""
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """How much of a topic's history it holds, and whether it will go on holding it."""
+
+    log_start: int
+    """The first offset the log still holds: 0 unless retention or DeleteRecords removed some."""
+    deletes: str | None = None
+    """What deletes history (``retention.ms=60000``, ``cleanup.policy=compact``), None if nothing does."""
+
+    @property
+    def complete(self) -> bool:
+        return self.log_start == 0
+
+    def describe(self) -> str:
+        if self.deletes:
+            return f"the topic deletes history: {self.deletes}"
+        return "deleted by DeleteRecords or an earlier retention setting; the topic now keeps what is left"
 
 
 class Appender(Protocol):
-    """An idempotent, ordered producer: one producer's messages land once, in send order."""
+    """An idempotent, ordered producer: one producer's messages land once, in send order.
 
-    def send(self, value: bytes, key: bytes | None, headers: Headers | None) -> None: ...
+    It never gives up on a message by itself (no delivery timeout): a message is acknowledged,
+    refused by the broker, or still pending; and a flush that times out leaves the pending
+    ones to be reported by the next.
+    """
+
+    def send(self, value: bytes | None, key: bytes | None, headers: Headers | None) -> None: ...
 
     def flush(self, timeout: float) -> Delivered: ...
 
-    def close(self) -> None: ...
+    def close(self, timeout: float = 30.0) -> int:
+        """Wait up to ``timeout`` for what is pending; return how many messages were abandoned."""
 
 
 class AgentChannel(Protocol):
@@ -166,6 +201,9 @@ class LogBackend(Protocol):
     def watermarks(self, topic: str) -> tuple[int, int]:
         """(first offset held, end of the log *including* open transactions)."""
 
+    def history(self, topic: str) -> History:
+        """Where the topic's history starts now, and what (if anything) deletes it."""
+
     def committed(self, group: str, topic: str) -> int | None:
         """The group's committed offset on ``topic``, None if it has none."""
 
@@ -180,3 +218,11 @@ class LogBackend(Protocol):
         offset order — at their own offsets, with their bytes, keys, headers and timestamps, and
         nothing readable between them, up to ``end`` at least; then let it take new appends, stamped
         by the log as usual. Returns the offset the next append will get (``end`` or more)."""
+
+
+def require_complete_history(backend: LogBackend, topic: str) -> History:
+    """The topic's :class:`History`; :class:`~swarmlog.errors.HistoryIncomplete` unless it starts at 0."""
+    history = backend.history(topic)
+    if not history.complete:
+        raise HistoryIncomplete(topic=topic, log_start=history.log_start, retention=history.describe())
+    return history

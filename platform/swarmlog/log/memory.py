@@ -33,7 +33,7 @@ from typing import Any
 from ..errors import AgentFenced, CopyFailed, GroupHasActiveMembers, TopicExists, TopicNotFound, UsageError
 from ..guard import allowed
 from ..protocol import Headers, agent_group, agent_transactional_id
-from .base import BATCH, Delivered, ReadPosition
+from .base import BATCH, Delivered, History, ReadPosition
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +100,8 @@ class _Topic:
     name: str
     entries: list[_Entry] = field(default_factory=list)
     open_txns: list[_Txn] = field(default_factory=list)
+    log_start: int = 0
+    """Offsets below this were deleted (:meth:`InMemoryLog.delete_records`)."""
 
     def last_stable(self) -> int:
         """The first offset of the oldest open transaction, else the end of the log."""
@@ -114,7 +116,7 @@ class _Topic:
         else:
             stop_at = stop
         out: list[MemoryMessage] = []
-        i = start
+        i = max(start, self.log_start)  # as a Kafka reader at a deleted offset resets to the earliest
         entries = self.entries
         while i < stop_at and len(out) < limit:
             entry = entries[i]
@@ -175,7 +177,18 @@ class InMemoryLog:
 
     def watermarks(self, topic: str) -> tuple[int, int]:
         with self._cond:
-            return 0, len(self._topic(topic).entries)
+            t = self._topic(topic)
+            return t.log_start, len(t.entries)
+
+    def delete_records(self, topic: str, before: int) -> None:
+        """Delete the offsets below ``before``, as Kafka's DeleteRecords (or retention) does."""
+        with self._cond:
+            t = self._topic(topic)
+            t.log_start = max(t.log_start, min(before, len(t.entries)))
+
+    def history(self, topic: str) -> History:
+        with self._cond:
+            return History(log_start=self._topic(topic).log_start)  # no retention here: only delete_records
 
     def messages(self, topic: str) -> list[MemoryMessage]:
         """Every message a read_committed reader would see now, in offset order."""
@@ -330,7 +343,7 @@ class MemoryAppender:
         self.topic = topic
         self._delivered = Delivered()
 
-    def send(self, value: bytes, key: bytes | None, headers: Headers | None) -> None:
+    def send(self, value: bytes | None, key: bytes | None, headers: Headers | None) -> None:
         with self.log._cond:
             offset = self.log._append(self.log._topic(self.topic), value, key, headers, None)
         self._delivered.offsets.append(offset)
@@ -339,8 +352,8 @@ class MemoryAppender:
         delivered, self._delivered = self._delivered, Delivered()
         return delivered
 
-    def close(self) -> None:
-        pass
+    def close(self, timeout: float = 30.0) -> int:
+        return 0
 
 
 class MemoryAgentChannel:

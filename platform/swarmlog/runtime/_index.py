@@ -2,8 +2,9 @@
 
 A replayed step needs its recorded effects and LLM calls *while its handler runs*,
 but the log holds them after the step's input. So one pass ahead of the fold learns,
-for each agent: the last step it recorded outputs for (read from the ``sl.step``
-header, nothing decoded), and its recorded effects (decoded only they). The live
+for each agent: the last step it recorded outputs for (the ``sl.step`` header, checked
+against the event id in the envelope; no payload decoded), and its recorded effects
+(decoded only they). The live
 worker uses the last step to know where history ends and live work begins; the
 swarm replayer uses it to know how far the live agent got.
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from ..errors import SwarmlogError
 from ..events import Event
 from ..log.base import LogBackend
-from ..protocol import H_AGENT, H_STEP, H_TYPE, RECORDED_EFFECT_HEADERS, parse_step
+from ..protocol import RECORDED_EFFECTS, parse_step
 from ..schema.codec import Decoder
 
 
@@ -40,31 +41,20 @@ def index_log(*, backend: LogBackend, topic: str, decoder: Decoder, agents: Coll
               end: int | None = None) -> tuple[dict[str, OwnIndex], int]:
     """One :class:`OwnIndex` per agent of ``agents``, and the offset the pass read up to."""
     indexes = {name: OwnIndex() for name in agents}
-    by_bytes = {name.encode(): idx for name, idx in indexes.items()}
     with backend.reader(topic) as reader:
         reader.assign(0)
+        route = decoder.route
         for batch in reader.batches(end=end):
             for m in batch:
-                headers = m.headers()
-                if not headers:
-                    continue
-                idx = None
-                step = None
-                is_effect = False
-                for k, v in headers:
-                    if k == H_AGENT:
-                        idx = by_bytes.get(v)
-                    elif k == H_STEP:
-                        step = v
-                    elif k == H_TYPE and v in RECORDED_EFFECT_HEADERS:
-                        is_effect = True
+                # The envelope's route, headers checked against it (RoutingHeaderMismatch): a lying
+                # sl.agent or sl.step would move where an agent's history ends.
+                etype, agent, _, step = route(m)
+                idx = indexes.get(agent)
                 if idx is None:
                     continue
-                if step is not None:
-                    n = int(step)
-                    if n > idx.last_step:
-                        idx.last_step = n
-                if not is_effect:
+                if step is not None and step > idx.last_step:
+                    idx.last_step = step
+                if etype not in RECORDED_EFFECTS:
                     continue
                 try:
                     writer, rec = decoder.decode(m.value(), m.offset())
@@ -75,25 +65,23 @@ def index_log(*, backend: LogBackend, topic: str, decoder: Decoder, agents: Coll
         return indexes, reader.position.end_offset
 
 
-def steps_past(*, backend: LogBackend, topic: str, agents: Collection[str], start: int) -> dict[str, set[int]]:
-    """Per agent, the steps that have outputs at or after offset ``start`` (headers only, nothing decoded).
+def steps_past(*, backend: LogBackend, topic: str, decoder: Decoder, agents: Collection[str],
+               start: int) -> dict[str, set[int]]:
+    """Per agent, the steps that have outputs at or after offset ``start`` (routes only, no payload decoded).
 
     An agent's outputs are in the log in step order (one producer, transactions committed in
     order), so a step found here has no output before ``start`` that comes after one found here.
     """
     past: dict[str, set[int]] = {name: set() for name in agents}
-    by_bytes = {name.encode(): steps for name, steps in past.items()}
     with backend.reader(topic) as reader:
         reader.assign(start)
+        route = decoder.route
         for batch in reader.batches():
             for m in batch:
-                steps = None
-                step = None
-                for k, v in m.headers() or ():
-                    if k == H_AGENT:
-                        steps = by_bytes.get(v)
-                    elif k == H_STEP:
-                        step = v
+                # The envelope's route, headers checked against it (RoutingHeaderMismatch): a lying
+                # sl.agent or sl.step would call a diverged step merely unverified.
+                _, agent, _, step = route(m)
+                steps = past.get(agent)
                 if steps is not None and step is not None:
-                    steps.add(int(step))
+                    steps.add(step)
     return past

@@ -30,7 +30,7 @@ from ..errors import GroupNotAtStart
 from ..hashing import StreamHasher
 from ..log.base import LogBackend
 from ..observe import tracing
-from ..protocol import agent_group, route
+from ..protocol import agent_group
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ._core import AgentCore, Divergence
@@ -90,7 +90,8 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
     # only tells a step whose outputs the cut left out (unverified) from one that wrote none.
     cut = to if to is not None and to < high else None
     indexes, _ = index_log(backend=backend, topic=topic, decoder=decoder, agents=names, end=cut)
-    past = steps_past(backend=backend, topic=topic, agents=names, start=cut) if cut is not None else {}
+    past = (steps_past(backend=backend, topic=topic, decoder=decoder, agents=names, start=cut)
+            if cut is not None else {})
     cores = [AgentCore(agent=a, decoder=decoder, index=indexes[a.name], live_sink=None, strict=strict)
              for a in agents]
     for core in cores:
@@ -125,7 +126,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
             for m in batch:
                 hasher.update(m.offset(), m.value())
                 events += 1
-                r = route(m.headers())
+                r = decoder.route(m)  # from the envelope; a lying header raises RoutingHeaderMismatch
                 for core in cores:
                     core.process(m, r)
             if progress is not None:

@@ -41,9 +41,9 @@ from ..context import Output
 from ..errors import TransactionAborted
 from ..events import Event
 from ..kafka.backend import backend_for
-from ..log.base import AgentChannel, LogBackend
+from ..log.base import AgentChannel, LogBackend, require_complete_history
 from ..observe import Family, LatencyHistogram, tracing
-from ..protocol import H_STEP, TIMER_FIRED, parse_step, route, wall_timer_id
+from ..protocol import H_STEP, TIMER_FIRED, parse_step, wall_timer_id
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
@@ -55,6 +55,8 @@ logger = logging.getLogger(__name__)
 _OFFSET_COMMIT_EVERY_S = 2.0
 """A caught-up agent with nothing to write still commits its position this often, so its
 group's lag stays honest."""
+_DRAIN_S = 3.0
+"""How long a clean stop reads on to reach the log's end (see AgentWorker._stop_cleanly)."""
 _PROGRESS_EVERY_S = 30.0
 """How often a rebuilding agent logs how far it got, and a live one that it is making progress."""
 
@@ -145,6 +147,10 @@ class AgentWorker:
         self.rebuild_steps = 0
         self.heartbeat = time.monotonic()
         """Set on every turn of the loop: a stale one means it is stuck (a handler that never returns)."""
+        self._committed_to = -1  # the position this life last committed
+        self._last_commit = self._last_report = 0.0
+        self._reported_steps = 0
+        self._at_end = False  # the last poll reached the log's end, and nothing was written since
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -166,6 +172,9 @@ class AgentWorker:
 
     def _run(self, channel: AgentChannel) -> WorkerResult:
         name = self.agent.name
+        # Restart is rebuild from offset 0: a log that lost its first offsets would rebuild
+        # another state than the run's, silently. Refuse before anything is written.
+        require_complete_history(self.backend, self.topic)
         channel.fence()
         indexes, start_end = index_log(backend=self.backend, topic=self.topic, decoder=self.decoder, agents=[name])
         index = indexes[name]
@@ -181,57 +190,13 @@ class AgentWorker:
             core.tracer = traced.step_tracer(topic=self.topic, agent=name)
         sink.core = core
         channel.start(lambda: core.position)
-        last_commit = last_report = time.monotonic()
-        reported_steps = 0
-        committed_position = -1
+        self._last_commit = self._last_report = time.monotonic()
+        self._reported_steps = 0
+        self._committed_to = -1
         try:
             while not self.stop_event.is_set():
-                self.heartbeat = now = time.monotonic()
-                if now - last_report >= _PROGRESS_EVERY_S:
-                    last_report = now
-                    if not self.caught_up.is_set():
-                        logger.info("agent %s: rebuilding, at offset %d of %d (%d steps replayed)", name,
-                                    core.position, start_end, core.steps)
-                    elif core.steps != reported_steps:
-                        logger.info("agent %s: live at offset %d, %d steps (%d in the last %.0f s)", name,
-                                    core.position, core.steps, core.steps - reported_steps, _PROGRESS_EVERY_S)
-                    reported_steps = core.steps
-                wait = 0.1
-                due = core.next_wall_due_ms()
-                read_to = max(core.position, self.eof_at)
-                if due is not None and read_to >= start_end:
-                    wait = max(0.0, min(wait, (due - time.time() * 1000) / 1000))
-                msgs, eof = channel.poll(self.batch_size, wait)
-                if eof is not None:
-                    self.eof_at = eof
-                for m in msgs:
-                    core.process(m, route(m.headers()))
-                read_to = max(core.position, self.eof_at)
-                if read_to >= start_end:
-                    if not self.caught_up.is_set():
-                        self.rebuild_steps = reported_steps = core.steps
-                        self.caught_up.set()
-                        logger.info("agent %s: caught up at offset %d, live (%d steps replayed)", name, read_to,
-                                    core.steps)
-                    for timer in core.due_wall_timers(int(time.time() * 1000)):
-                        sink.fire(timer)
-                now = time.monotonic()
-                if not sink.in_txn and core.position != committed_position \
-                        and now - last_commit > _OFFSET_COMMIT_EVERY_S and read_to >= start_end:
-                    channel.begin()  # offsets only: keeps the group's lag honest
-                    sink.in_txn = True
-                if sink.in_txn:
-                    # Past any transaction markers we read over, so a caught-up agent shows no lag.
-                    self._commit(channel, sink, read_to)
-                    committed_position = core.position
-                    last_commit = now
-            # A clean stop records how far this life read, so the group's lag (and replay's
-            # notion of how far the live agent got) is exact.
-            read_to = max(core.position, self.eof_at)
-            if read_to > 0 and core.position != committed_position:
-                channel.begin()
-                sink.in_txn = True
-                self._commit(channel, sink, read_to)
+                self._turn(channel, sink, core, start_end)
+            self._stop_cleanly(channel, sink, core, start_end)
         except BaseException as exc:
             if sink.in_txn:
                 sink.in_txn = False
@@ -246,6 +211,82 @@ class AgentWorker:
         logger.info("agent %s: stopped at offset %d after %d steps", name, core.position, core.steps)
         return WorkerResult(agent=name, state_hash=core.state_hash(), position=core.position, steps=core.steps,
                             state=self.agent.state)
+
+    def _turn(self, channel: AgentChannel, sink: _LiveSink, core: AgentCore, start_end: int) -> None:
+        """One poll: fold what arrived, fire due timeouts, commit."""
+        name = self.agent.name
+        self.heartbeat = now = time.monotonic()
+        if now - self._last_report >= _PROGRESS_EVERY_S:
+            self._last_report = now
+            if not self.caught_up.is_set():
+                logger.info("agent %s: rebuilding, at offset %d of %d (%d steps replayed)", name,
+                            core.position, start_end, core.steps)
+            elif core.steps != self._reported_steps:
+                logger.info("agent %s: live at offset %d, %d steps (%d in the last %.0f s)", name,
+                            core.position, core.steps, core.steps - self._reported_steps, _PROGRESS_EVERY_S)
+            self._reported_steps = core.steps
+        wait = 0.1
+        due = core.next_wall_due_ms()
+        read_to = max(core.position, self.eof_at)
+        if due is not None and read_to >= start_end:
+            wait = max(0.0, min(wait, (due - time.time() * 1000) / 1000))
+        msgs, eof = channel.poll(self.batch_size, wait)
+        if msgs:
+            self._at_end = False
+        if eof is not None:  # after the batch's messages: the end is known, up to its last marker
+            self.eof_at = eof
+            self._at_end = True
+        route = self.decoder.route  # from the envelope; a lying header raises RoutingHeaderMismatch
+        for m in msgs:
+            core.process(m, route(m))
+        read_to = max(core.position, self.eof_at)
+        if read_to >= start_end:
+            if not self.caught_up.is_set():
+                self.rebuild_steps = self._reported_steps = core.steps
+                self.caught_up.set()
+                logger.info("agent %s: caught up at offset %d, live (%d steps replayed)", name, read_to, core.steps)
+            for timer in core.due_wall_timers(int(time.time() * 1000)):
+                sink.fire(timer)
+        if sink.in_txn:
+            self._at_end = False  # these outputs will end in a marker not read yet
+        now = time.monotonic()
+        # Compared with what was committed, not with the fold's position: reading on past a
+        # transaction marker moves the first and not the second, and lag 0 needs the first.
+        if not sink.in_txn and read_to != self._committed_to \
+                and now - self._last_commit > _OFFSET_COMMIT_EVERY_S and read_to >= start_end:
+            channel.begin()  # offsets only: keeps the group's lag honest
+            sink.in_txn = True
+        if sink.in_txn:
+            # Past any transaction markers we read over, so a caught-up agent shows no lag.
+            self._commit(channel, sink, read_to)
+            self._committed_to = read_to
+            self._last_commit = now
+
+    def _stop_cleanly(self, channel: AgentChannel, sink: _LiveSink, core: AgentCore, start_end: int) -> None:
+        """Commit how far this life read, past the marker of its own last transaction.
+
+        A transaction that committed outputs ends in a marker after them, so the log's end is
+        one past the outputs themselves, and is only known once the outputs were read back and
+        the end of the log reached. Committing less leaves a stopped, caught-up agent with a
+        lag of 1 in Kafka's own tools (and understates how far replay may trust it got). So
+        read on (folding what comes, committing any step it causes) until a poll reaches the
+        end with nothing left to commit, for at most _DRAIN_S.
+
+        "The end" is at least the high watermark seen now: an end-of-partition event already
+        queued from before the last step says an older end. The high watermark covers this
+        life's outputs (the marker may follow them a moment later), and read_committed serves
+        them only once their marker is in, so an end reported at or past it is past the marker.
+        """
+        target = self.backend.watermarks(self.topic)[1]
+        deadline = time.monotonic() + _DRAIN_S
+        while not (self._at_end and self.eof_at >= target) and time.monotonic() < deadline:
+            self._turn(channel, sink, core, start_end)
+        read_to = max(core.position, self.eof_at)
+        if read_to > 0 and read_to != self._committed_to:
+            channel.begin()
+            sink.in_txn = True
+            self._commit(channel, sink, read_to)
+            self._committed_to = read_to
 
     def _commit(self, channel: AgentChannel, sink: _LiveSink, position: int) -> None:
         started = time.perf_counter()

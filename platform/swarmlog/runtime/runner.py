@@ -29,7 +29,7 @@ from ..errors import ConfigurationError, RunAlreadyRecorded, RunNotStarted, Tran
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
 from ..observe import tracing
-from ..protocol import RUN_STARTED, RUN_STARTED_HEADER, RUN_STARTER_CHANNEL, RUN_WRITER, run_started_id
+from ..protocol import RUN_STARTED, RUN_STARTER_CHANNEL, RUN_WRITER, run_started_id
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
@@ -83,14 +83,14 @@ class RunInfo:
 
 def find_run(settings: Settings, topic: str, registry: SchemaRegistry, *,
              backend: LogBackend | None = None) -> RunInfo | None:
-    """The topic's ``run.started``, if any (read by header, decoded only it)."""
+    """The topic's ``run.started``, if any (found by its envelope's route, headers checked; decoded only it)."""
     decoder = Decoder(registry)
     backend = backend_for(settings, backend)
     with backend.reader(topic) as reader:
         reader.assign(0)
         for batch in reader.batches():
             for m in batch:
-                if RUN_STARTED_HEADER in (m.headers() or ()):
+                if decoder.route(m).event_type == RUN_STARTED:
                     _, rec = decoder.decode(m.value(), m.offset())
                     p = rec["payload"]
                     return RunInfo(run_id=rec["run_id"], seed=p["seed"], offset=m.offset(), created=False,

@@ -11,7 +11,10 @@ process knows (defaults, promotions, then upcasters).
 
 Routing fields also travel as Kafka headers (:mod:`swarmlog.protocol`: ``sl.type``,
 ``sl.v``, ``sl.agent``, ``sl.to``, and ``sl.step`` on the agent runtime's outputs) so that
-a consumer can skip an event it does not care about without decoding it.
+a consumer can skip an event it does not care about without decoding it. swarmlog's own
+readers never take them on trust: :meth:`Decoder.route` reads the route from the
+envelope itself — its first fields, by hand, without decoding the payload — and checks
+the headers against it; :meth:`Decoder.decode_checked` does the same for a decoded event.
 
 Hot path: an :class:`Encoder` and the decoder's plan per fingerprint are built
 once; per event there is one buffer write and one fastavro call.
@@ -26,7 +29,7 @@ from typing import Any
 import fastavro
 
 from ..errors import SchemaNotFound, UndecodableMessage
-from ..protocol import H_AGENT, H_TO, H_TYPE, H_VERSION, Headers
+from ..protocol import H_AGENT, H_TO, H_TYPE, H_VERSION, Headers, Route, checked_route, route
 from .registry import EventSchema, SchemaRegistry
 from .upcasting import upcasters_for
 
@@ -184,6 +187,9 @@ class Decoder:
         # an explicit {} means none.
         self.upcasters = dict(upcasters if upcasters is not None else upcasters_for(registry))
         self._plans: dict[bytes, _Plan] = {}
+        # fingerprint -> (event type, its bytes, version as an sl.v header spells it)
+        self._kinds: dict[bytes, tuple[str, bytes, bytes]] = {}
+        self._expected: dict[Any, Headers] = {}  # the routing headers an envelope should have (protocol)
 
     def decode(self, value: bytes | None, offset: int | None = None) -> tuple[EventSchema, dict[str, Any]]:
         """Return (writer schema, record in the newest version); raises a typed error on garbage."""
@@ -206,6 +212,50 @@ class Decoder:
             record = step(record)  # type: ignore[arg-type]
         return plan.writer, record  # type: ignore[return-value]
 
+    def route(self, msg: Any) -> Route:
+        """Where a message goes, as its envelope says: type (the writer schema's), agent, recipient,
+        step; its routing headers checked against that (:func:`swarmlog.protocol.checked_route`).
+
+        The hot path of every agent and of replay: only the envelope's first fields are read
+        (no payload decoding). A message that is not an event of a known schema gets the route
+        its headers give; decoding it fails wherever it is decoded, and is reported there.
+        """
+        value = msg.value()
+        headers = msg.headers()
+        if value is None or value[:2] != MAGIC:
+            return route(headers)
+        fp = value[2:HEADER_LEN]
+        kind = self._kinds.get(fp) or self._kind(fp)
+        if kind is None:
+            return route(headers)
+        try:
+            event_id, agent, to = _envelope_route(value)
+        except (IndexError, ValueError):
+            return route(headers)
+        return checked_route(headers, msg.offset(), kind[0], kind[1], kind[2], event_id, agent, to, self._expected)
+
+    def decode_checked(self, msg: Any) -> tuple[EventSchema, dict[str, Any]]:
+        """:meth:`decode` a message and check its routing headers against the decoded envelope."""
+        value = msg.value()
+        offset = msg.offset()
+        writer, rec = self.decode(value, offset)
+        headers = msg.headers()
+        if headers:
+            kind = self._kinds.get(writer.fingerprint) or self._kind_of(writer)
+            to = rec["to"]
+            checked_route(headers, offset, writer.event_type, kind[1], kind[2], rec["event_id"].encode(),
+                          rec["agent_id"].encode(), None if to is None else to.encode(), self._expected)
+        return writer, rec
+
+    def _kind(self, fp: bytes) -> tuple[str, bytes, bytes] | None:
+        writer = self.registry.by_fingerprint(fp)
+        return None if writer is None else self._kind_of(writer)
+
+    def _kind_of(self, writer: EventSchema) -> tuple[str, bytes, bytes]:
+        kind = self._kinds[writer.fingerprint] = (writer.event_type, writer.event_type.encode(),
+                                                  str(writer.version).encode())
+        return kind
+
     def _plan(self, fp: bytes, offset: int | None) -> _Plan:
         writer = self.registry.by_fingerprint(fp)
         if writer is None:
@@ -213,6 +263,84 @@ class Decoder:
         plan = _chain_plan(self.registry, writer, self.registry.latest(writer.event_type), self.upcasters)
         self._plans[fp] = plan
         return plan
+
+
+def _read_long(b: bytes, i: int) -> tuple[int, int]:
+    """An Avro int/long at ``b[i]`` (zigzag varint): (value, index after it)."""
+    x = b[i]
+    if x < 0x80:
+        return (x >> 1) ^ -(x & 1), i + 1
+    n = x & 0x7F
+    shift = 7
+    while True:
+        i += 1
+        x = b[i]
+        n |= (x & 0x7F) << shift
+        if x < 0x80:
+            return (n >> 1) ^ -(n & 1), i + 1
+        shift += 7
+
+
+def _envelope_route(value: bytes) -> tuple[bytes, bytes, bytes | None]:
+    """The envelope's ``event_id``, ``agent_id`` and ``to`` as bytes, read by hand.
+
+    Every schema starts with the same envelope (registry.ENVELOPE_FIELDS: event_id, run_id,
+    agent_id, event_type strings, schema_version int, ``to`` a null|string union), so its first
+    fields are found without the writer schema. Raises IndexError or ValueError if truncated.
+
+    Speed (every agent routes every message): one byte is the length of a string under 64
+    bytes, so the common case is a byte read and a slice per field, no call.
+    """
+    n = value[HEADER_LEN]
+    i = HEADER_LEN + 1
+    if n >= 0x80 or n & 1:
+        n, i = _read_length(value, HEADER_LEN)
+    else:
+        n >>= 1
+    event_id = value[i:i + n]
+    i += n
+    n = value[i]  # run_id: skipped
+    i += (n >> 1) + 1 if n < 0x80 and not n & 1 else _skip_string(value, i)
+    n = value[i]
+    if n >= 0x80 or n & 1:
+        n, i = _read_length(value, i)
+    else:
+        n >>= 1
+        i += 1
+    agent = value[i:i + n]
+    i += n
+    n = value[i]  # event_type: skipped
+    i += (n >> 1) + 1 if n < 0x80 and not n & 1 else _skip_string(value, i)
+    _, i = _read_long(value, i)  # schema_version
+    branch = value[i]
+    if branch == 0:
+        if i >= len(value):
+            raise ValueError("truncated envelope")
+        return event_id, agent, None
+    if branch != 2:  # zigzag 1: the string branch
+        raise ValueError("bad union branch for `to`")
+    n = value[i + 1]
+    if n >= 0x80 or n & 1:
+        n, i = _read_length(value, i + 1)
+    else:
+        n >>= 1
+        i += 2
+    if i + n > len(value):
+        raise ValueError("truncated envelope")
+    return event_id, agent, value[i:i + n]
+
+
+def _read_length(b: bytes, i: int) -> tuple[int, int]:
+    n, i = _read_long(b, i)
+    if n < 0 or i + n > len(b):
+        raise ValueError("truncated envelope")
+    return n, i
+
+
+def _skip_string(b: bytes, i: int) -> int:
+    """How far past ``b[i]`` a string ends (its length and bytes)."""
+    n, j = _read_length(b, i)
+    return j - i + n
 
 
 def _chain_plan(registry: SchemaRegistry, writer: EventSchema, newest: EventSchema,

@@ -1,4 +1,5 @@
--- The Postgres mirror of swarmlog topics. Safe to run again (IF NOT EXISTS).
+-- The Postgres mirror of swarmlog topics, version 1: what the sink created itself before
+-- versioned migrations, so it is safe on a database that already has these tables (IF NOT EXISTS).
 -- `seq` is the Kafka offset: the event's place in its swarm's total order.
 -- Offsets have gaps (transaction markers), so never expect seq+1 to exist.
 
@@ -39,26 +40,3 @@ CREATE TABLE IF NOT EXISTS sink_positions (
     next_offset bigint  NOT NULL,
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
-
--- One row per swarm replay that published its report (`swarmlog replay --swarm ... --publish`,
--- the chart's replay Job): did the code reproduce the run, and each agent's state hash.
--- `report` is the whole JSON document the replay printed (a NUL character in it, which jsonb
--- refuses, is stored as the six characters \u0000).
-CREATE TABLE IF NOT EXISTS replay_reports (
-    id               bigserial   PRIMARY KEY,
-    topic            text        NOT NULL,
-    consumer_group   text,
-    swarm            text        NOT NULL,
-    run_id           text,
-    code_version     text,
-    end_offset       bigint      NOT NULL,
-    events           bigint      NOT NULL,
-    stream_hash      text        NOT NULL,
-    agents           jsonb       NOT NULL,
-    diverged         boolean     NOT NULL,
-    divergences      integer     NOT NULL,
-    first_divergence jsonb,
-    report           jsonb       NOT NULL,
-    created_at       timestamptz NOT NULL DEFAULT now()
-);
-CREATE INDEX IF NOT EXISTS replay_reports_by_topic ON replay_reports (topic, id);
