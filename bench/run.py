@@ -2,7 +2,7 @@
 
 Usage::
 
-    PYTHONPATH=platform:connectors .venv/bin/python -m bench.run [--only append,replay,sink,...,simulate,route] [--out DIR]
+    PYTHONPATH=platform:connectors .venv/bin/python -m bench.run [--only append,replay,...,route] [--out DIR]
 
 Knobs (environment): ``BENCH_REPS`` (repetitions), ``BENCH_QUICK=1`` (a tenth of
 the events, fewer repetitions: a smoke run), ``BENCH_BIG=1`` (also the 5M-event
@@ -32,7 +32,8 @@ from . import common
 from .replay import start_probe_server
 
 BENCH_DIR = Path(__file__).resolve().parent
-BENCHMARKS = ("append", "replay", "sink", "sink_many", "swarm", "hop", "llm_clients", "snapshots", "simulate", "guard", "route")
+BENCHMARKS = ("append", "replay", "sink", "sink_many", "swarm", "hop", "llm_clients", "snapshots", "simulate",
+              "guard", "route")
 
 # (column title, key, format)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (

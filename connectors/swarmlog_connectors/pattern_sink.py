@@ -53,6 +53,7 @@ from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
+from .postgres_migrations import require_schema
 from .postgres_rows import COPY_SIGNATURE, COPY_TRAILER, CopyBatch, RowBuilder, dead_letter
 from .postgres_sink import (
     _COPY_EVENTS,
@@ -62,7 +63,6 @@ from .postgres_sink import (
     _redact,
     connect,
 )
-from .postgres_migrations import require_schema
 
 _LOCK_POSITIONS = ("SELECT topic, next_offset FROM sink_positions WHERE topic = ANY(%s) ORDER BY topic "
                    "FOR UPDATE")

@@ -166,6 +166,7 @@ def _sink_pattern(args: argparse.Namespace) -> int:
         if server is not None:
             server.close()
     print(json.dumps({"topics": len(stats.positions), "rows": stats.rows, "dead_letters": stats.dead_letters}))
+    return 0
 
 
 def cmd_mirror(args: argparse.Namespace) -> int:
