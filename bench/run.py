@@ -2,7 +2,7 @@
 
 Usage::
 
-    PYTHONPATH=platform:connectors .venv/bin/python -m bench.run [--only append,replay,sink,...,simulate] [--out DIR]
+    PYTHONPATH=platform:connectors .venv/bin/python -m bench.run [--only append,replay,replay_swarm,...] [--out DIR]
 
 Knobs (environment): ``BENCH_REPS`` (repetitions), ``BENCH_QUICK=1`` (a tenth of
 the events, fewer repetitions: a smoke run), ``BENCH_BIG=1`` (also the 5M-event
@@ -32,7 +32,8 @@ from . import common
 from .replay import start_probe_server
 
 BENCH_DIR = Path(__file__).resolve().parent
-BENCHMARKS = ("append", "replay", "sink", "sink_many", "swarm", "hop", "llm_clients", "snapshots", "simulate", "guard")
+BENCHMARKS = ("append", "replay", "replay_swarm", "sink", "sink_many", "swarm", "hop", "llm_clients", "snapshots",
+              "simulate", "guard")
 
 # (column title, key, format)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
@@ -47,7 +48,8 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 EXTRA_KEYS = ("p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "rss_mb", "baseline_rss_mb",
               "rss_growth_mb", "rss_growth_within_run_mb", "vm_hwm_mb", "processes", "chains_in_flight",
               "log_offsets", "every", "mean_tail_offsets", "snapshot_records",
-              "schedules_per_min", "cpu_s", "distinct", "failed", "hook_ns_per_call", "empty_hook_ns_per_call")
+              "schedules_per_min", "cpu_s", "distinct", "failed", "hook_ns_per_call", "empty_hook_ns_per_call",
+              "ms_per_query", "baseline_ms_per_query")
 
 
 def main(argv: list[str] | None = None) -> int:
