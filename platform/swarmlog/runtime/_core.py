@@ -254,7 +254,7 @@ class AgentCore:
         if tracer is not None:
             sink = tracer.begin(self, off, event, sink)
         ctx = self.ctx
-        ctx.begin(step=off, event=event, sink=sink)  # type: ignore[arg-type]
+        ctx.begin(step=off, event=event, sink=sink)
         try:
             if event is not None:
                 handler = self.agent.handler_for(event)
