@@ -2,7 +2,7 @@
 
 Usage::
 
-    PYTHONPATH=platform:connectors .venv/bin/python -m bench.run [--only append,replay,...,route] [--out DIR]
+    PYTHONPATH=platform:connectors .venv/bin/python -m bench.run [--only append,replay,replay_swarm,...] [--out DIR]
 
 Knobs (environment): ``BENCH_REPS`` (repetitions), ``BENCH_QUICK=1`` (a tenth of
 the events, fewer repetitions: a smoke run), ``BENCH_BIG=1`` (also the 5M-event
@@ -25,6 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from swarmlog import interpreter
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
@@ -32,8 +33,8 @@ from . import common
 from .replay import start_probe_server
 
 BENCH_DIR = Path(__file__).resolve().parent
-BENCHMARKS = ("append", "replay", "sink", "sink_many", "swarm", "hop", "llm_clients", "snapshots", "simulate",
-              "guard", "route")
+BENCHMARKS = ("append", "replay", "replay_swarm", "sink", "sink_many", "swarm", "hop", "llm_clients", "snapshots",
+              "simulate", "guard", "route")
 
 # (column title, key, format)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
@@ -48,7 +49,8 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 EXTRA_KEYS = ("p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "rss_mb", "baseline_rss_mb",
               "rss_growth_mb", "rss_growth_within_run_mb", "vm_hwm_mb", "processes", "chains_in_flight",
               "log_offsets", "every", "mean_tail_offsets", "snapshot_records",
-              "schedules_per_min", "cpu_s", "distinct", "failed", "hook_ns_per_call", "empty_hook_ns_per_call")
+              "schedules_per_min", "cpu_s", "distinct", "failed", "hook_ns_per_call", "empty_hook_ns_per_call",
+              "ms_per_query", "baseline_ms_per_query")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
 
+    # The runs the benchmarks replay are started by `swarmlog` processes, which pin the string-hash
+    # seed (swarmlog.interpreter); replaying their handlers here needs the same seed.
+    if interpreter.current().seed != interpreter.DEFAULT_HASH_SEED:
+        interpreter.reexec_with(interpreter.DEFAULT_HASH_SEED, run_id="bench")
     s = common.settings()
     start_probe_server()  # while this process is small: see bench/replay.py
     registry = SchemaRegistry.load(s.schema_dirs())

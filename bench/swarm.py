@@ -352,8 +352,10 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 
 def swarmlog_swarm(s: Settings, *, processes: bool, shape: Shape = RING,
-                   env_extra: dict[str, str] | None = None) -> tuple[float, int, dict[str, float]]:
-    topic = fresh_topic(s, "swarm")
+                   env_extra: dict[str, str] | None = None,
+                   topic: str | None = None) -> tuple[float, int, dict[str, float]]:
+    """Run the ring on a fresh topic (or ``topic``, fresh and empty); steps/s and hop latency from its log."""
+    topic = topic or fresh_topic(s, "swarm")
     env = {**_env(shape), "SWARMLOG_TOPIC": topic, **(env_extra or {})}
     cmd = [sys.executable, "-m", "swarmlog.cli", "run", "bench.swarm:ring"]
     if processes:

@@ -25,8 +25,7 @@ import hashlib
 import json
 import uuid as _uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .errors import ConfigurationError, EffectDiverged, EffectFailed, NoRunStarted, OutsideStep
 from .events import Event
@@ -44,9 +43,13 @@ from .protocol import (
 from .schema.registry import SchemaRegistry
 
 
-@dataclass(frozen=True, slots=True)
-class Output:
-    """One event a step wrote (or would write)."""
+class Output(NamedTuple):
+    """One event a step wrote (or would write).
+
+    A named tuple, not a frozen dataclass: it is made inside the handler, under the guard's
+    profile hook, where a frozen dataclass's five ``object.__setattr__`` calls cost ten hook
+    events on every output.
+    """
 
     event_id: str
     event_type: str
@@ -158,11 +161,11 @@ class Context:
 
     def send(self, to: str, kind: str, body: Any = "") -> None:
         """Send an ``agent.message`` to one agent. A non-string body is sent as canonical JSON."""
-        self.emit(MESSAGE, {"kind": kind, "body": body if isinstance(body, str) else canonical(body)}, to=to)
+        self._output(MESSAGE, {"kind": kind, "body": body if isinstance(body, str) else canonical(body)}, to)
 
     def broadcast(self, kind: str, body: Any = "") -> None:
         """Send an ``agent.message`` to every other agent."""
-        self.emit(MESSAGE, {"kind": kind, "body": body if isinstance(body, str) else canonical(body)}, to=None)
+        self._output(MESSAGE, {"kind": kind, "body": body if isinstance(body, str) else canonical(body)}, None)
 
     def emit(self, event_type: str, payload: dict[str, Any], *, to: str | None = None) -> None:
         """Write an event of any type in ``schemas/`` (validated before anything is written)."""
@@ -306,7 +309,10 @@ class Context:
 
     def _output(self, event_type: str, payload: dict[str, Any], to: str | None, *, locate: bool = False,
                 event_id: str | None = None) -> int:
-        sink = self._require_sink()
+        # Runs inside the handler, under the guard's profile hook: every call here costs twice.
+        sink = self._sink
+        if sink is None:
+            raise OutsideStep(agent=self.agent)
         payload = self.registry.latest(event_type).validate_payload(payload)
         if event_id is None:
             event_id = output_id(self.agent, self._step, self._index)

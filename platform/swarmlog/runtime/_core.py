@@ -31,6 +31,7 @@ its fixed place in the total order.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable
@@ -59,6 +60,19 @@ from ..schema.codec import Decoder
 from ._index import OwnIndex
 
 logger = logging.getLogger(__name__)
+
+
+class _Undecoded:
+    """The type of :data:`UNDECODED`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNDECODED"
+
+
+UNDECODED = _Undecoded()
+"""``AgentCore.process``'s "not decoded yet" (``None`` means "does not decode")."""
 
 
 @dataclass(slots=True)
@@ -108,7 +122,7 @@ class _VerifySink:
                                      replayed=out.payload)
             core.check(out, rec)
             return rec.offset
-        core.pending.setdefault(core.ctx.now(), {})[out.event_id] = out
+        core.pending.setdefault(core.ctx._step, {})[out.event_id] = out  # ctx.now(), one call less
         return None
 
     def recorded(self, event_id: str) -> Event | None:
@@ -165,11 +179,24 @@ class AgentCore:
 
     # -- the fold -----------------------------------------------------------------------
 
-    def process(self, msg: Any, route: Route) -> None:
-        """Fold one message, given its routing headers (:func:`swarmlog.protocol.route`)."""
-        due = self.take(msg, route)
+    @property
+    def handled_types(self) -> frozenset[str]:
+        """The event types this agent has handlers for."""
+        return self._handled
+
+    def process(self, msg: Any, route: Route, decoded: Event | None | _Undecoded = UNDECODED,
+                ) -> Event | None | _Undecoded:
+        """Fold one message, given its routing headers (:func:`swarmlog.protocol.route`).
+
+        ``decoded``: the message's event if the caller decoded it already (``None``: it does not
+        decode; :data:`UNDECODED`, the default: decode it here if it is needed). Returns the event
+        as decoded here or given (:data:`UNDECODED` if it was not needed), so that a caller folding
+        many agents decodes a message once (``_dispatch``).
+        """
+        due, event = self._take(msg, route, decoded)
         if due is not None:
             self.step(*due)
+        return event
 
     def take(self, msg: Any, route: Route) -> tuple[int, Event | None] | None:
         """Fold one message up to its step: the step it makes due, as ``(offset, input)``, or None.
@@ -179,23 +206,29 @@ class AgentCore:
         :meth:`step` later, and reads nothing more for this agent until it has. ``input`` is
         None for a step that only fires logical timers.
         """
+        return self._take(msg, route, UNDECODED)[0]
+
+    def _take(self, msg: Any, route: Route, decoded: Event | None | _Undecoded,
+              ) -> tuple[tuple[int, Event | None] | None, Event | None | _Undecoded]:
+        """:meth:`take`, and the event as decoded here or given (for :meth:`process`)."""
         etype, writer, to, _ = route
         off = msg.offset()
         self.position = off + 1
         self.events_seen += 1
         if self.stopped:
-            return None
+            return None, decoded
         me = self.name
-        event: Event | None = None
+        event: Event | None
         if writer == me:
-            event = self._decode(msg)
+            event = self._decode(msg) if decoded is UNDECODED else decoded  # type: ignore[assignment]
             if event is not None:
                 self._own(event)
                 if event.event_type == TIMER_FIRED and event.to == me:
-                    return off, event
+                    return (off, event), event
+            decoded = event
         elif etype == RUN_STARTED or (etype in self._handled
                                       and (to == me or (to is None and etype not in SELF_RECORDS))):
-            event = self._decode(msg)
+            event = self._decode(msg) if decoded is UNDECODED else decoded  # type: ignore[assignment]
             if event is not None:
                 if event.event_type == RUN_STARTED:
                     # Before any handler runs: a pinned run's handlers only run in an interpreter
@@ -204,22 +237,24 @@ class AgentCore:
                     interpreter.require(run_id=event.run_id, seed=self.run_pin[0], algorithm=self.run_pin[1])
                     self.ctx.set_run(run_id=event.run_id, seed=event.payload["seed"])
                 if event.event_type in self._handled and (event.to in (None, me)):
-                    return off, event
-        if self._logical_due():
-            return off, None
-        return None
+                    return (off, event), event
+            decoded = event
+        if self.timers and self._logical_due():
+            return (off, None), decoded
+        return None, decoded
 
     def live(self, offset: int) -> bool:
         return self.live_sink is not None and offset > self.index.last_step
 
     def step(self, off: int, event: Event | None) -> None:
         """Run the step at ``off`` (its handler, then the logical timers it makes fire)."""
-        sink = self.live_sink if self.live(off) else self.verify_sink
+        live_sink = self.live_sink
+        sink = live_sink if live_sink is not None and off > self.index.last_step else self.verify_sink
         tracer = self.tracer
         if tracer is not None:
             sink = tracer.begin(self, off, event, sink)
         ctx = self.ctx
-        ctx.begin(step=off, event=event, sink=sink)  # type: ignore[arg-type]
+        ctx.begin(step=off, event=event, sink=sink)
         try:
             if event is not None:
                 handler = self.agent.handler_for(event)
@@ -239,7 +274,8 @@ class AgentCore:
                                  to=self.name)
                     if self.step_latency is not None:
                         self.step_latency.observe(time.perf_counter() - started)
-            self._fire_logical(off)
+            if self.timers:
+                self._fire_logical(off)
         except NondeterminismError as exc:
             self._diverge(exc)
         except _Unreached as exc:
@@ -278,9 +314,14 @@ class AgentCore:
                 self._diverge(NondeterminismError(offset=step, agent=self.name, recorded=_brief(event),
                                                   detail="the log has an output this step no longer writes"))
             return
-        # Everything still pending for an earlier step was never written.
-        for earlier in [s for s in self.pending if s < step]:
-            for unwritten in self.pending.pop(earlier).values():
+        # Everything still pending for an earlier step was never written. Steps run in offset
+        # order, so ``pending`` holds them in increasing order: the earliest is the first key.
+        pending = self.pending
+        while pending:
+            earlier = next(iter(pending))
+            if earlier >= step:
+                break
+            for unwritten in pending.pop(earlier).values():
                 self._diverge(NondeterminismError(offset=earlier, agent=self.name, replayed=_brief_out(unwritten),
                                                   detail="the step now writes an event the log does not have"))
         outs = self.pending.get(step)
@@ -323,6 +364,8 @@ class AgentCore:
     # -- timers ---------------------------------------------------------------------------
 
     def _logical_due(self) -> bool:
+        if not self.timers:
+            return False
         n = self.events_seen
         for t in self.timers.values():
             if t.due_count is not None and not t.firing and t.due_count <= n:
@@ -373,7 +416,10 @@ class AgentCore:
 
 
 def _brief(event: Event) -> dict[str, Any]:
-    return {"event_type": event.event_type, "to": event.to, "payload": event.payload, "causes": event.causes}
+    # A copy: in a swarm replay the same decoded event goes on to the handler of the agent it
+    # is addressed to, which may change it (``_dispatch``); the report keeps what the log says.
+    return copy.deepcopy({"event_type": event.event_type, "to": event.to, "payload": event.payload,
+                          "causes": event.causes})
 
 
 def _brief_out(out: Output) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from ..protocol import agent_group
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ._core import AgentCore, Divergence
+from ._dispatch import Dispatcher
 from ._index import index_log, steps_past
 
 logger = logging.getLogger(__name__)
@@ -122,13 +123,14 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
                                           log_start=low)
             reader.position.end_offset = low
             reader.subscribe()
+        dispatch = Dispatcher(cores=cores)
+        apply = dispatch.apply
         for batch in reader.batches(end=to):
+            hasher.update_batch(batch)
             for m in batch:
-                hasher.update(m.offset(), m.value())
-                events += 1
-                r = decoder.route(m)  # from the envelope; a lying header raises RoutingHeaderMismatch
-                for core in cores:
-                    core.process(m, r)
+                # The route from the envelope: a lying header raises RoutingHeaderMismatch.
+                apply(m, decoder.route(m))
+            events += len(batch)
             if progress is not None:
                 progress(reader.position.end_offset - low, total)
             if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
@@ -136,6 +138,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
                 logger.info("replay of %s: at offset %d of %d (%d events)", swarm.name, reader.position.end_offset,
                             low + total, events)
         end = reader.position.end_offset
+        dispatch.sync()
         if group is not None:
             reader.commit(end)
     for core in cores:

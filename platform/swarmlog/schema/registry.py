@@ -78,7 +78,9 @@ class EventSchema:
     def validate_payload(self, payload: Any) -> dict[str, Any]:
         """Strictly validate ``payload``; raises :class:`InvalidEvent` naming the field."""
         try:
-            valid: dict[str, Any] = self.validator.validate_python(payload)
+            # The TypeAdapter's own SchemaValidator, called directly: the same validation without
+            # the wrapper's Python frame (a handler's ctx.send runs this under the guard's hook).
+            valid: dict[str, Any] = self.validator.validator.validate_python(payload)
         except ValidationError as exc:
             err = exc.errors()[0]
             loc = ".".join(str(p) for p in err["loc"]) or "payload"
@@ -166,7 +168,8 @@ class SchemaRegistry:
         return self._by_fingerprint.get(fingerprint)
 
     def latest(self, event_type: str) -> EventSchema:
-        return self.get(event_type)
+        schema = self._latest.get(event_type)
+        return schema if schema is not None else self.get(event_type)
 
     def versions(self, event_type: str) -> list[EventSchema]:
         return [s for (t, _), s in self._by_key.items() if t == event_type]

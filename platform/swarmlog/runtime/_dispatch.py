@@ -1,0 +1,100 @@
+"""Routing each message of a swarm's log to the agents it concerns, decoded once.
+
+Internal. A swarm replay folds every message into every agent's :class:`AgentCore`,
+but a message concerns few of them: its writer (which checks it against what its
+replayed step wrote), the agents it is addressed to (a ``to``, or every handler of a
+broadcast), every agent at ``run.started``, and an agent with a logical timer that may
+come due. The routing headers say all of that without decoding anything, so the
+dispatcher calls only those cores, decodes the message at most once for them, and
+leaves every other core untouched. What an untouched core would have done with the
+message is only counting it (``events_seen``, ``position``); :meth:`Dispatcher.sync`
+brings those counters up to date, and the dispatcher sets them before it calls a core,
+so a core always sees exactly the counts it would have seen folding every message.
+
+**One decoded event per handler.** A handler may change the event it is given (its
+payload is a plain dict). In a live swarm every agent decodes its own copy, so one
+agent's handler can never change what another one sees, and neither may it here: the
+writer's check runs first (it only reads the recorded event; a divergence report copies
+what it keeps), then the event goes to the first core that may run a handler on it, and
+every further one decodes a copy of its own. Agents' folds are otherwise independent
+(each reads only the log), so calling the writer first changes no result.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from ..protocol import RUN_STARTED, SELF_RECORDS, TIMER_FIRED, Route
+from ._core import UNDECODED, AgentCore
+
+logger = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    """Feed messages, in offset order, to the cores of ``cores`` they concern."""
+
+    __slots__ = ("cores", "_by_name", "_broadcast", "_timed", "seen", "position")
+
+    def __init__(self, *, cores: Sequence[AgentCore]) -> None:
+        self.cores = list(cores)
+        self._by_name = {c.name: c for c in self.cores}
+        # event type -> the cores a broadcast of it goes to (every core that handles it).
+        self._broadcast: dict[str, list[AgentCore]] = {}
+        for core in self.cores:
+            for etype in core.handled_types:
+                self._broadcast.setdefault(etype, []).append(core)
+        # Cores with a timer set look at every message: a logical one may come due at any of them.
+        self._timed: list[AgentCore] = [c for c in self.cores if c.timers]
+        self.seen = min((c.events_seen for c in self.cores), default=0)
+        self.position = min((c.position for c in self.cores), default=0)
+        if any(c.events_seen != self.seen or c.position != self.position for c in self.cores):
+            raise ValueError("Dispatcher: every core must start at the same point of the log")
+
+    def apply(self, msg: Any, route: Route) -> None:
+        """Fold one message into every core it concerns (``route``: its :func:`~swarmlog.protocol.route`)."""
+        etype, writer, to, _ = route
+        seen = self.seen
+        self.seen = seen + 1
+        self.position = msg.offset() + 1
+        event: Any = UNDECODED
+        called: AgentCore | None = None
+        own = self._by_name.get(writer)
+        if own is not None:
+            own.events_seen = seen
+            event = own.process(msg, route, event)
+            called = own
+            if etype == TIMER_FIRED:  # its handler may have run on it: the next core decodes its own
+                event = UNDECODED
+        if etype == RUN_STARTED:
+            targets: Sequence[AgentCore] = self.cores
+        elif to is not None:
+            core = self._by_name.get(to)
+            targets = (core,) if core is not None and etype in core.handled_types else ()
+        elif etype not in SELF_RECORDS:
+            targets = self._broadcast.get(etype, ())
+        else:
+            targets = ()
+        for core in targets:
+            if core is called:
+                continue
+            core.events_seen = seen
+            core.process(msg, route, event)
+            event = UNDECODED  # handed to a handler: no other core gets this one
+        timed = self._timed
+        if timed:
+            for core in timed:
+                if core is called or core in targets:
+                    continue
+                core.events_seen = seen
+                core.process(msg, route, UNDECODED)
+        # Only a core's own events set or clear its timers.
+        if own is not None and bool(own.timers) != (own in timed):
+            self._timed = [c for c in self.cores if c.timers]
+
+    def sync(self) -> None:
+        """Bring every core's counters to where folding every message would have left them."""
+        for core in self.cores:
+            core.events_seen = self.seen
+            core.position = self.position
