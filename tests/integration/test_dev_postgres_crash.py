@@ -6,20 +6,20 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 
 import psycopg
 import pytest
 
 from swarmlog.dev import process
 
-from .dev_clusters import SpareCluster, spare_cluster
+from .dev_clusters import SpareCluster
 
 
 @pytest.fixture(scope="module")
-def spare() -> Iterator[SpareCluster]:
-    with spare_cluster() as c:
-        yield c
+def spare(three_brokers: SpareCluster) -> SpareCluster:
+    # conftest's cluster of its own (never the session's): one cluster start for every test
+    # that needs one; its Postgres is like the single-broker layout's.
+    return three_brokers
 
 
 def _postgres_pid(spare: SpareCluster) -> int:
