@@ -57,7 +57,7 @@ def three_settings(three: SpareCluster) -> Settings:
 @pytest.fixture(scope="module")
 def registry(three_settings: Settings) -> SchemaRegistry:
     # Not the session's: that one starts the shared dev cluster, which these tests do not use.
-    return SchemaRegistry.load(three_settings.schema_dir)
+    return SchemaRegistry.load(three_settings.schema_dirs())
 
 
 def _fresh_topic(settings: Settings, prefix: str) -> Settings:

@@ -97,7 +97,7 @@ def new_client(kind: type[Client], settings: Settings, required: Mapping[str, ob
          "error_cb": error_recorder(settings.bootstrap_servers)},
         tuning={"socket.connection.setup.timeout.ms": int(settings.connect_timeout * 1000), **(tuning or {})})
     try:
-        return kind(config)  # type: ignore[arg-type]
+        return kind(config)
     except KafkaException as exc:
         raise _bad_property(settings, kind, exc) from None
 

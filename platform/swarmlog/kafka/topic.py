@@ -34,7 +34,7 @@ from ..errors import (
     TopicNotSinglePartition,
 )
 from ..settings import Settings
-from .config import admin_client
+from .config import admin_client, new_client
 from .errors import UNKNOWN_TOPIC, translate
 
 TOPIC_CONFIG = {
@@ -183,7 +183,7 @@ def wait_until_known(settings: Settings, topic: str, *, client: object | None = 
             for b in md.brokers.values():
                 address = f"{b.host}:{b.port}"
                 if address not in each:
-                    each[address] = AdminClient(settings.kafka_config({"bootstrap.servers": address}))
+                    each[address] = new_client(AdminClient, settings, {"bootstrap.servers": address})
             if all(_known_to(each[f"{b.host}:{b.port}"], topic) for b in md.brokers.values()):
                 return info
         except TopicNotFound:
