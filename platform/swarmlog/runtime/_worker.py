@@ -40,6 +40,7 @@ from ..agent import Agent, Swarm
 from ..context import Output
 from ..errors import AgentFenced, TransactionAborted
 from ..events import Event
+from ..guard import allowed
 from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend
 from ..observe import Family, LatencyHistogram, tracing
@@ -93,7 +94,11 @@ class _LiveSink:
         if step is not None:
             headers.append((H_STEP, str(step[0]).encode()))
         if locate:
-            return self.channel.send_located(value, self.agent_b, headers)
+            # Swarmlog's own I/O, inside the handler's guard: waiting for the offset serves the
+            # client's callbacks on this thread (librdkafka's error and log events, which read the
+            # clock to say when; they come when a broker is down), and those are not the handler's.
+            with allowed():
+                return self.channel.send_located(value, self.agent_b, headers)
         self.channel.send(value, self.agent_b, headers)
         return None
 
