@@ -373,7 +373,9 @@ def test_swarmlog_step_in_a_real_terminal_stops_at_the_timeout_and_quits(run, tm
     session = f"swarmlog-step-{tmp_path.name}"[:60]
     _tmux("new-session", "-d", "-s", session, "-x", "170", "-y", "45", command)
     try:
-        _screen_until(session, r"breakpoints: type timer\.fired")
+        # Ready once the opening fold has said where it stands: a key pressed while it still runs
+        # is refused (the view says "busy"), and the status line shows the breakpoints before that.
+        _screen_until(session, r"breakpoints: type timer\.fired\s*\n.*just before offset 0")
         _tmux("send-keys", "-t", session, "c")
         screen = _screen_until(session, r"breakpoint \(type timer\.fired\)")
         assert f"offset {fired}" in screen and "reviewer runs Reviewer.deadline" in screen, screen

@@ -108,6 +108,7 @@ class StepApp(App[None]):
         self.breakpoints: list[Breakpoint] = list(breakpoints or [])
         self.stepper: Stepper | None = None
         self.busy = False
+        self.refused = False
         self.stop_flag = threading.Event()
         self.message = "folding the log up to the start…"
         self.show_states = False
@@ -152,10 +153,12 @@ class StepApp(App[None]):
         """Run ``move`` (which returns what to say) in a worker thread, then redraw."""
         if self.busy:
             self.bell()
+            self.refused = True
             self.message = "busy: the last move is still running (escape stops a continue)"
             self._render_status()
             return
         self.busy = True
+        self.refused = False
         self.stop_flag.clear()
         self._render_status()
 
@@ -174,7 +177,8 @@ class StepApp(App[None]):
 
     def _done(self, said: str, page: tuple[tuple[int, int], list[LoggedEvent]] | None) -> None:
         self.busy = False
-        self.message = said
+        # A key refused while the move ran would otherwise vanish under what the move says.
+        self.message = f"{said} · a key pressed meanwhile was ignored: press it again" if self.refused else said
         if page is not None:
             self.page, self.page_events = page[0], page[1]
             self._fill_table()
