@@ -423,3 +423,23 @@ class NondeterminismError(SwarmlogError):
 class EffectDiverged(NondeterminismError):
     """A recorded effect or LLM call cannot be served: the log has no record of it here, or a
     different one. The handler cannot go on without its result, so this agent's replay stops."""
+
+
+class StateDiverged(NondeterminismError):
+    """The agent's state after a step is not the one the live run recorded, though the step's outputs
+    may all agree: nondeterminism that reached only the state (``id()`` ordering, a C extension's
+    value). Everything the agent does later may differ; its later digests are not reported again."""
+
+    def __init__(self, *, offset: int, agent: str, recorded_digest: str, replayed_digest: str,
+                 diff: list[str] | None = None) -> None:
+        self.recorded_digest = recorded_digest
+        self.replayed_digest = replayed_digest
+        self.diff = diff
+        """How the live state and the replayed one differ, when the live state is known
+        (:class:`swarmlog.runtime.LiveStates`); None otherwise."""
+        detail = "the state after this step differs from the one the live run recorded"
+        if diff is None:
+            detail += " (the log holds its digest, not the state itself)"
+        super().__init__(offset=offset, agent=agent, detail=detail, recorded={"state_digest": recorded_digest},
+                         replayed={"state_digest": replayed_digest, **({"diff": diff} if diff is not None else {})})
+

@@ -25,8 +25,8 @@ PUBLIC = {
         "HTTPRequestDiverged", "HashSeedMismatch", "InMemoryLog", "InvalidEvent", "InvalidSetting",
         "KafkaHandshakeFailed", "KafkaOperationFailed", "MissingDependency", "NoRunStarted", "NondeterminismError",
         "OutsideStep", "ReadFailed", "ReplayResult", "RunAlreadyRecorded", "RunNotStarted", "SchemaClash",
-        "SchemaError",
-        "SchemaNotFound", "ServiceUnavailable", "Settings", "Swarm", "SwarmReplayResult", "SwarmlogError",
+        "SchemaError", "SchemaNotFound", "ServiceUnavailable", "Settings", "StateDiverged", "Swarm",
+        "SwarmReplayResult", "SwarmlogError",
         "TopicCreateFailed", "TopicExists", "TopicNotFound", "TopicNotSinglePartition", "TransactionAborted",
         "UndecodableMessage", "UnknownEventType", "UsageError", "on", "on_message", "on_timer", "replay",
         "replay_swarm", "run_agents", "start_run",
@@ -48,15 +48,16 @@ PUBLIC = {
         "ReadPosition", "Reader",
     ],
     "swarmlog.runtime": [
-        "AgentWorker", "Divergence", "RunInfo", "SwarmReplayResult", "WorkerResult", "code_version", "find_run",
-        "load_swarm", "pin_interpreter", "replay_swarm_log", "result_json", "run_agents", "start_run",
+        "AgentWorker", "Divergence", "LiveStates", "RunInfo", "SwarmReplayResult", "WorkerResult", "code_version",
+        "diff_states", "find_run", "load_swarm", "pin_interpreter", "replay_swarm_log", "result_json", "run_agents",
+        "start_run",
         "wait_for_run",
     ],
     "swarmlog.schema": ["Decoder", "Encoder", "EventSchema", "SchemaRegistry"],
     "swarmlog.observe": ["Family", "Health", "LatencyHistogram", "Metrics", "ObservabilityServer", "serve",
                          "serve_process"],
-    "swarmlog.replay": ["Divergence", "Fold", "ReplayResult", "SwarmReplayResult", "Undecodable", "replay",
-                        "replay_swarm"],
+    "swarmlog.replay": ["Divergence", "Fold", "LiveStates", "ReplayResult", "SwarmReplayResult", "Undecodable",
+                        "replay", "replay_swarm"],
 }
 
 
@@ -151,7 +152,7 @@ def test_the_package_has_no_import_circle():
 # --- one home for each protocol detail ----------------------------------------------------------
 
 EVENT_TYPES = ("run.started", "agent.message", "timer.set", "timer.fired", "timer.cancelled", "effect.recorded",
-               "llm.call", "handler.failed")
+               "llm.call", "handler.failed", "state.digest")
 HEADERS = ("sl.type", "sl.v", "sl.agent", "sl.to", "sl.step")
 PROTOCOL = PACKAGE / "protocol.py"
 
@@ -178,7 +179,7 @@ def test_event_type_names_and_header_names_are_written_only_in_the_protocol_modu
 
 def test_the_event_id_grammar_is_spelled_only_in_the_protocol_module():
     # "<agent>@<step>#<i>" built or parsed anywhere else: an f-string with "@" then "#",
-    # or the "@timer" mark of a wall-clock firing.
+    # or the "@timer" mark of a wall-clock firing, the "@state"/"@stop" marks of a state digest record.
     strays = []
     for path in SOURCES:
         if path == PROTOCOL:
@@ -188,9 +189,10 @@ def test_the_event_id_grammar_is_spelled_only_in_the_protocol_module():
                 text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
                 if re.search(r"\{\}@\{\}#", text):
                     strays.append(f"{path.relative_to(REPO)}:{node.lineno}")
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "@timer" in node.value:
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and any(mark in node.value for mark in ("@timer", "@state", "@stop")):
                 strays.append(f"{path.relative_to(REPO)}:{node.lineno}")
-    assert strays == [], "use swarmlog.protocol.output_id / wall_timer_id / parse_step"
+    assert strays == [], "use swarmlog.protocol.output_id / wall_timer_id / state_digest_id / parse_step"
 
 
 # --- decisions by type, never by text ------------------------------------------------------------
