@@ -62,6 +62,8 @@ class SwarmReplayResult:
     """Agent -> steps whose state was compared with the digest the live run recorded for them."""
     states_recorded: dict[str, int] = field(default_factory=dict)
     """Agent -> per-step state digests the log holds (0: an old log, or digests were off)."""
+    swarm: str = ""
+    """The name of the swarm whose code was replayed."""
 
     @property
     def first_divergence(self) -> Divergence | None:
@@ -150,5 +152,5 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
         stream_hash=hasher.hexdigest(), divergences=divergences, steps={c.name: c.steps for c in cores},
         states={c.name: c.agent.state for c in cores},
         states_checked={c.name: c.states_checked for c in cores},
-        states_recorded={c.name: len(c.index.digests) for c in cores},
+        states_recorded={c.name: len(c.index.digests) for c in cores}, swarm=swarm.name,
         unverified_from={c.name: c.unverified for c in cores if c.unverified is not None})
