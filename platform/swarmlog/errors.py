@@ -402,6 +402,19 @@ class ForkPointInsideStep(SwarmlogError):
                          f"or at {last + 1} (the step is history on the fork)")
 
 
+class StateNotSerialisable(SwarmlogError):
+    """An agent's state holds something canonical JSON cannot encode, so it cannot be digested or compared."""
+
+    def __init__(self, *, agent: str, offset: int, detail: str) -> None:
+        self.agent = agent
+        self.offset = offset
+        self.detail = detail
+        super().__init__(f"agent {agent!r}: its state after the step at offset {offset} cannot be digested: "
+                         f"{detail}. Keep only JSON values in self.state (dicts with string keys, lists, strings, "
+                         f"numbers, booleans, None; bytes and sets are encoded too): the runtime records and "
+                         f"compares its digest after every step")
+
+
 class InvalidToken(SwarmlogError):
     """A replay token that cannot be used: unreadable, of an unknown version, malformed, or badly signed."""
 

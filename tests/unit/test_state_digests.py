@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from swarmlog.hashing import state_hash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from swarmlog.hashing import _reference_encode, canonical, state_hash
 from swarmlog.protocol import STATE_DIGEST, parse_step, state_digest_id, stop_digest_id
 from swarmlog.runtime import diff_states
 from swarmlog.runtime._digests import DigestRecord, DigestRecorder, RecordedDigests, state_digest
@@ -15,7 +18,7 @@ def test_the_state_digest_is_the_state_hash_of_tokens_and_results():
 
 
 def test_every_kth_step_and_the_transactions_last_step_are_digested():
-    rec = DigestRecorder(every=3)
+    rec = DigestRecorder(agent="a", every=3)
     state = {"n": 0}
     for count, step in enumerate((10, 12, 15, 20, 22), start=1):
         state["n"] = count
@@ -63,3 +66,38 @@ def test_a_state_diff_names_each_path_that_differs():
     ]
     assert diff_states({"x": [1]}, {"x": [1, 2]}) == ["state['x']: live [1], replayed [1, 2]"]
     assert len(diff_states({"x": list(range(100))}, {"x": list(range(1, 101))})) == 20
+
+
+def test_a_state_that_is_not_json_is_refused_naming_the_agent_and_the_step():
+    import pytest
+
+    from swarmlog.errors import StateNotSerialisable
+
+    rec = DigestRecorder(agent="a", every=1)
+    with pytest.raises(StateNotSerialisable) as err:
+        rec.stepped(42, {"when": object()}, 1)
+    assert (err.value.agent, err.value.offset) == ("a", 42) and "self.state" in str(err.value)
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text() | st.binary(max_size=8)
+    | st.frozensets(st.integers(), max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json_values)
+def test_the_fast_canonical_encoder_writes_exactly_the_reference_encoding(value):
+    assert canonical(value) == _reference_encode(value)
+
+
+def test_a_circular_state_is_refused_as_the_reference_encoder_refuses_it():
+    import pytest
+
+    loop: dict = {}
+    loop["self"] = loop
+    with pytest.raises(ValueError):
+        canonical(loop)
+    with pytest.raises(ValueError):
+        _reference_encode(loop)

@@ -177,7 +177,8 @@ class AgentCore:
         """A :class:`~swarmlog.observe.LatencyHistogram` the live worker gives; None in replay."""
         self._handled = agent.handled_types()
         self._raised: NondeterminismError | None = None  # recorded and raised already (strict)
-        self.recorder = DigestRecorder(every=digest_every) if live_sink is not None and digest_every > 0 else None
+        self.recorder = DigestRecorder(agent=agent.name, every=digest_every) \
+            if live_sink is not None and digest_every > 0 else None
         """Live steps' digests until the worker writes them (None: this agent records none)."""
         self.live_states = live_states
         self.states_checked = 0
@@ -271,7 +272,7 @@ class AgentCore:
         expected = self.index.digests.at(off)
         if expected is None:
             return  # not digested live (an old log, K > 1, a step the live agent never reached)
-        actual = state_digest(self.agent.state)
+        actual = state_digest(self.agent.state, agent=self.name, offset=off)
         self.states_checked += 1
         if actual == expected:
             return
@@ -287,7 +288,7 @@ class AgentCore:
         self._diverge(StateDiverged(offset=off, agent=self.name, recorded_digest=expected.hex(),
                                     replayed_digest=actual.hex(), diff=diff))
 
-    def digest_due(self, *, position: int, final: bool) -> bool:
+    def digest_due(self, *, final: bool) -> bool:
         """A ``state.digest`` record is due: live steps ran since the last one; at a stop
         (``final``), also unless the log's latest record of this agent is already a final one
         of this state. A restart that stepped nowhere writes nothing, though it read further:
@@ -300,11 +301,12 @@ class AgentCore:
         if not final:
             return False
         last = self.index.digests.last
-        return not (last is not None and last.final and last.state == state_digest(self.agent.state))
+        return not (last is not None and last.final
+                    and last.state == state_digest(self.agent.state, agent=self.name, offset=self.position))
 
     def digest_record(self, *, position: int, final: bool) -> DigestRecord | None:
         """The record the worker writes now, into the open transaction, if one is due."""
-        if self.recorder is None or not self.digest_due(position=position, final=final):
+        if self.recorder is None or not self.digest_due(final=final):
             return None
         record = self.recorder.take(self.agent.state, position=position, final=final)
         self.index.digests.last = record

@@ -37,14 +37,20 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import StateNotSerialisable
 from ..hashing import canonical_json
 
 DIGEST_SIZE = 32
 
 
-def state_digest(state: Any) -> bytes:
-    """sha256 of the state's canonical JSON (the bytes of :func:`swarmlog.hashing.state_hash`)."""
-    return hashlib.sha256(canonical_json(state)).digest()
+def state_digest(state: Any, *, agent: str = "", offset: int = -1) -> bytes:
+    """sha256 of the state's canonical JSON (the bytes of :func:`swarmlog.hashing.state_hash`);
+    :class:`~swarmlog.errors.StateNotSerialisable` (naming ``agent`` and ``offset``) if it has none."""
+    try:
+        text = canonical_json(state)
+    except (TypeError, ValueError) as exc:  # not JSON, or a circular reference
+        raise StateNotSerialisable(agent=agent, offset=offset, detail=str(exc)) from None
+    return hashlib.sha256(text).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +132,10 @@ class RecordedDigests:
 class DigestRecorder:
     """The live side: digests of the steps of the open transaction, until they are written."""
 
-    __slots__ = ("every", "steps", "digests", "last_step", "_digested_last")
+    __slots__ = ("agent", "every", "steps", "digests", "last_step", "_digested_last")
 
-    def __init__(self, *, every: int) -> None:
+    def __init__(self, *, agent: str, every: int) -> None:
+        self.agent = agent
         self.every = every
         self.steps: list[int] = []
         self.digests: list[bytes] = []
@@ -141,7 +148,7 @@ class DigestRecorder:
         self.last_step = step
         if count % self.every == 0:
             self.steps.append(step)
-            self.digests.append(state_digest(state))
+            self.digests.append(state_digest(state, agent=self.agent, offset=step))
             self._digested_last = True
         else:
             self._digested_last = False
@@ -155,7 +162,8 @@ class DigestRecorder:
         if self.last_step is not None and self._digested_last:
             digest = self.digests[-1]  # nothing has run since that step
         else:
-            digest = state_digest(state)
+            digest = state_digest(state, agent=self.agent, offset=self.last_step if self.last_step is not None
+                                  else position)
             if self.last_step is not None:
                 self.steps.append(self.last_step)  # the transaction's last step is always digested
                 self.digests.append(digest)

@@ -252,7 +252,7 @@ class AgentWorker:
             read_to = max(core.position, self.eof_at)
             final = self.caught_up.is_set() and read_to > 0
             if read_to > 0 and core.position != committed_position \
-                    or final and core.digest_due(position=read_to, final=True):
+                    or final and core.digest_due(final=True):
                 self._commit(channel, sink, read_to, final=final)
         except BaseException as exc:
             if sink.in_txn:
