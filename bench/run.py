@@ -46,7 +46,8 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 )
 EXTRA_KEYS = ("p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "rss_mb", "baseline_rss_mb",
               "rss_growth_mb", "rss_growth_within_run_mb", "vm_hwm_mb", "processes", "chains_in_flight",
-              "log_offsets", "every", "mean_tail_offsets", "snapshot_records")
+              "log_offsets", "every", "mean_tail_offsets", "snapshot_records", "cpu_us_per_step",
+              "baseline_cpu_us_per_step")
 
 
 def main(argv: list[str] | None = None) -> int:

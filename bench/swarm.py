@@ -7,7 +7,8 @@ sends the chain on to the next agent until it has made ``HOPS`` hops. Every agen
 own process (one pod per agent, as on Kubernetes), reads the whole topic, routes by
 headers, and commits each batch of steps — outputs plus its consumer position — in one
 Kafka transaction. ``swarm.swarmlog_one_process`` runs the same five agents as threads
-of one ``swarmlog run`` process.
+of one ``swarmlog run`` process; ``swarm.swarmlog_no_state_digests`` the five processes
+with ``SWARMLOG_STATE_DIGEST_EVERY=0``: what recording each step's state digest costs.
 
 The baseline does the least a transactional relay can do with the same client:
 ``read_committed`` consumer, one transaction per consumed batch with
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -362,6 +364,7 @@ def swarmlog_swarm(s: Settings, *, processes: bool, shape: Shape = RING,
     else:
         procs = [subprocess.Popen(cmd + ["--run-id", "bench", "--seed", "1"], env=env, cwd=REPO,
                                   stdout=subprocess.DEVNULL)]
+    cpu_before = _children_cpu_s()
     try:
         _wait_for_groups(s, [f"swarmlog.{topic}.{a}" for a in AGENTS], procs)
         if processes:
@@ -369,8 +372,18 @@ def swarmlog_swarm(s: Settings, *, processes: bool, shape: Shape = RING,
         collected = _collect(s, topic, shape.outputs, procs)
     finally:
         _stop(procs)
+    # CPU the agent processes used, whole lives included (start-up, rebuild): on a shared machine
+    # a steadier measure of what a step costs than steps/s, which waits on everyone else's work too.
+    cpu_us_per_step = (_children_cpu_s() - cpu_before) * 1e6 / shape.outputs
     _exactly_once(s, topic, shape)
-    return _measure(collected, shape)
+    seconds, steps, stats = _measure(collected, shape)
+    return seconds, steps, {**stats, "cpu_us_per_step": cpu_us_per_step}
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of this process's children that have been waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def raw_relay(s: Settings, *, shape: Shape = RING, config: RelayConfig = RelayConfig(),
@@ -404,17 +417,26 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
                                                            "hops": HOPS, "processes": 1})
     raw = Run("swarm.raw_txn_relay", steps, extra={"agents": len(AGENTS), "chains_in_flight": CHAINS,
                                                     "hops": HOPS, "processes": len(AGENTS)})
+    bare = Run("swarm.swarmlog_no_state_digests", steps, extra={"agents": len(AGENTS), "chains_in_flight": CHAINS,
+                                                                "hops": HOPS, "processes": len(AGENTS)})
+    no_digests = {"SWARMLOG_STATE_DIGEST_EVERY": "0"}
     for r in range(reps(3)):
         for run_, fn in ((sub, lambda: swarmlog_swarm(s, processes=True)), (raw, lambda: raw_relay(s)),
+                         (bare, lambda: swarmlog_swarm(s, processes=True, env_extra=no_digests)),
                          (one, lambda: swarmlog_swarm(s, processes=False))):
             seconds, n, stats = fn()
             run_.events = n
             run_.add(seconds, **stats)
+            cpu = f", {stats['cpu_us_per_step']:.0f} CPU-µs/step" if "cpu_us_per_step" in stats else ""
             log(f"{run_.name} rep {r}: {n / seconds:,.0f} steps/s, hop p50 {stats['p50_ms']:.0f} ms, "
-                f"p99 {stats['p99_ms']:.0f} ms")
+                f"p99 {stats['p99_ms']:.0f} ms{cpu}")
+    digest_cost = row(sub, bare, unit="steps")
+    digest_cost["name"] = "swarm.swarmlog (state digests on, the default)"
     return [
         row(sub, raw, target=">= 5000 steps/s", unit="steps", headline=True),
         row(one, raw, unit="steps"),
+        row(bare, raw, unit="steps"),
+        digest_cost,
     ]
 
 
