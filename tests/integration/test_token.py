@@ -13,11 +13,11 @@ from confluent_kafka import Producer
 from swarmlog.kafka.reader import LogReader
 from swarmlog.kafka.topic import create_topic
 from swarmlog.log.append import EventLog
-from swarmlog.protocol import output_id
+from swarmlog.protocol import output_id, parse_step
 from swarmlog.runtime import run_agents, start_run
 
 from .. import swarms
-from .conftest import new_topic_name
+from .conftest import new_topic_name, read_log
 from .test_runtime import _env
 
 EVERY = 8
@@ -103,6 +103,51 @@ def test_one_flipped_byte_at_offset_k_in_a_copy_is_named_by_token_verify(setting
 def _fingerprint(doc, name):
     assert name in doc["schemas"], doc["schemas"]
     return doc["schemas"][name]
+
+
+class _Flipped:
+    """A message read from the log, with the last byte of its value flipped."""
+
+    def __init__(self, m):
+        self._m = m
+
+    def value(self):
+        v = bytearray(self._m.value())
+        v[-1] ^= 0x01
+        return bytes(v)
+
+    def __getattr__(self, name):
+        return getattr(self._m, name)
+
+
+def test_a_flipped_byte_in_an_offset_true_copy_of_a_swarms_log_is_named_with_its_step(settings, backend, registry,
+                                                                                       tmp_path):
+    # A swarm's log has gaps (transaction markers); the backend's copy keeps every event at its own
+    # offset (what `swarmlog fork` and a restore do), so the copy is the same history, byte for byte.
+    start_run(settings=settings, swarm=swarms.relay, run_id="flip", seed=6)
+    run_agents(settings=settings, swarm=swarms.relay, until_quiet=1.0)
+    token = tmp_path / "t.json"
+    assert _cli(settings, "token", "create", "--out", str(token), "--checkpoint-every", "50").returncode == 0
+    log = [(r.offset, r.event_type, r.record) for r in read_log(settings, registry)]
+    k, writer, step = next((off, rec["agent_id"], parse_step(rec["event_id"])) for off, t, rec in log
+                           if t == "agent.message" and rec["agent_id"] == "r3")
+    assert step is not None
+    copy = new_topic_name("copy")
+    with LogReader(settings=settings) as reader:
+        reader.assign(0)
+        msgs = [_Flipped(m) if m.offset() == k else m for batch in reader.batches() for m in batch]
+    backend.create_copy(copy, msgs, end=json.loads(token.read_text())["end_offset"])
+    bad = _cli(settings, "token", "verify", str(token), "--topic", copy)
+    assert bad.returncode == 5, bad.stdout + bad.stderr
+    assert f"FIRST DIFFERENCE at offset {k}: its bytes differ" in bad.stdout
+    assert (f"it is output #{step[1]} (agent.message) of agent {writer}'s step at offset {step[0]}: the first step "
+            f"whose outputs differ") in bad.stdout
+    # The code replayed against the copy finds the same step from the other side: what it writes
+    # there is not what the copy says it wrote.
+    replayed = _cli(settings, "token", "verify", str(token), "--topic", copy, "--swarm", "tests.swarms:relay",
+                    "--json")
+    first = json.loads(replayed.stdout)["replay"]["first_divergence"]
+    assert (first["offset"], first["agent"], first["kind"]) == (step[0], writer, "output")
 
 
 def test_a_re_produced_copy_of_a_transactional_log_is_named_as_renumbered(settings, tmp_path):
