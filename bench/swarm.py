@@ -409,6 +409,62 @@ def raw_relay(s: Settings, *, shape: Shape = RING, config: RelayConfig = RelayCo
     return _measure(collected, shape)
 
 
+# --- what a step costs the agent's own process, without Kafka ------------------------------------
+
+STEP_MESSAGES = env_int("BENCH_STEP_MESSAGES", 20_000)
+STEP_TXN = 200
+"""Steps per transaction in :func:`agent_steps_cpu`: about what a ring agent commits at once."""
+
+
+class _NoChannel:
+    """An agent channel that takes everything and sends nothing: the step's own work only."""
+
+    def begin(self) -> None: ...
+
+    def send(self, value: bytes, key: bytes | None, headers: Any) -> None: ...
+
+    def send_located(self, value: bytes, key: bytes | None, headers: Any) -> int:
+        return -1
+
+
+def agent_steps_cpu(registry: SchemaRegistry, *, digests: bool) -> float:
+    """CPU seconds one ring agent's fold takes for ``STEP_MESSAGES`` live hops, in this process.
+
+    The live path as it runs, Kafka aside: routing, decoding, the handler under the guard,
+    validating and encoding its output, and (``digests``) each step's state digest and one
+    ``state.digest`` record every ``STEP_TXN`` steps. Steadier than the swarm's steps/s on a
+    shared machine, which waits on the broker and on everyone else's work.
+    """
+    import json as _json
+
+    from swarmlog.log.memory import MemoryMessage
+    from swarmlog.protocol import MESSAGE, route
+    from swarmlog.runtime._core import AgentCore
+    from swarmlog.runtime._index import OwnIndex
+    from swarmlog.runtime._worker import _LiveSink
+    from swarmlog.schema.codec import Decoder, Encoder
+
+    enc = Encoder(registry.latest(MESSAGE))
+    msgs = []
+    for i in range(STEP_MESSAGES):
+        value = enc.encode_event(f"s0@{i}#0", "bench", "s0", "s1", [i],
+                                 {"kind": "hop", "body": _json.dumps({"chain": i, "ttl": 5}), "urgency": "normal"})
+        msgs.append(MemoryMessage(i, value, b"s0", enc.headers(b"s0", b"s1"), 0))
+    sink = _LiveSink(channel=_NoChannel(), registry=registry, agent="s1")  # type: ignore[arg-type]
+    core = AgentCore(agent=Hopper("s1"), decoder=Decoder(registry), index=OwnIndex(), live_sink=sink,
+                     digest_every=1 if digests else 0)
+    sink.core = core
+    core.ctx.set_run(run_id="bench", seed=1)
+    t0 = time.process_time()
+    for j, m in enumerate(msgs):
+        core.process(m, route(m.headers()))
+        if j % STEP_TXN == STEP_TXN - 1:
+            record = core.digest_record(position=j + 1, final=False)
+            if record is not None:
+                sink.write_digests(record)
+    return time.process_time() - t0
+
+
 def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
     steps = CHAINS * HOPS
     sub = Run("swarm.swarmlog", steps, extra={"agents": len(AGENTS), "chains_in_flight": CHAINS, "hops": HOPS,
@@ -432,11 +488,19 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
                 f"p99 {stats['p99_ms']:.0f} ms{cpu}")
     digest_cost = row(sub, bare, unit="steps")
     digest_cost["name"] = "swarm.swarmlog (state digests on, the default)"
+    step_on = Run("swarm.agent_step_cpu", STEP_MESSAGES, extra={"state_digests": True})
+    step_off = Run("swarm.agent_step_cpu_no_state_digests", STEP_MESSAGES, extra={"state_digests": False})
+    for r in range(reps(5)):
+        for run_, with_digests in ((step_on, True), (step_off, False)):
+            cpu = agent_steps_cpu(registry, digests=with_digests)
+            run_.add(cpu)
+            log(f"{run_.name} rep {r}: {cpu / STEP_MESSAGES * 1e6:.1f} CPU-µs/step")
     return [
         row(sub, raw, target=">= 5000 steps/s", unit="steps", headline=True),
         row(one, raw, unit="steps"),
         row(bare, raw, unit="steps"),
         digest_cost,
+        row(step_on, step_off, unit="steps"),
     ]
 
 
