@@ -32,8 +32,7 @@ def _cli(settings, *argv, env=None, topic=None):
 
 
 def _appended_log(settings, n: int = 40) -> list[int]:
-    """run.started, then ``n`` events with contiguous offsets (no transactions): a topic a plain copy keeps
-    offset for offset. Event 23's id says it is output #0 of r1's step at offset 5."""
+    """run.started, then ``n`` appended events. Event 23's id says it is output #0 of r1's step at offset 5."""
     start_run(settings=settings, swarm=swarms.relay, run_id="tok2", seed=21)
     with EventLog(settings=settings, run_id="tok2") as log:
         for i in range(n):
@@ -42,9 +41,38 @@ def _appended_log(settings, n: int = 40) -> list[int]:
         return log.flush()
 
 
+class _Flipped:
+    """A message read from the log, with the last byte of its value flipped (a character of a body)."""
+
+    def __init__(self, m):
+        self._m = m
+
+    def value(self):
+        v = bytearray(self._m.value())
+        v[-1] ^= 0x01
+        return bytes(v)
+
+    def __getattr__(self, name):
+        return getattr(self._m, name)
+
+
 def _copy(settings, source: str, *, flip: int | None = None) -> str:
-    """A copy of ``source`` made by producing its messages again, in order, the byte at the end of the
-    value of offset ``flip`` flipped (a character of the message's body)."""
+    """A copy of ``source`` with every event at its own offset (the backend's copy: what `swarmlog fork`
+    and a restored backup give), the last byte of the value at offset ``flip`` flipped."""
+    from swarmlog.kafka import KafkaBackend
+    from swarmlog.kafka.reader import watermarks
+
+    copy = new_topic_name("copy")
+    with LogReader(settings=settings, topic=source) as reader:
+        reader.assign(0)
+        msgs = [_Flipped(m) if m.offset() == flip else m for batch in reader.batches() for m in batch]
+    KafkaBackend(settings).create_copy(copy, msgs, end=watermarks(settings, source)[1])
+    return copy
+
+
+def _reproduced(settings, source: str) -> str:
+    """A copy of ``source`` made by producing its messages again, in order: its transaction markers are
+    gone, so the same bytes sit at other offsets."""
     copy = new_topic_name("copy")
     create_topic(settings, copy)
     producer = Producer(settings.kafka_config({"enable.idempotence": True, "acks": "all"}))
@@ -52,10 +80,7 @@ def _copy(settings, source: str, *, flip: int | None = None) -> str:
         reader.assign(0)
         for batch in reader.batches():
             for m in batch:
-                value = bytearray(m.value())
-                if m.offset() == flip:
-                    value[-1] ^= 0x01
-                producer.produce(copy, bytes(value), m.key(), partition=0, headers=m.headers())
+                producer.produce(copy, m.value(), m.key(), partition=0, headers=m.headers())
     assert producer.flush(30) == 0
     return copy
 
@@ -105,23 +130,7 @@ def _fingerprint(doc, name):
     return doc["schemas"][name]
 
 
-class _Flipped:
-    """A message read from the log, with the last byte of its value flipped."""
-
-    def __init__(self, m):
-        self._m = m
-
-    def value(self):
-        v = bytearray(self._m.value())
-        v[-1] ^= 0x01
-        return bytes(v)
-
-    def __getattr__(self, name):
-        return getattr(self._m, name)
-
-
-def test_a_flipped_byte_in_an_offset_true_copy_of_a_swarms_log_is_named_with_its_step(settings, backend, registry,
-                                                                                       tmp_path):
+def test_a_flipped_byte_in_an_offset_true_copy_of_a_swarms_log_is_named_with_its_step(settings, registry, tmp_path):
     # A swarm's log has gaps (transaction markers); the backend's copy keeps every event at its own
     # offset (what `swarmlog fork` and a restore do), so the copy is the same history, byte for byte.
     start_run(settings=settings, swarm=swarms.relay, run_id="flip", seed=6)
@@ -132,11 +141,7 @@ def test_a_flipped_byte_in_an_offset_true_copy_of_a_swarms_log_is_named_with_its
     k, writer, step = next((off, rec["agent_id"], parse_step(rec["event_id"])) for off, t, rec in log
                            if t == "agent.message" and rec["agent_id"] == "r3")
     assert step is not None
-    copy = new_topic_name("copy")
-    with LogReader(settings=settings) as reader:
-        reader.assign(0)
-        msgs = [_Flipped(m) if m.offset() == k else m for batch in reader.batches() for m in batch]
-    backend.create_copy(copy, msgs, end=json.loads(token.read_text())["end_offset"])
+    copy = _copy(settings, settings.topic, flip=k)
     bad = _cli(settings, "token", "verify", str(token), "--topic", copy)
     assert bad.returncode == 5, bad.stdout + bad.stderr
     assert f"FIRST DIFFERENCE at offset {k}: its bytes differ" in bad.stdout
@@ -157,7 +162,7 @@ def test_a_re_produced_copy_of_a_transactional_log_is_named_as_renumbered(settin
     run_agents(settings=settings, swarm=swarms.relay, until_quiet=1.0)
     token = tmp_path / "t.json"
     assert _cli(settings, "token", "create", "--out", str(token)).returncode == 0
-    copy = _copy(settings, settings.topic)
+    copy = _reproduced(settings, settings.topic)
     report = json.loads(_cli(settings, "token", "verify", str(token), "--topic", copy, "--json").stdout)
     assert report["ok"] is False
     first = report["first_difference"]
@@ -212,8 +217,9 @@ def test_tokens_saved_beside_the_log_are_listed_and_verified_by_id(settings, tmp
     made = _cli(settings, "token", "create", "--save")
     assert made.returncode == 0, made.stderr
     token_id = made.stderr.split("saved as ")[1].split()[0]
+    end = made.stderr.split("offsets [0, ")[1].split(")")[0]
     listed = _cli(settings, "token", "list", "--topic", settings.topic)
-    assert listed.returncode == 0 and token_id in listed.stdout and "[0, 6)" in listed.stdout
+    assert listed.returncode == 0 and token_id in listed.stdout and f"[0, {end})" in listed.stdout
     assert _cli(settings, "token", "verify", "--saved", token_id[:8]).returncode == 0
     shown = _cli(settings, "token", "show", "--saved", token_id)
     assert shown.returncode == 0 and f"of topic {settings.topic}" in shown.stdout
