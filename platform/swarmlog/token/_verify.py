@@ -175,7 +175,7 @@ class TokenCheck:
                            f"{'state' if first['kind'] == 'state' else 'outputs'} differ is at offset "
                            f"{first['offset']} (agent {first['agent']}): {first['detail']}")
             out.extend(self.replay.get("agents_differ", []))
-        out.append("the topic MATCHES the token" if self.ok else "the topic does NOT match the token")
+        out.append("the topic matches the token" if self.ok else "the topic does NOT match the token")
         return out
 
 
