@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 
-from examples.case_study import buggy, live_run
+from swarmlog.examples.case_study import buggy, live_run
 from swarmlog.runtime import find_run, start_run
 
 from .. import swarms
@@ -49,15 +49,15 @@ def test_the_case_study_live_replayed_elsewhere_and_restarted_has_identical_per_
         base_settings, backend, registry):
     run = live_run(base_settings, buggy, seed=3)
     settings = run.settings
-    status, replayed = _replay_elsewhere(settings, "examples.case_study:buggy")
+    status, replayed = _replay_elsewhere(settings, "swarmlog.examples.case_study:buggy")
     assert status == 0
     _assert_every_digest_checked(backend, settings, registry, replayed, replayed["steps"])
     assert replayed["agents"] == run.hashes
     info = find_run(settings, settings.topic, registry)
     assert info is not None
     before = digest_records(backend, settings.topic, registry)
-    restarted = _cli(settings, "run", "examples.case_study:buggy", "--run-id", info.run_id, "--seed", str(info.seed),
-                     "--until-quiet", "1")
+    restarted = _cli(settings, "run", "swarmlog.examples.case_study:buggy", "--run-id", info.run_id,
+                     "--seed", str(info.seed), "--until-quiet", "1")
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     again = json.loads(restarted.stdout.strip().splitlines()[-1])
     assert again["states_checked"] == replayed["states_checked"]  # every agent rebuilt through every digest

@@ -162,3 +162,10 @@ def test_a_finished_runs_token_holds_the_final_state_digests_it_recorded(backend
     check = verify_token(backend=backend, token=token, topic=run_settings.topic, registry=registry,
                          signature="unsigned", swarm=swarms.relay)
     assert check.ok and check.replay is not None and check.replay["first_divergence"] is None
+
+
+def test_token_commands_exit_with_the_clis_token_mismatch_code():
+    from swarmlog import cli
+    from swarmlog.token import command
+
+    assert (command.EXIT_OK, command.EXIT_TOKEN_MISMATCH) == (cli.EXIT_OK, cli.EXIT_TOKEN_MISMATCH)

@@ -2,7 +2,7 @@
 
 A token (version 2, :class:`ReplayTokenV2`) holds where the range is (topic, real start
 offset, end), a hash chain over its events with a checkpoint every K events, the writer
-schemas in use, the run's seed, code version and interpreter settings, and each agent's
+schemas in use, the run's seed, code version and string-hash pin, and each agent's
 state digest. ``swarmlog token create`` makes one from the log alone (a run that ended
 recorded every agent's final digest); ``swarmlog token verify`` checks a topic named
 explicitly — the token's own, a copy, a restored backup — and names the first offset

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import interpreter
 from ..agent import Swarm
 from ..errors import NondeterminismError, SwarmlogError
 from ..log.base import LogBackend
@@ -119,6 +120,6 @@ def create_token(*, backend: LogBackend, topic: str, registry: SchemaRegistry, t
         source = "log"
     return ReplayTokenV2(
         topic=topic, run_id=run.get("run_id"), seed=run.get("seed"), code_version=run.get("code_version"),
-        interpreter=dict(run.get("interpreter", {})), start_offset=low, end_offset=end, events=chain.events,
+        interpreter=interpreter.as_recorded(run) if run else {}, start_offset=low, end_offset=end, events=chain.events,
         chain_every=every, checkpoints=checkpoints, schemas=facts.schemas(), agents=agents,
         agent_positions=positions, agents_from=source)

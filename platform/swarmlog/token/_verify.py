@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import interpreter
 from ..agent import Swarm
 from ..errors import SwarmlogError, TopicNotFound
 from ..log.base import LogBackend
@@ -204,10 +205,12 @@ def verify_token(*, backend: LogBackend, token: ReplayTokenV2, topic: str, regis
     check.schemas += [f"schemas: the token's history was written with {name} ({fp}), the topic never"
                       for name, fp in sorted(token.schemas.items()) if name not in facts.schemas()]
     run = facts.run or {}
-    check.run = [f"run: the token has {name} {want!r}, the topic's run.started {run.get(name)!r}"
+    facts_of_run = {**{k: run.get(k) for k in ("run_id", "seed", "code_version")},
+                    "interpreter": interpreter.as_recorded(run) if run else {}}
+    check.run = [f"run: the token has {name} {want!r}, the topic's run.started {facts_of_run[name]!r}"
                  for name, want in (("run_id", token.run_id), ("seed", token.seed),
                                     ("code_version", token.code_version), ("interpreter", token.interpreter or {}))
-                 if (run.get(name) if name != "interpreter" else dict(run.get(name) or {})) != want]
+                 if facts_of_run[name] != want]
     if token.agents_from == "log":
         check.agents = _agents(token, facts.digests)
     if swarm is not None:

@@ -12,12 +12,15 @@ import json
 import sys
 from typing import Any
 
-from ..cli import EXIT_OK, EXIT_TOKEN_MISMATCH
 from ..errors import UsageError
 from ..settings import Settings
 from ._chain import DEFAULT_EVERY
 
 DEFAULT_CHECKPOINTS = DEFAULT_EVERY
+
+EXIT_OK = 0
+EXIT_TOKEN_MISMATCH = 5
+"""``swarmlog.cli.EXIT_TOKEN_MISMATCH`` (not imported: cli imports this module, and the layout has no circles)."""
 
 
 def _settings(args: argparse.Namespace) -> Settings:
