@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import ConfigurationError, SchemaError, ServiceUnavailable, SwarmlogError, UsageError
+from .errors import ConfigurationError, InvalidToken, SchemaError, ServiceUnavailable, SwarmlogError, UsageError
 from .settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -50,8 +50,8 @@ EXIT_CODES: dict[int, str] = {
 
 def exit_code(exc: SwarmlogError) -> int:
     """The exit status for an error swarmlog raised: decided by its type."""
-    if isinstance(exc, (ConfigurationError, SchemaError)):
-        return EXIT_USAGE
+    if isinstance(exc, (ConfigurationError, SchemaError, InvalidToken)):
+        return EXIT_USAGE  # a token refused (a bad or unchecked signature): retrying will not help either
     if isinstance(exc, ServiceUnavailable):
         return EXIT_UNAVAILABLE
     return EXIT_FAILED

@@ -169,3 +169,11 @@ def test_token_commands_exit_with_the_clis_token_mismatch_code():
     from swarmlog.token import command
 
     assert (command.EXIT_OK, command.EXIT_TOKEN_MISMATCH) == (cli.EXIT_OK, cli.EXIT_TOKEN_MISMATCH)
+
+
+def test_a_refused_token_exits_as_a_usage_error():
+    from swarmlog import cli
+    from swarmlog.errors import InvalidToken, SignatureUnchecked
+
+    assert cli.exit_code(SignatureUnchecked(source="t.json")) == cli.EXIT_USAGE
+    assert cli.exit_code(InvalidToken(source="t.json", problem="bad signature")) == cli.EXIT_USAGE
