@@ -44,4 +44,6 @@ def subprocess_env(settings: Settings) -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join([str(REPO / "platform"), str(REPO / "connectors"), str(REPO),
                                        env.get("PYTHONPATH", "")]),
     })
+    if settings.database_password is not None:  # taken out of the URL by Settings
+        env["SWARMLOG_DATABASE_PASSWORD"] = settings.database_password.get_secret_value()
     return env

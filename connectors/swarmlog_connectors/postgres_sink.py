@@ -135,7 +135,7 @@ def connect(settings: Settings, **kwargs: Any) -> psycopg.Connection[Any]:
             settings.database_url):
         kwargs["connect_timeout"] = max(2, math.ceil(settings.connect_timeout))
     try:
-        return psycopg.connect(settings.database_url, autocommit=True, **kwargs)
+        return psycopg.connect(settings.database_conninfo(), autocommit=True, **kwargs)
     except psycopg.OperationalError as exc:
         raise ServiceUnavailable(service="Postgres", address=_redact(settings.database_url),
                                  detail=str(exc).strip()) from None

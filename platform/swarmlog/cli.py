@@ -524,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="-v: progress and librdkafka's log lines on stderr; -vv: debug")
     sub = p.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("dev", help="local single-node Kafka + Postgres: up | down | status | env", add_help=False)
+    sub.add_parser("dev", help="local Kafka (1 or 3 brokers) + Postgres: up | down | status | env", add_help=False)
     sub.add_parser("schema", help="check | list the event schemas (compatibility across versions)", add_help=False)
 
     t = sub.add_parser("topic", help="create or describe the swarm's single-partition topic", parents=[verbose])

@@ -26,6 +26,7 @@ import logging
 from typing import Any, NamedTuple
 
 import psycopg
+from pydantic import SecretStr
 
 from .errors import ConfigurationError, ServiceUnavailable
 from .settings import Settings
@@ -62,22 +63,24 @@ class Run(NamedTuple):
 class Mirror:
     """Queries over one topic's rows in the mirror. Keyword-only: ``database_url``, ``topic``."""
 
-    def __init__(self, *, database_url: str, topic: str) -> None:
+    def __init__(self, *, database_url: str, topic: str, password: SecretStr | None = None) -> None:
         if not topic:
             raise ConfigurationError("Mirror(topic=...) is required: the mirror holds every swarm's topic")
         self.topic = topic
-        self.database_url = database_url
+        # Through Settings, so that a password (in the URL or apart) is a SecretStr from here on.
+        db = Settings(database_url=database_url, database_password=password)
+        self.database_url = db.database_url  # without its password
         try:
-            self._conn = psycopg.connect(database_url, autocommit=True)
+            self._conn = psycopg.connect(db.database_conninfo(), autocommit=True)
         except psycopg.OperationalError as exc:
-            raise ServiceUnavailable(service="Postgres", address=database_url.rpartition("@")[2],
+            raise ServiceUnavailable(service="Postgres", address=self.database_url.rpartition("@")[2],
                                      detail=str(exc).strip()) from None
 
     @classmethod
     def from_env(cls, settings: Settings | None = None) -> Mirror:
-        """The mirror and topic of ``SWARMLOG_DATABASE_URL`` and ``SWARMLOG_TOPIC``."""
+        """The mirror and topic of ``SWARMLOG_DATABASE_URL`` (``SWARMLOG_DATABASE_PASSWORD``) and ``SWARMLOG_TOPIC``."""
         s = settings or Settings.from_env()
-        return cls(database_url=s.database_url, topic=s.topic)
+        return cls(database_url=s.database_url, topic=s.topic, password=s.database_password)
 
     def close(self) -> None:
         self._conn.close()

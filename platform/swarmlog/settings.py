@@ -8,7 +8,9 @@ SASL/TLS and a managed Postgres, by changing variables only.
 Variables:
 
 ``SWARMLOG_BOOTSTRAP_SERVERS``   Kafka bootstrap servers.
-``SWARMLOG_DATABASE_URL``        libpq URL of the Postgres mirror.
+``SWARMLOG_DATABASE_URL``        libpq URL of the Postgres mirror; a password in it is taken out into
+                                 ``database_password`` (the URL is then safe to show).
+``SWARMLOG_DATABASE_PASSWORD``   the mirror's password, if not in the URL.
 ``SWARMLOG_TOPIC``               the swarm's topic (one single-partition topic per swarm).
 ``SWARMLOG_SCHEMA_PATH``         directories of your own event types, ``:``-separated, layered over
                                  the built-in ones (a type defined twice is an error naming both files).
@@ -29,6 +31,12 @@ Variables:
                                  ``SWARMLOG_KAFKA_SECURITY_PROTOCOL=SASL_SSL``,
                                  ``SWARMLOG_KAFKA_SASL_MECHANISM=SCRAM-SHA-512``,
                                  ``SWARMLOG_KAFKA_SSL_CA_LOCATION=/etc/kafka/ca.pem``.
+
+Secrets (the database password, ``sasl.password`` and the other secret librdkafka
+properties, the token key) are ``SecretStr``: ``repr(settings)`` shows them
+masked, and they are unwrapped only where a client is built
+(:meth:`Settings.kafka_config`, :meth:`Settings.database_conninfo`); see
+``swarmlog.redaction``.
 """
 
 from __future__ import annotations
@@ -37,9 +45,10 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from .errors import InvalidSetting
+from .redaction import ClientConfig, is_secret_kafka_property, split_database_password
 
 DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:19092"
 DEFAULT_DATABASE_URL = "postgresql://swarmlog@127.0.0.1:15432/swarmlog"
@@ -80,6 +89,8 @@ class Settings(BaseModel):
 
     bootstrap_servers: str = DEFAULT_BOOTSTRAP_SERVERS
     database_url: str = DEFAULT_DATABASE_URL
+    """The mirror's libpq URL, without its password (that is ``database_password``)."""
+    database_password: SecretStr | None = None
     topic: str = DEFAULT_TOPIC
     schema_dir: Path = Field(default_factory=_builtin_schema_dir)
     """The built-in schemas' directory (package data); ``SWARMLOG_SCHEMA_DIR`` replaces it."""
@@ -93,8 +104,26 @@ class Settings(BaseModel):
     connect_timeout: float = Field(default=10.0, gt=0)
     """Seconds a first request to Kafka or Postgres may take before it counts as unreachable."""
     state_digest_every: int = Field(default=1, ge=0)
-    kafka: Mapping[str, str] = Field(default_factory=dict)
-    """Extra librdkafka properties (security, SASL, TLS, tuning) applied to every client."""
+    kafka: Mapping[str, str | SecretStr] = Field(default_factory=dict)
+    """Extra librdkafka properties (security, SASL, TLS, tuning) applied to every client; the secret
+    ones (``sasl.password``, ...) as ``SecretStr``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _password_out_of_the_url(cls, values: object) -> object:
+        # Before validation, so that the password never sits in a str field, even briefly.
+        if isinstance(values, Mapping) and isinstance(values.get("database_url"), str):
+            url, password = split_database_password(values["database_url"])
+            values = {**values, "database_url": url}
+            if password is not None and not values.get("database_password"):
+                values["database_password"] = password
+        return values
+
+    @field_validator("kafka", mode="after")
+    @classmethod
+    def _kafka_secrets_hidden(cls, kafka: Mapping[str, str | SecretStr]) -> Mapping[str, str | SecretStr]:
+        return {k: SecretStr(v) if isinstance(v, str) and is_secret_kafka_property(k) else v
+                for k, v in kafka.items()}
 
     @field_validator("database_url")
     @classmethod
@@ -125,6 +154,7 @@ class Settings(BaseModel):
         simple = {
             "SWARMLOG_BOOTSTRAP_SERVERS": "bootstrap_servers",
             "SWARMLOG_DATABASE_URL": "database_url",
+            "SWARMLOG_DATABASE_PASSWORD": "database_password",
             "SWARMLOG_TOPIC": "topic",
             "SWARMLOG_SCHEMA_DIR": "schema_dir",
             "SWARMLOG_REPLICATION_FACTOR": "replication_factor",
@@ -158,19 +188,31 @@ class Settings(BaseModel):
         required: Mapping[str, object] | None = None,
         *,
         tuning: Mapping[str, object] | None = None,
-    ) -> dict[str, object]:
-        """librdkafka configuration for one client.
+    ) -> ClientConfig:
+        """librdkafka configuration for one client: pass it straight to the client's constructor.
 
         Layered so that the user can tune but not break guarantees: ``tuning``
         (swarmlog's performance defaults) < the user's ``SWARMLOG_KAFKA_*`` <
         ``required`` (what exactly-once and ordering depend on, e.g.
         ``isolation.level=read_committed``, ``enable.idempotence=true``).
+
+        The one place the Kafka secrets are unwrapped: librdkafka needs them in
+        clear, so the dict holds them, and its ``repr`` masks them.
         """
-        config: dict[str, object] = {"bootstrap.servers": self.bootstrap_servers}
+        config = ClientConfig({"bootstrap.servers": self.bootstrap_servers})
         config.update(tuning or {})
-        config.update(self.kafka)
+        config.update({k: v.get_secret_value() if isinstance(v, SecretStr) else v for k, v in self.kafka.items()})
         config.update(required or {})
         return config
+
+    def database_conninfo(self) -> str:
+        """The libpq connection string with the password: for ``psycopg.connect`` and nothing else."""
+        if self.database_password is None:
+            return self.database_url
+        from psycopg.conninfo import make_conninfo
+
+        # The one place the database password is unwrapped.
+        return make_conninfo(self.database_url, password=self.database_password.get_secret_value())
 
 
 def _invalid_setting(exc: ValidationError, env: Mapping[str, str], variables: Mapping[str, str],
@@ -181,6 +223,8 @@ def _invalid_setting(exc: ValidationError, env: Mapping[str, str], variables: Ma
     by_field = {f: v for v, f in variables.items()} | {"schema_path": "SWARMLOG_SCHEMA_PATH"}
     variable = by_field.get(field, field)
     value = str(overrides[field]) if overrides.get(field) is not None else env.get(variable, "")
-    secret = variable in ("SWARMLOG_TOKEN_KEY", "SWARMLOG_DATABASE_URL")  # a URL may hold a password
+    secret = variable in ("SWARMLOG_TOKEN_KEY", "SWARMLOG_DATABASE_URL",  # a URL may hold a password
+                          "SWARMLOG_DATABASE_PASSWORD") or is_secret_kafka_property(
+        variable.removeprefix("SWARMLOG_KAFKA_").lower().replace("_", "."))
     return InvalidSetting(variable=variable, value=None if secret else value,
                           problem=str(err["msg"]).removeprefix("Value error, "), hint=_HINTS.get(variable, ""))

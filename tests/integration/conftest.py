@@ -68,6 +68,16 @@ def _migrated(settings: Settings) -> Settings:
     return settings
 
 
+@pytest.fixture(scope="session")
+def three_brokers() -> Iterator[Any]:
+    """A dev cluster of its own with three brokers and a SASL listener (`dev up --brokers 3 --sasl`),
+    for the tests that kill brokers or log in; started on first use, stopped and deleted at the end."""
+    from .dev_clusters import spare_cluster
+
+    with spare_cluster(brokers=3, sasl=True) as spare:
+        yield spare
+
+
 @pytest.fixture
 def topic(base_settings: Settings) -> str:
     """A fresh single-partition topic for one test."""
@@ -88,7 +98,7 @@ def backend(base_settings: Settings) -> KafkaBackend:
 
 @pytest.fixture
 def db(base_settings: Settings) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(base_settings.database_url, autocommit=True) as conn:
+    with psycopg.connect(base_settings.database_conninfo(), autocommit=True) as conn:
         yield conn
 
 

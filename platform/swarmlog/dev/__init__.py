@@ -1,8 +1,10 @@
-"""A local single-node Kafka + PostgreSQL for development and tests, without Docker.
+"""A local Kafka + PostgreSQL for development and tests, without Docker.
 
 ``swarmlog dev up`` starts both (Kafka from Maven jars in KRaft combined mode, a
 throwaway Postgres cluster), ``swarmlog dev env`` prints the variables that
-point swarmlog at them, ``status`` and ``down`` do what they say.
+point swarmlog at them, ``status`` and ``down`` do what they say. One broker by
+default; ``--brokers 3`` runs three (replication 3, ``min.insync.replicas`` 2),
+``--sasl`` adds a SASL_PLAINTEXT (SCRAM-SHA-512) listener and a user for it.
 """
 
 from .cluster import (

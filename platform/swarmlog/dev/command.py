@@ -24,12 +24,20 @@ def run(argv: list[str]) -> int:
         "kafka_port": args.kafka_port,
         "controller_port": args.controller_port,
         "postgres_port": args.postgres_port,
+        "brokers": args.brokers,
+        "sasl_listener": args.sasl,
+        "sasl_port": args.sasl_port,
     }
     try:
         if args.action == "up":
             info = cluster.up(home=args.home, **ports)
-            print(f"Kafka:      {info.bootstrap_servers} (pid {info.kafka_pid}, log {info.kafka_log})",
-                  file=sys.stderr)
+            for i, (pid, log) in enumerate(zip(info.kafka_pids, info.kafka_logs, strict=True)):
+                address = info.bootstrap_servers.split(",")[i]
+                label = "Kafka:" if len(info.kafka_pids) == 1 else f"Kafka {i + 1}:"
+                print(f"{label:<11} {address} (pid {pid}, log {log})", file=sys.stderr)
+            if info.sasl is not None:
+                print(f"SASL:       {info.sasl_bootstrap_servers} (SASL_PLAINTEXT, SCRAM-SHA-512, user "
+                      f"{info.sasl.username}; the password is in `swarmlog dev env`)", file=sys.stderr)
             print(f"PostgreSQL: {info.database_url} (pid {info.postgres_pid}, log {info.postgres_log})",
                   file=sys.stderr)
             return 0
@@ -39,11 +47,11 @@ def run(argv: list[str]) -> int:
         if args.action == "status":
             found = cluster.status(home=args.home, **ports)
             print(f"home: {found.home}")
-            for service in (found.kafka, found.postgres):
+            for service in (*found.brokers, found.postgres):
                 state = ("running" if service.healthy
                          else "not answering" if service.running else "stopped")
-                pid = f"pid {service.pid}" if service.pid is not None else "no pid"
-                print(f"{service.name:<9} {state:<14} {service.address:<16} {pid:<12} log {service.log}")
+                shown = f"pid {service.pid}" if service.pid is not None else "no pid"
+                print(f"{service.name:<9} {state:<14} {service.address:<16} {shown:<12} log {service.log}")
             return 0 if found.running else EXIT_NOT_RUNNING
         # env
         found = cluster.status(home=args.home, **ports)
@@ -62,16 +70,25 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--home", type=Path, default=None,
                         help="where the cluster keeps its files (env SWARMLOG_DEV_HOME; default "
                              "/var/tmp/swarmlog-dev as root, else ~/.cache/swarmlog/dev)")
-    common.add_argument("--kafka-port", type=int, default=None,
-                        help="Kafka's client port on 127.0.0.1 (env SWARMLOG_DEV_KAFKA_PORT; default 19092)")
-    common.add_argument("--controller-port", type=int, default=None,
+    common.add_argument("--kafka-port", default=None, metavar="PORT[,PORT...]",
+                        help="Kafka's client port on 127.0.0.1 (env SWARMLOG_DEV_KAFKA_PORT; default 19092); "
+                             "with --brokers N, node n listens on it + 10*(n-1), or give one port per node")
+    common.add_argument("--controller-port", default=None, metavar="PORT[,PORT...]",
                         help="Kafka's KRaft controller port "
                              "(env SWARMLOG_DEV_CONTROLLER_PORT; default 19093)")
+    common.add_argument("--brokers", type=int, default=None,
+                        help="how many Kafka nodes (env SWARMLOG_DEV_BROKERS; default 1): 3 gives every topic "
+                             "3 replicas with min.insync.replicas=2")
+    common.add_argument("--sasl", action=argparse.BooleanOptionalAction, default=None,
+                        help="also listen for SASL_PLAINTEXT (SCRAM-SHA-512) clients as a user `up` creates; "
+                             "`env` then points clients there (env SWARMLOG_DEV_SASL=1)")
+    common.add_argument("--sasl-port", default=None, metavar="PORT[,PORT...]",
+                        help="the SASL listener's port (env SWARMLOG_DEV_SASL_PORT; default 19094)")
     common.add_argument("--postgres-port", type=int, default=None,
                         help="PostgreSQL's port on 127.0.0.1 (env SWARMLOG_DEV_POSTGRES_PORT; default 15432)")
     parser = argparse.ArgumentParser(
         prog="swarmlog dev",
-        description="A local single-node Kafka and PostgreSQL for development, without Docker.",
+        description="A local Kafka (one node, or --brokers 3) and PostgreSQL for development, without Docker.",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="{up,down,status,env}")
     actions.add_parser("up", parents=[common], help="start the cluster, or reuse the running one")

@@ -1,4 +1,8 @@
-"""A single-node Kafka for development: KRaft combined mode, run from Maven jars, no Docker.
+"""Kafka for development: KRaft combined mode, run from Maven jars, no Docker.
+
+One node by default; ``--brokers 3`` runs three on this machine, each its own
+JVM with its own directory and ports, every one of them both broker and voter
+of the KRaft quorum.
 
 Lifecycle, each step cheap to repeat: resolve the jars (Maven, once, cached
 as a classpath file), write ``server.properties``, format the storage (once:
@@ -9,16 +13,18 @@ JVM detached, wait until a metadata request succeeds, stop it with SIGTERM.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +32,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from ..errors import MissingDependency, ServiceUnavailable
+from ..errors import ConfigurationError, MissingDependency, ServiceUnavailable
 from . import process
 
 KAFKA_VERSION = "4.1.1"
@@ -67,10 +73,25 @@ class KafkaNode:
     dir: Path
     port: int
     controller_port: int
+    node_id: int = 1
+    sasl_port: int | None = None
+    """Port of the SASL_PLAINTEXT (SCRAM-SHA-512) listener, None: no such listener."""
+
+    @property
+    def name(self) -> str:
+        return f"kafka-{self.node_id}"
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap_servers(self) -> str | None:
+        return None if self.sasl_port is None else f"127.0.0.1:{self.sasl_port}"
+
+    @property
+    def controller_address(self) -> str:
+        return f"127.0.0.1:{self.controller_port}"
 
     @property
     def data_dir(self) -> Path:
@@ -175,45 +196,86 @@ def resolve_classpath(*, cache_dir: Path, progress: Progress) -> str:
 # --- configuration and storage ---------------------------------------------------------
 
 
-def server_properties(node: KafkaNode) -> str:
-    """The broker's ``server.properties``: one node that is both broker and KRaft controller."""
-    listeners = f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}"
+def replication(brokers: int) -> tuple[int, int]:
+    """(replication factor, min.insync.replicas) for every topic of a cluster of ``brokers`` nodes.
+
+    Three copies when there are three brokers, and two of them must have an event
+    before it is acknowledged (``acks=all``): a broker may die, even the leader, and
+    every acknowledged event is still on another. One broker: one copy, naturally.
+    """
+    factor = min(3, brokers)
+    return factor, max(1, factor - 1)
+
+
+def server_properties(node: KafkaNode, *, quorum: Sequence[KafkaNode] = ()) -> str:
+    """The broker's ``server.properties``: a node that is both broker and KRaft controller.
+
+    ``quorum`` is every node of the cluster (this one included); empty means this one alone.
+    """
+    voters = tuple(quorum) or (node,)
+    factor, min_isr = replication(len(voters))
+    protocols = {"PLAINTEXT": "PLAINTEXT", "CONTROLLER": "PLAINTEXT"}  # listener name -> security protocol
+    listeners = [f"PLAINTEXT://127.0.0.1:{node.port}", f"CONTROLLER://127.0.0.1:{node.controller_port}"]
+    if node.sasl_port is not None:
+        protocols["SASL_PLAINTEXT"] = "SASL_PLAINTEXT"
+        listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}")
     lines = [
         "# Written by `swarmlog dev up` (swarmlog/dev/kafka.py) on every start; edits are overwritten.",
         "process.roles=broker,controller",
-        "node.id=1",
-        # A dynamic quorum (KIP-853): pairs with `StorageTool format --standalone`.
-        # Static `controller.quorum.voters` would not match how the storage was formatted.
-        f"controller.quorum.bootstrap.servers=127.0.0.1:{node.controller_port}",
-        f"listeners={listeners}",
-        f"advertised.listeners={listeners}",
+        f"node.id={node.node_id}",
+        # A dynamic quorum (KIP-853): pairs with `StorageTool format --standalone` (one node)
+        # or `--initial-controllers` (several). Static `controller.quorum.voters` would not
+        # match how the storage was formatted.
+        f"controller.quorum.bootstrap.servers={','.join(v.controller_address for v in voters)}",
+        f"listeners={','.join(listeners)}",
+        f"advertised.listeners={','.join(listeners)}",
         "controller.listener.names=CONTROLLER",
+        # Brokers replicate to each other over PLAINTEXT; SASL is for clients only.
         "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"listener.security.protocol.map={','.join(f'{n}:{p}' for n, p in protocols.items())}",
         f"log.dirs={node.data_dir}",
         "num.partitions=1",
-        "default.replication.factor=1",
+        f"default.replication.factor={factor}",
+        f"min.insync.replicas={min_isr}",
         # Swarm topics are created explicitly (single-partition, by `swarmlog topic create`);
         # auto-creation would hide a typo behind a new, empty, multi-purpose topic.
         "auto.create.topics.enable=false",
-        # Internal topics default to replication factor 3, which one broker cannot
-        # satisfy: consumer groups and transactions would then never become available.
-        "offsets.topic.replication.factor=1",
-        "transaction.state.log.replication.factor=1",
-        "transaction.state.log.min.isr=1",
-        "share.coordinator.state.topic.replication.factor=1",
-        "share.coordinator.state.topic.min.isr=1",
+        # Internal topics default to replication factor 3, which one broker cannot satisfy
+        # (consumer groups and transactions would then never become available); with
+        # three, they are replicated like the swarm's topic, so losing a broker loses no
+        # group offset and no transaction state.
+        f"offsets.topic.replication.factor={factor}",
+        f"transaction.state.log.replication.factor={factor}",
+        f"transaction.state.log.min.isr={min_isr}",
+        f"share.coordinator.state.topic.replication.factor={factor}",
+        f"share.coordinator.state.topic.min.isr={min_isr}",
         # The first group join would otherwise wait 3 s for more members that never come.
         "group.initial.rebalance.delay.ms=0",
     ]
+    if len(voters) > 1:
+        lines += [
+            # 50 partitions each (Kafka's default) x 3 replicas, on one machine, is what every start
+            # and restart of a node spends its time loading and catching up on; a dev cluster's
+            # handful of groups and transactional ids is served as well by 10.
+            "offsets.topic.num.partitions=10",
+            "transaction.state.log.num.partitions=10",
+        ]
+    if node.sasl_port is not None:
+        lines += [
+            # SCRAM credentials live in the cluster metadata (`swarmlog dev up --sasl` creates
+            # the user through the admin API); the broker's own JAAS entry names no user.
+            "listener.name.sasl_plaintext.sasl.enabled.mechanisms=SCRAM-SHA-512",
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        ]
     return "\n".join(lines) + "\n"
 
 
-def write_config(node: KafkaNode) -> None:
-    """(Re)write ``server.properties`` for the node's ports."""
+def write_config(node: KafkaNode, *, quorum: Sequence[KafkaNode] = ()) -> None:
+    """(Re)write ``server.properties`` for the node's ports (and its quorum's)."""
     node.dir.mkdir(parents=True, exist_ok=True)
     node.logs_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomically(node.properties_file, server_properties(node))
+    _write_atomically(node.properties_file, server_properties(node, quorum=quorum))
 
 
 def is_formatted(node: KafkaNode) -> bool:
@@ -230,34 +292,78 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-def ensure_formatted(node: KafkaNode, *, java: str, classpath: str, progress: Progress) -> None:
-    """Format the storage unless it already is: formatting is done once in the node's life.
+def ensure_formatted(nodes: Sequence[KafkaNode], *, identity_file: Path, java: str, classpath: str,
+                     progress: Progress) -> None:
+    """Format every node's storage that is not formatted yet: done once in a node's life.
 
-    Formatting again would give the broker a new cluster id and metadata log,
-    i.e. throw away every topic; so an existing ``meta.properties`` is final.
+    Formatting again would give a broker a new cluster id and metadata log, i.e.
+    throw away every topic; so an existing ``meta.properties`` is final.
+
+    One node forms its quorum alone (``--standalone``). Several form one quorum of
+    them all (``--initial-controllers``, KIP-853): every node must be formatted with
+    the same cluster id and the same list of voters, each voter named by node id,
+    controller address and the directory id its storage will carry. That identity
+    is written to ``identity_file`` before the first node is formatted, so that a
+    format interrupted half-way finishes the same cluster instead of starting a
+    second one.
     """
-    if is_formatted(node):
+    todo = [node for node in nodes if not is_formatted(node)]
+    if not todo:
         return
-    # No meta.properties: nothing of value is in there (at most an interrupted format).
-    shutil.rmtree(node.data_dir, ignore_errors=True)
-    cluster_id = new_cluster_id()
-    progress(f"formatting Kafka storage in {node.data_dir} (cluster id {cluster_id})")
-    result = subprocess.run(
-        [
-            java, "-Xmx256m", *_log_options(node), _STORAGE_TOOL,
-            "format", "--standalone", "-t", cluster_id, "-c", str(node.properties_file),
-        ],
-        env=_java_env(classpath), capture_output=True, text=True, timeout=300,
-    )
-    if result.returncode != 0 or not is_formatted(node):
+    if len(nodes) == 1:
+        cluster_id, quorum_args = new_cluster_id(), ["--standalone"]
+    else:
+        identity = _quorum_identity(nodes, identity_file=identity_file, fresh=len(todo) == len(nodes))
+        cluster_id = identity["cluster_id"]
+        quorum_args = ["--initial-controllers", identity["initial_controllers"]]
+    running = []
+    for node in todo:
+        # No meta.properties: nothing of value is in there (at most an interrupted format).
+        shutil.rmtree(node.data_dir, ignore_errors=True)
+        progress(f"formatting Kafka storage in {node.data_dir} (cluster id {cluster_id})")
+        argv = [java, "-Xmx256m", *_log_options(node), _STORAGE_TOOL,
+                "format", *quorum_args, "-t", cluster_id, "-c", str(node.properties_file)]
+        # In parallel: each is a JVM start of a few seconds.
+        running.append((node, subprocess.Popen(argv, env=_java_env(classpath), stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    failures = []
+    for node, proc in running:
+        try:
+            output, _ = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+        if proc.returncode != 0 or not is_formatted(node):
+            # The exception comes first; the tool then dumps every config value, which says nothing.
+            shown = "\n".join(output.strip().splitlines()[:12])
+            failures.append(f"{node.data_dir} (exit {proc.returncode}):\n{shown}")
+    if failures:
         raise ServiceUnavailable(
-            service="Kafka",
-            address=node.bootstrap_servers,
-            detail=(
-                f"formatting its storage failed (exit {result.returncode}):\n"
-                f"{(result.stdout + result.stderr).strip()}\n{process.tail(node.server_log, 15)}"
-            ),
+            service="Kafka", address=",".join(n.bootstrap_servers for n in nodes),
+            detail="formatting its storage failed: " + "\n".join(failures),
         )
+
+
+def _quorum_identity(nodes: Sequence[KafkaNode], *, identity_file: Path, fresh: bool) -> dict[str, str]:
+    voters = ",".join(f"{n.node_id}@{n.controller_address}" for n in nodes)
+    try:
+        identity = json.loads(identity_file.read_text())
+    except (OSError, ValueError):
+        identity = None
+    if isinstance(identity, dict) and identity.get("voters") == voters:
+        return identity
+    if not fresh:
+        raise ConfigurationError(
+            f"some of the dev cluster's Kafka nodes are formatted and others are not, and "
+            f"{identity_file} does not say which quorum they formed (voters {voters}); "
+            f"delete the data with `swarmlog dev down --purge` and start again"
+        )
+    cluster_id = new_cluster_id()
+    controllers = ",".join(f"{n.node_id}@{n.controller_address}:{new_cluster_id()}" for n in nodes)
+    identity = {"cluster_id": cluster_id, "voters": voters, "initial_controllers": controllers}
+    identity_file.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomically(identity_file, json.dumps(identity, indent=2) + "\n")
+    return identity
 
 
 # --- running ----------------------------------------------------------------------------
@@ -318,6 +424,37 @@ def wait_ready(node: KafkaNode, *, pid: int, timeout: float = 120.0) -> None:
         time.sleep(0.25)
 
 
+def registered_brokers(node: KafkaNode, *, timeout: float = 3.0) -> set[int]:
+    """Ids of the brokers ``node``'s metadata lists (registered and not fenced); empty if it does not answer."""
+    config: dict[str, Any] = {"bootstrap.servers": node.bootstrap_servers, "logger": _QUIET}
+    admin = AdminClient(config)
+    try:
+        return set(admin.list_topics(timeout=timeout).brokers)
+    except KafkaException:
+        return set()
+
+
+def wait_quorum(nodes: Sequence[KafkaNode], *, timeout: float = 120.0) -> None:
+    """Block until every node's metadata lists every node: the quorum has formed and all registered.
+
+    A node answers metadata requests as soon as it runs, even before the others
+    have joined; a topic created then with replication factor 3 would be refused.
+    """
+    want = {n.node_id for n in nodes}
+    deadline = time.monotonic() + timeout
+    while True:
+        missing = {n.node_id: want - registered_brokers(n) for n in nodes}
+        if not any(missing.values()):
+            return
+        if time.monotonic() > deadline:
+            raise ServiceUnavailable(
+                service="Kafka", address=",".join(n.bootstrap_servers for n in nodes),
+                detail=(f"the brokers did not all register within {timeout:.0f} s (missing, as each node "
+                        f"sees it: {missing}).\n" + "\n".join(_logs(n) for n in nodes)),
+            )
+        time.sleep(0.25)
+
+
 def stop(node: KafkaNode, *, progress: Progress, timeout: float = 60.0) -> bool:
     """Stop the broker (SIGTERM: a clean shutdown; SIGKILL after ``timeout``). False if not running."""
     pid = running_pid(node)
@@ -328,6 +465,28 @@ def stop(node: KafkaNode, *, progress: Progress, timeout: float = 60.0) -> bool:
         progress(f"Kafka did not stop within {timeout:.0f} s and was killed")
     node.pid_file.unlink(missing_ok=True)
     return True
+
+
+def stop_all(nodes: Sequence[KafkaNode], *, progress: Progress, timeout: float = 60.0) -> bool:
+    """Stop every running node, all at once (SIGTERM; SIGKILL after ``timeout``). False if none ran.
+
+    All at once, not one after another: a KRaft node's clean shutdown asks the
+    quorum to move its partitions away first. Stopped one by one, the last node
+    would wait for a quorum the earlier ones already took down with them.
+    """
+    found = [(node, pid) for node in nodes if (pid := running_pid(node)) is not None]
+    for node, pid in found:
+        progress(f"stopping Kafka {node.name} (pid {pid})" if len(nodes) > 1 else f"stopping Kafka (pid {pid})")
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    for node, pid in found:
+        if not process.terminate(pid, timeout=max(0.1, deadline - time.monotonic())):
+            progress(f"Kafka {node.name} did not stop within {timeout:.0f} s and was killed")
+        node.pid_file.unlink(missing_ok=True)
+    return bool(found)
 
 
 # --- helpers ----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,14 +230,61 @@ def start(node: PostgresNode, *, bin_dir: Path, progress: Progress) -> int:
 
 
 def running_pid(node: PostgresNode) -> int | None:
-    """Pid of this node's postmaster if it is running; a stale ``postmaster.pid`` is removed."""
-    # Postgres clears a stale lock file itself only if it can tell the pid is dead;
-    # a pid reused by a root process looks alive to the unprivileged server
-    # (kill(0) says EPERM) and it would refuse to start. So check it here, as root.
-    return process.live_pid(
-        node.data_dir / "postmaster.pid",
-        is_ours=lambda argv: bool(argv) and Path(argv[0]).name in ("postgres", "postmaster"),
-    )
+    """Pid of this node's postmaster if it is running (a stale ``postmaster.pid`` is left alone:
+    see :func:`clear_stale_locks`)."""
+    pid = process.read_pid(node.data_dir / "postmaster.pid")
+    return pid if pid is not None and _is_ours(node, pid) else None
+
+
+def clear_stale_locks(node: PostgresNode, *, progress: Progress, timeout: float = 30.0) -> None:
+    """Before a start: wait until a crashed server is entirely gone, then remove the lock files it left.
+
+    A killed postmaster leaves ``postmaster.pid`` in the data directory and
+    ``.s.PGSQL.<port>.lock`` beside its socket. A new postmaster removes such a
+    file itself only if ``kill(pid, 0)`` says the pid in it does not exist, and
+    right after a crash it still does: the killed postmaster stays a zombie until
+    its parent (init; a container's PID 1 may reap late) collects it, and later
+    the pid may belong to another process (as root, one the unprivileged server
+    cannot signal, which also counts as alive). Either way ``pg_ctl start`` failed
+    with "lock file ... already exists" until it was retried.
+
+    The remains of the old server are the live processes whose working directory
+    is the data directory (the postmaster moves there and every backend inherits
+    it; a zombie has none). Only once none is left is a lock file naming a pid
+    that is not one of them stale: while an old backend still runs, Postgres' own
+    check of ``postmaster.pid`` is what keeps a second server off the data.
+    """
+    deadline = time.monotonic() + timeout
+    announced = False
+    while remains := process.pids_in(node.data_dir):
+        if time.monotonic() > deadline:
+            raise ServiceUnavailable(
+                service="PostgreSQL", address=node.address,
+                detail=(f"processes of a previous server on {node.data_dir} are still running "
+                        f"(pids {', '.join(map(str, remains))}) {timeout:.0f} s after it stopped; stop them "
+                        f"(`kill {' '.join(map(str, remains))}`) and run `swarmlog dev up` again"),
+            )
+        if not announced:
+            progress(f"waiting for the processes of the previous PostgreSQL server to exit (pids "
+                     f"{', '.join(map(str, remains))})")
+            announced = True
+        time.sleep(0.1)
+    for lock in (node.data_dir / "postmaster.pid", node.socket_dir / f".s.PGSQL.{node.port}.lock"):
+        pid = process.read_pid(lock)
+        if pid is None and not lock.exists():
+            continue
+        # After the wait above no process of this server runs, so whatever the pid is now
+        # (dead, a zombie, reused by another program) the file speaks for nobody.
+        if pid is None or not _is_ours(node, pid):
+            progress(f"removing the stale lock file {lock} (its server, pid {pid}, is gone)")
+            lock.unlink(missing_ok=True)
+
+
+def _is_ours(node: PostgresNode, pid: int) -> bool:
+    """``pid`` is a live server process of this node (not a zombie, not a reused pid)."""
+    argv = process.cmdline(pid)
+    return (process.is_alive(pid) and bool(argv) and Path(argv[0]).name in ("postgres", "postmaster")
+            and process.cwd(pid) == node.data_dir.resolve())
 
 
 def is_healthy(node: PostgresNode, *, timeout: float = 3.0) -> bool:

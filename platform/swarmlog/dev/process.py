@@ -79,13 +79,33 @@ def read_pid(path: Path) -> int | None:
     return int(first) if first.isdigit() and int(first) > 0 else None
 
 
-def live_pid(path: Path, *, is_ours: Callable[[list[str]], bool]) -> int | None:
-    """The pid in ``path`` if that process is alive and ``is_ours(argv)``; else remove the stale file."""
+def live_pid(path: Path, *, is_ours: Callable[[list[str]], bool], remove_stale: bool = True) -> int | None:
+    """The pid in ``path`` if that process is alive and ``is_ours(argv)``; else remove the stale file
+    (unless ``remove_stale`` is False: the caller decides when it is safe to)."""
     pid = read_pid(path)
     if pid is not None and is_alive(pid) and is_ours(cmdline(pid)):
         return pid
-    path.unlink(missing_ok=True)
+    if remove_stale:
+        path.unlink(missing_ok=True)
     return None
+
+
+def cwd(pid: int) -> Path | None:
+    """The working directory of ``pid``, or None (gone, a zombie, or not ours to look at)."""
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return None
+
+
+def pids_in(directory: Path) -> list[int]:
+    """Live processes whose working directory is ``directory`` (zombies have none)."""
+    target = directory.resolve()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and cwd(int(entry.name)) == target and is_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
 
 
 def terminate(pid: int, *, sig: signal.Signals = signal.SIGTERM, timeout: float = 30.0) -> bool:

@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +32,15 @@ logger = logging.getLogger(__name__)
 
 _TXN_TIMEOUT_S = 30.0
 """How long one transactional call may take before it counts as failed."""
+_TXN_RETRY_S = 40.0
+"""How long a transactional call is retried while the coordinator moves (see :func:`_retrying`):
+past a leader election (~10 s: the dead broker's session timeout, then the election), and well
+inside ``transaction.timeout.ms`` (60 s), after which the coordinator aborts the transaction itself."""
+_OFFSETS_TIMEOUT_S = 20.0
+_STUCK_GRACE_S = 10.0
+"""``send_offsets_to_transaction``'s own timeout, and how much longer it may take before it counts
+as stuck (see :func:`_within`). Shorter than the other calls': while it is stuck, the agent's open
+transaction holds back every read_committed reader, i.e. the whole swarm."""
 
 
 class KafkaAgentChannel:
@@ -47,6 +58,7 @@ class KafkaAgentChannel:
         self._in_txn = False
         self._located = -1
         self._errors: list[KafkaError] = []
+        self._abandoned = False
 
     # -- errors, translated at this seam ----------------------------------------------------
 
@@ -61,8 +73,9 @@ class KafkaAgentChannel:
         # _TXN_TIMEOUT_S for a cluster that is not there, and say less about why.
         cluster_metadata(self.settings, self._producer, topic=self.topic,
                          operation=f"agent {self.agent!r}: connecting")
+        producer = self._producer
         try:
-            self._producer.init_transactions(_TXN_TIMEOUT_S)
+            _retrying(lambda: producer.init_transactions(_TXN_TIMEOUT_S), agent=self.agent, what="init_transactions")
         except KafkaException as exc:
             raise self._failed(exc, "init_transactions") from None
 
@@ -138,11 +151,20 @@ class KafkaAgentChannel:
 
     def commit(self, position: int | None) -> None:
         producer = self._producer
+        agent = self.agent
         try:
             if position is not None:
-                producer.send_offsets_to_transaction([TopicPartition(self.topic, 0, position)],
-                                                     self._consumer.consumer_group_metadata(), _TXN_TIMEOUT_S)
-            producer.commit_transaction(_TXN_TIMEOUT_S)
+                offsets = [TopicPartition(self.topic, 0, position)]
+                group = self._consumer.consumer_group_metadata()
+                what = "adding the consumer position to the transaction"
+                _retrying(lambda: _within(
+                    lambda: producer.send_offsets_to_transaction(offsets, group, _OFFSETS_TIMEOUT_S),
+                    seconds=_OFFSETS_TIMEOUT_S + _STUCK_GRACE_S, agent=agent, what=what), agent=agent, what=what)
+            _retrying(lambda: producer.commit_transaction(_TXN_TIMEOUT_S), agent=agent,
+                      what="committing the transaction")
+        except TransactionAborted:
+            self._abandoned = True  # a thread still waits in librdkafka: leave the producer to the next fence
+            raise
         except KafkaException as exc:
             failure = self._failed(exc, "committing its transaction")
             if exc.args[0].txn_requires_abort():
@@ -165,6 +187,8 @@ class KafkaAgentChannel:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        if self._abandoned:
+            return  # its open transaction is aborted by the next life's fence; nothing to deliver
         try:
             self._producer.flush(_TXN_TIMEOUT_S)
         except (KafkaException, SystemError) as exc:
@@ -190,6 +214,62 @@ class KafkaAgentChannel:
             errors, self._errors = self._errors, []
             raise TransactionAborted(agent=self.agent,
                                      detail=f"producing its outputs failed: {'; '.join(e.str() for e in errors)}")
+
+
+def _retrying(call: Callable[[], object], *, agent: str, what: str, limit: float = _TXN_RETRY_S) -> None:
+    """Run one of librdkafka's transactional calls, again while it fails with a retriable error.
+
+    On several brokers the transaction coordinator of an agent is one of them, and it
+    moves when that broker dies: until the new one has loaded the transaction state,
+    the calls fail with errors librdkafka marks retriable (broker transport failure,
+    coordinator not available, a concurrent operation on the transaction), which its
+    documentation says to answer by making the same call again. The transaction is
+    still open and whole, so repeating the call commits it exactly once; giving up
+    would throw away a batch that was about to commit, and stop the agent.
+    """
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            call()
+            return
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not err.retriable() or err.fatal() or err.txn_requires_abort() or time.monotonic() > deadline:
+                raise
+            logger.warning("agent %s: %s failed with a retriable error (%s); trying again", agent, what, err.str())
+            time.sleep(0.1)
+
+
+def _within(call: Callable[[], object], *, seconds: float, agent: str, what: str) -> None:
+    """Make a librdkafka call that may never return, and give up on it after ``seconds``.
+
+    ``send_offsets_to_transaction`` ignores its timeout and can block for good when the
+    consumer group's coordinator broker dies (confluentinc/librdkafka#5456, #5511, seen
+    here on a three-broker cluster): the producer keeps the dead coordinator cached and
+    waits for it. So the call runs on a thread of its own, and when it has not returned
+    in time the transaction is abandoned (that thread and its producer are left behind)
+    and the agent starts a new life, whose ``init_transactions`` fences this producer and
+    aborts the open transaction: nothing of the batch stays visible, and the rebuild runs
+    it again.
+    """
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the caller's thread below
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"agent-{agent}-txn-call", daemon=True).start()
+    if not done.wait(seconds):
+        raise TransactionAborted(agent=agent, detail=(
+            f"{what} did not return within {seconds:.0f} s (librdkafka can wait forever for a group "
+            f"coordinator that died); the transaction is abandoned, to be aborted by the next life's fence"))
+    if failed:
+        raise failed[0]
 
 
 def _fatal_cause(exc: BaseException) -> KafkaException | None:

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
+from pydantic import SecretStr
 
 from ..errors import InvalidSetting, KafkaOperationFailed
 from ..settings import Settings
@@ -104,7 +105,7 @@ def new_client(kind: type[Client], settings: Settings, required: Mapping[str, ob
          "error_cb": error_recorder(settings.bootstrap_servers)},
         tuning={"socket.connection.setup.timeout.ms": int(settings.connect_timeout * 1000), **(tuning or {})})
     try:
-        return kind(config)  # type: ignore[arg-type]
+        return kind(config)
     except KafkaException as exc:
         raise _bad_property(settings, kind, exc) from None
 
@@ -139,7 +140,9 @@ def _bad_property(settings: Settings, kind: type[Any], exc: KafkaException) -> E
     err = kafka_error(exc)
     for key, value in settings.kafka.items():
         try:
-            Producer({key: value, "logger": _librdkafka_log})
+            # A secret is tried with a stand-in: any string is a valid password, and the secret
+            # stays unwrapped in one place only (Settings.kafka_config).
+            Producer({key: "x" if isinstance(value, SecretStr) else value, "logger": _librdkafka_log})
         except KafkaException as alone:
             # The value is not shown: it may be a password (librdkafka's message shows a refused value).
             return InvalidSetting(variable=settings_variable(key), value=None, problem=kafka_error(alone).str(),

@@ -11,6 +11,7 @@ to a group, only so that Kafka's tools and lag exporters can see it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,10 @@ _TIMEOUT_S = 30.0
 logger = logging.getLogger(__name__)
 # A member joined between the emptiness check and the reset: the broker refused the reset.
 _GROUP_BUSY = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.NON_EMPTY_GROUP})
+# The group's coordinator is moving (its broker died, or came back and loads the offsets
+# partition): the broker says to ask again, and a read of the offsets is safe to repeat.
+_COORDINATOR_MOVING = frozenset({KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                                 KafkaError.NOT_COORDINATOR})
 
 
 def group_members(admin: AdminClient, group: str) -> list[str]:
@@ -39,10 +44,16 @@ def group_members(admin: AdminClient, group: str) -> list[str]:
 def committed_offset(admin: AdminClient, *, group: str, topic: str) -> int | None:
     """The group's committed offset on partition 0 of ``topic``; None if it has none."""
     req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
-    try:
-        res = admin.list_consumer_group_offsets([req], request_timeout=_TIMEOUT_S)[group].result()
-    except KafkaException as exc:
-        raise translate(exc, operation=f"reading the offsets of group {group!r}", bootstrap="(admin)") from None
+    deadline = time.monotonic() + _TIMEOUT_S
+    while True:
+        try:
+            res = admin.list_consumer_group_offsets([req], request_timeout=_TIMEOUT_S)[group].result()
+            break
+        except KafkaException as exc:
+            if exc.args[0].code() in _COORDINATOR_MOVING and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            raise translate(exc, operation=f"reading the offsets of group {group!r}", bootstrap="(admin)") from None
     for tp in res.topic_partitions:
         if tp.topic == topic and tp.partition == 0:
             return tp.offset if tp.offset >= 0 else None

@@ -14,6 +14,7 @@ a consumer-group reset).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -29,7 +30,11 @@ from .groups import AdvisoryCommits
 from .topic import require_single_partition
 
 _error = Message.error
-_WATERMARK_TIMEOUT_S = 10.0
+WATERMARK_TIMEOUT_S = 30.0
+"""How long a watermark read may take. It waits for the partition to have a leader: when the
+leader dies, the controller elects another only once the dead broker's session has expired
+(``broker.session.timeout.ms``, 9 s by default), so the read must outwait that, with margin."""
+_WATERMARK_ATTEMPT_S = 5.0
 _TO_THE_END_POLL_S = 0.01
 """How long one consume call may wait when reading to the end of the log (not following).
 
@@ -161,24 +166,42 @@ class LogReader:
         self.close()
 
 
-def watermarks(settings: Settings, topic: str, *, consumer: Consumer | None = None) -> tuple[int, int]:
-    """(log start, high watermark) of the topic's partition, asked of the broker.
+def watermarks(settings: Settings, topic: str, *, consumer: Consumer | None = None,
+               timeout: float = WATERMARK_TIMEOUT_S) -> tuple[int, int]:
+    """(log start, high watermark) of the topic's partition, asked of its leader, through a leader change.
 
     The high watermark is the end of the log *including* open transactions, not what a
     read_committed reader can read (that stops at the last stable offset). An open
     transaction pins the last stable offset, and a swarm blocked behind one (a killed
     agent's, until its restart aborts it) must not look finished.
+
+    librdkafka sends the request to the leader its metadata names and, when that broker
+    is dead, waits for it until the timeout instead of looking again: a long-lived
+    consumer would never see the new leader. So each attempt is short, and a failed one
+    refreshes the topic's metadata before the next (test_leader_failover.py).
     """
     own = consumer is None
     if consumer is None:
         consumer = watermark_consumer(settings)
+    deadline = time.monotonic() + timeout
+    partition = TopicPartition(topic, 0)
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=_WATERMARK_TIMEOUT_S,
-                                                   cached=False)
-        return int(low), int(high)
-    except KafkaException as exc:
-        raise translate(exc, operation=f"reading the watermarks of {topic!r}", bootstrap=settings.bootstrap_servers,
-                        topic=topic) from None
+        while True:
+            attempt = max(0.1, min(_WATERMARK_ATTEMPT_S, deadline - time.monotonic()))
+            try:
+                low, high = consumer.get_watermark_offsets(partition, timeout=attempt, cached=False)
+                return int(low), int(high)
+            except KafkaException as exc:
+                # Not only the errors librdkafka calls retriable pass: a leader change also shows as
+                # a timeout, or as _DESTROY_BROKER when the old leader's handle is decommissioned.
+                if exc.args[0].fatal() or time.monotonic() >= deadline:
+                    raise translate(exc, operation=f"reading the watermarks of {topic!r}",
+                                    bootstrap=settings.bootstrap_servers, topic=topic) from None
+            try:
+                consumer.list_topics(topic=topic, timeout=max(0.1, min(_WATERMARK_ATTEMPT_S,
+                                                                       deadline - time.monotonic())))
+            except KafkaException:
+                pass  # the next attempt says what is wrong
     finally:
         if own:
             consumer.close()

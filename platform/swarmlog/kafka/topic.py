@@ -16,13 +16,14 @@ the offset, ``ctx.now()``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from ..errors import (
     KafkaHandshakeFailed,
@@ -33,7 +34,7 @@ from ..errors import (
     TopicNotSinglePartition,
 )
 from ..settings import Settings
-from .config import admin_client
+from .config import admin_client, new_client
 from .errors import UNKNOWN_TOPIC, translate
 
 TOPIC_CONFIG = {
@@ -44,6 +45,8 @@ TOPIC_CONFIG = {
 }
 
 _TIMEOUT_S = 30.0
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,19 +128,77 @@ def create_topic(settings: Settings, topic: str | None = None, *,
         if isinstance(failure, KafkaOperationFailed):
             raise TopicCreateFailed(topic=topic, detail=err.str()) from None
         raise failure from None
-    # CreateTopics returns once the controller has the topic; brokers learn of it a
-    # moment later. Wait until metadata shows it, so the caller can use it at once.
-    deadline = time.monotonic() + _TIMEOUT_S
+    info = wait_until_known(settings, topic, client=admin)
+    _warn_if_fragile(settings, info, brokers=len(admin.list_topics(timeout=_TIMEOUT_S).brokers))
+    return TopicInfo(name=info.name, partitions=info.partitions, replication_factor=info.replication_factor,
+                     created=True)
+
+
+def fragility(*, replication_factor: int, min_insync_replicas: int, brokers: int) -> str | None:
+    """What can lose acknowledged events of a topic replicated like this, or None.
+
+    The swarm's log is its only history: ``acks=all`` must mean that an event is on
+    more than one broker before it counts as written, and a cluster that could hold
+    more copies should.
+    """
+    if replication_factor == 1 and brokers > 1:
+        return (f"it has 1 replica on a cluster of {brokers} brokers: losing that broker loses the log. "
+                f"Set SWARMLOG_REPLICATION_FACTOR={min(3, brokers)} and SWARMLOG_MIN_INSYNC_REPLICAS=2 (or the "
+                f"brokers' default.replication.factor) and create it again")
+    if replication_factor > 1 and min_insync_replicas < 2:
+        return (f"min.insync.replicas is {min_insync_replicas}: an event acknowledged while only the leader "
+                f"had it is lost if that broker dies. Set SWARMLOG_MIN_INSYNC_REPLICAS=2, or alter the "
+                f"topic's min.insync.replicas")
+    return None
+
+
+def _warn_if_fragile(settings: Settings, info: TopicInfo, *, brokers: int) -> None:
+    try:
+        min_isr = int(topic_config(settings, info.name).get("min.insync.replicas", "1"))
+    except (KafkaException, ValueError):
+        return  # the topic is fine to use; only the advice is missing
+    problem = fragility(replication_factor=info.replication_factor, min_insync_replicas=min_isr, brokers=brokers)
+    if problem is not None:
+        logger.warning("topic %s was created, but %s", info.name, problem)
+
+
+def wait_until_known(settings: Settings, topic: str, *, client: object | None = None,
+                     timeout: float = _TIMEOUT_S) -> TopicInfo:
+    """Block until every broker knows the new ``topic`` and its partition has a leader.
+
+    CreateTopics returns once the controller has the topic; each broker learns of it
+    from the metadata log a moment later. A client asking a broker that has not yet
+    would be told the topic does not exist, so "created" means known to all of them:
+    then the caller (or an agent it starts at once) can use it through any broker.
+    """
+    admin = client or admin_client(settings)
+    deadline = time.monotonic() + timeout
+    each: dict[str, AdminClient] = {}  # broker -> a client that knows only it, so asks it
     while True:
         try:
             info = require_single_partition(settings, topic, client=admin)
-            break
+            md = admin.list_topics(timeout=_TIMEOUT_S)  # type: ignore[attr-defined]
+            if len(md.brokers) == 1:
+                return info  # the one broker there is just answered
+            for b in md.brokers.values():
+                address = f"{b.host}:{b.port}"
+                if address not in each:
+                    each[address] = new_client(AdminClient, settings, {"bootstrap.servers": address})
+            if all(_known_to(each[f"{b.host}:{b.port}"], topic) for b in md.brokers.values()):
+                return info
         except TopicNotFound:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-    return TopicInfo(name=info.name, partitions=info.partitions, replication_factor=info.replication_factor,
-                     created=True)
+            pass
+        if time.monotonic() > deadline:
+            raise TopicNotFound(topic=topic)
+        time.sleep(0.05)
+
+
+def _known_to(admin: AdminClient, topic: str) -> bool:
+    try:
+        t = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
+    except KafkaException:
+        return False
+    return t is not None and t.error is None and all(p.leader >= 0 for p in t.partitions.values())
 
 
 def set_topic_config(settings: Settings, topic: str, config: Mapping[str, str]) -> None:

@@ -41,8 +41,9 @@ from typing import Any
 
 from ..agent import Agent, Swarm
 from ..context import Output
-from ..errors import TransactionAborted
+from ..errors import AgentFenced, TransactionAborted
 from ..events import Event
+from ..guard import allowed
 from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend, require_complete_history
 from ..observe import Family, LatencyHistogram, tracing
@@ -71,6 +72,9 @@ _DRAIN_S = 3.0
 """How long a clean stop reads on to reach the log's end (see AgentWorker._stop_cleanly)."""
 _PROGRESS_EVERY_S = 30.0
 """How often a rebuilding agent logs how far it got, and a live one that it is making progress."""
+_MAX_ABORTED_LIVES = 5
+"""Lives in a row that end in an aborted transaction without committing anything before the
+agent gives up (and its process exits, for its supervisor to restart)."""
 
 
 class _LiveSink:
@@ -104,7 +108,11 @@ class _LiveSink:
         if step is not None:
             headers.append((H_STEP, str(step[0]).encode()))
         if locate:
-            return self.channel.send_located(value, self.agent_b, headers)
+            # Swarmlog's own I/O, inside the handler's guard: waiting for the offset serves the
+            # client's callbacks on this thread (librdkafka's error and log events, which read the
+            # clock to say when; they come when a broker is down), and those are not the handler's.
+            with allowed():
+                return self.channel.send_located(value, self.agent_b, headers)
         self.channel.send(value, self.agent_b, headers)
         return None
 
@@ -194,12 +202,40 @@ class AgentWorker:
         return sink is not None and sink.in_txn
 
     def run(self) -> WorkerResult:
+        """Run the agent until stopped; return its final state.
+
+        A life whose transaction the log aborted (:class:`TransactionAborted`) ends, and
+        a new one begins exactly as a restarted process would: on a channel of its own,
+        fenced, rebuilt from offset zero, with nothing the aborted batch did visible. On
+        several brokers that happens when one dies: the agent's group coordinator moves,
+        and until the consumer has rejoined, the group no longer knows the member whose
+        position the transaction was to commit. A fenced life (:class:`AgentFenced`: a
+        newer instance of the agent runs elsewhere) is not restarted: it would fence
+        that one in turn.
+        """
         name = self.agent.name
-        channel = self.backend.agent_channel(self.topic, name)
-        try:
-            return self._run(channel)
-        finally:
-            channel.close()
+        aborted = 0
+        while True:
+            committed = self.transactions
+            channel = self.backend.agent_channel(self.topic, name)
+            try:
+                return self._run(channel)
+            except AgentFenced:
+                raise
+            except TransactionAborted as exc:
+                # Lives in a row that committed nothing: a cause that a new life does not cure.
+                aborted = aborted + 1 if self.transactions == committed else 1
+                if self.stop_event.is_set() or aborted > _MAX_ABORTED_LIVES:
+                    raise
+                logger.warning("agent %s: %s; starting a new life, rebuilt from offset 0", name, exc.detail)
+                last = exc
+            finally:
+                channel.close()
+            self.agent = self.swarm.agent(name)  # its initial state
+            self.caught_up.clear()
+            self.eof_at = -1
+            if self.stop_event.wait(min(aborted, 5)):
+                raise last  # stopped before the new life rebuilt anything: there is no state to report
 
     def _run(self, channel: AgentChannel) -> WorkerResult:
         name = self.agent.name

@@ -1,0 +1,86 @@
+"""Which configuration values are secrets, and how they are kept out of sight.
+
+Secrets reach swarmlog through its settings: librdkafka properties under
+``SWARMLOG_KAFKA_*`` (``sasl.password``, ``ssl.key.password``, ...) and the
+password of the Postgres URL. :class:`swarmlog.settings.Settings` holds each as a
+``SecretStr``; they are unwrapped in exactly two places, at the moment a client is
+built: :meth:`Settings.kafka_config` (the librdkafka dict, a :class:`ClientConfig`
+whose ``repr`` masks them) and :meth:`Settings.database_conninfo` (handed to
+psycopg). Everything else — ``repr(settings)``, error messages, logs, tokens —
+only ever sees the masked form.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+MASK = "**********"
+
+# librdkafka's own list (properties flagged _RK_SENSITIVE in rdkafka_conf.c) that are secrets;
+# `sasl.username`, `ssl.key.location` (a path) and `ssl.ca.pem` (a public certificate) are
+# flagged too, but they say who and what, which an error message needs.
+_SECRET_KAFKA_PROPERTIES = frozenset({
+    "sasl.password",
+    "ssl.key.password",
+    "ssl.key.pem",
+    "ssl.keystore.password",
+    "sasl.oauthbearer.config",
+    "sasl.oauthbearer.client.secret",
+})
+# ... and any property named like one, such as the OIDC assertion's private key passphrase.
+_SECRET_WORDS = ("password", "secret", "passphrase", "private.key")
+
+
+def is_secret_kafka_property(name: str) -> bool:
+    """True if the librdkafka property ``name`` holds a secret (its value must never be shown)."""
+    name = name.lower()
+    return name in _SECRET_KAFKA_PROPERTIES or any(word in name for word in _SECRET_WORDS)
+
+
+class ClientConfig(dict[str, Any]):
+    """A librdkafka configuration. To librdkafka a plain dict; printed, its secrets are masked.
+
+    The clear values must be in it (librdkafka needs them), so what is kept out
+    of sight is its text: ``repr``/``str`` (a log line, a debugger, an error that
+    formats it) show :data:`MASK` for every secret property.
+    """
+
+    def __repr__(self) -> str:
+        return repr({k: MASK if is_secret_kafka_property(k) else v for k, v in self.items()})
+
+    __str__ = __repr__
+
+
+def split_database_password(conninfo: str) -> tuple[str, str | None]:
+    """``conninfo`` (a libpq URL or ``key=value`` string) without its password, and the password.
+
+    ``postgresql://app:s3cr%40t@db:5432/swarm`` -> (``postgresql://app@db:5432/swarm``, ``s3cr@t``);
+    a ``password=`` query parameter or ``key=value`` entry is taken out the same way.
+    """
+    if conninfo.startswith(("postgresql://", "postgres://")):
+        parts = urlsplit(conninfo)
+        password = unquote(parts.password) if parts.password is not None else None
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, hostinfo = netloc.rpartition("@")
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}@{hostinfo}" if user else hostinfo
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        kept = [(k, v) for k, v in query if k != "password"]
+        if len(kept) != len(query):
+            password = next(v for k, v in query if k == "password")
+        return urlunsplit((parts.scheme, netloc, parts.path, urlencode(kept), parts.fragment)), password
+    if "password" not in conninfo:
+        return conninfo, None
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        params = conninfo_to_dict(conninfo)
+    except ProgrammingError:
+        # Not shown: it may hold the password it failed to parse.
+        raise ValueError("the database URL is neither a postgresql:// URL nor a libpq key=value string") from None
+    found = params.pop("password", None)
+    return make_conninfo("", **{k: str(v) for k, v in params.items() if v is not None}), (
+        None if found is None else str(found))
