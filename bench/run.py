@@ -50,7 +50,8 @@ EXTRA_KEYS = ("p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "rss_mb"
               "rss_growth_mb", "rss_growth_within_run_mb", "vm_hwm_mb", "processes", "chains_in_flight",
               "log_offsets", "every", "mean_tail_offsets", "snapshot_records",
               "schedules_per_min", "cpu_s", "distinct", "failed", "hook_ns_per_call", "empty_hook_ns_per_call",
-              "ms_per_query", "baseline_ms_per_query")
+              "ms_per_query", "baseline_ms_per_query",
+              "cpu_us_per_step", "baseline_cpu_us_per_step")
 
 
 def main(argv: list[str] | None = None) -> int:

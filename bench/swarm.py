@@ -7,7 +7,8 @@ sends the chain on to the next agent until it has made ``HOPS`` hops. Every agen
 own process (one pod per agent, as on Kubernetes), reads the whole topic, routes by
 headers, and commits each batch of steps — outputs plus its consumer position — in one
 Kafka transaction. ``swarm.swarmlog_one_process`` runs the same five agents as threads
-of one ``swarmlog run`` process.
+of one ``swarmlog run`` process; ``swarm.swarmlog_no_state_digests`` the five processes
+with ``SWARMLOG_STATE_DIGEST_EVERY=0``: what recording each step's state digest costs.
 
 The baseline does the least a transactional relay can do with the same client:
 ``read_committed`` consumer, one transaction per consumed batch with
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -364,6 +366,7 @@ def swarmlog_swarm(s: Settings, *, processes: bool, shape: Shape = RING,
     else:
         procs = [subprocess.Popen(cmd + ["--run-id", "bench", "--seed", "1"], env=env, cwd=REPO,
                                   stdout=subprocess.DEVNULL)]
+    cpu_before = _children_cpu_s()
     try:
         _wait_for_groups(s, [f"swarmlog.{topic}.{a}" for a in AGENTS], procs)
         if processes:
@@ -371,8 +374,18 @@ def swarmlog_swarm(s: Settings, *, processes: bool, shape: Shape = RING,
         collected = _collect(s, topic, shape.outputs, procs)
     finally:
         _stop(procs)
+    # CPU the agent processes used, whole lives included (start-up, rebuild): on a shared machine
+    # a steadier measure of what a step costs than steps/s, which waits on everyone else's work too.
+    cpu_us_per_step = (_children_cpu_s() - cpu_before) * 1e6 / shape.outputs
     _exactly_once(s, topic, shape)
-    return _measure(collected, shape)
+    seconds, steps, stats = _measure(collected, shape)
+    return seconds, steps, {**stats, "cpu_us_per_step": cpu_us_per_step}
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of this process's children that have been waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def raw_relay(s: Settings, *, shape: Shape = RING, config: RelayConfig = RelayConfig(),
@@ -398,6 +411,62 @@ def raw_relay(s: Settings, *, shape: Shape = RING, config: RelayConfig = RelayCo
     return _measure(collected, shape)
 
 
+# --- what a step costs the agent's own process, without Kafka ------------------------------------
+
+STEP_MESSAGES = env_int("BENCH_STEP_MESSAGES", 20_000)
+STEP_TXN = 200
+"""Steps per transaction in :func:`agent_steps_cpu`: about what a ring agent commits at once."""
+
+
+class _NoChannel:
+    """An agent channel that takes everything and sends nothing: the step's own work only."""
+
+    def begin(self) -> None: ...
+
+    def send(self, value: bytes, key: bytes | None, headers: Any) -> None: ...
+
+    def send_located(self, value: bytes, key: bytes | None, headers: Any) -> int:
+        return -1
+
+
+def agent_steps_cpu(registry: SchemaRegistry, *, digests: bool) -> float:
+    """CPU seconds one ring agent's fold takes for ``STEP_MESSAGES`` live hops, in this process.
+
+    The live path as it runs, Kafka aside: routing, decoding, the handler under the guard,
+    validating and encoding its output, and (``digests``) each step's state digest and one
+    ``state.digest`` record every ``STEP_TXN`` steps. Steadier than the swarm's steps/s on a
+    shared machine, which waits on the broker and on everyone else's work.
+    """
+    import json as _json
+
+    from swarmlog.log.memory import MemoryMessage
+    from swarmlog.protocol import MESSAGE, route
+    from swarmlog.runtime._core import AgentCore
+    from swarmlog.runtime._index import OwnIndex
+    from swarmlog.runtime._worker import _LiveSink
+    from swarmlog.schema.codec import Decoder, Encoder
+
+    enc = Encoder(registry.latest(MESSAGE))
+    msgs = []
+    for i in range(STEP_MESSAGES):
+        value = enc.encode_event(f"s0@{i}#0", "bench", "s0", "s1", [i],
+                                 {"kind": "hop", "body": _json.dumps({"chain": i, "ttl": 5}), "urgency": "normal"})
+        msgs.append(MemoryMessage(i, value, b"s0", enc.headers(b"s0", b"s1"), 0))
+    sink = _LiveSink(channel=_NoChannel(), registry=registry, agent="s1")  # type: ignore[arg-type]
+    core = AgentCore(agent=Hopper("s1"), decoder=Decoder(registry), index=OwnIndex(), live_sink=sink,
+                     digest_every=1 if digests else 0)
+    sink.core = core
+    core.ctx.set_run(run_id="bench", seed=1)
+    t0 = time.process_time()
+    for j, m in enumerate(msgs):
+        core.process(m, route(m.headers()))
+        if j % STEP_TXN == STEP_TXN - 1:
+            record = core.digest_record(position=j + 1, final=False)
+            if record is not None:
+                sink.write_digests(record)
+    return time.process_time() - t0
+
+
 def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
     steps = CHAINS * HOPS
     sub = Run("swarm.swarmlog", steps, extra={"agents": len(AGENTS), "chains_in_flight": CHAINS, "hops": HOPS,
@@ -406,17 +475,34 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
                                                            "hops": HOPS, "processes": 1})
     raw = Run("swarm.raw_txn_relay", steps, extra={"agents": len(AGENTS), "chains_in_flight": CHAINS,
                                                     "hops": HOPS, "processes": len(AGENTS)})
+    bare = Run("swarm.swarmlog_no_state_digests", steps, extra={"agents": len(AGENTS), "chains_in_flight": CHAINS,
+                                                                "hops": HOPS, "processes": len(AGENTS)})
+    no_digests = {"SWARMLOG_STATE_DIGEST_EVERY": "0"}
     for r in range(reps(3)):
         for run_, fn in ((sub, lambda: swarmlog_swarm(s, processes=True)), (raw, lambda: raw_relay(s)),
+                         (bare, lambda: swarmlog_swarm(s, processes=True, env_extra=no_digests)),
                          (one, lambda: swarmlog_swarm(s, processes=False))):
             seconds, n, stats = fn()
             run_.events = n
             run_.add(seconds, **stats)
+            cpu = f", {stats['cpu_us_per_step']:.0f} CPU-µs/step" if "cpu_us_per_step" in stats else ""
             log(f"{run_.name} rep {r}: {n / seconds:,.0f} steps/s, hop p50 {stats['p50_ms']:.0f} ms, "
-                f"p99 {stats['p99_ms']:.0f} ms")
+                f"p99 {stats['p99_ms']:.0f} ms{cpu}")
+    digest_cost = row(sub, bare, unit="steps")
+    digest_cost["name"] = "swarm.swarmlog (state digests on, the default)"
+    step_on = Run("swarm.agent_step_cpu", STEP_MESSAGES, extra={"state_digests": True})
+    step_off = Run("swarm.agent_step_cpu_no_state_digests", STEP_MESSAGES, extra={"state_digests": False})
+    for r in range(reps(5)):
+        for run_, with_digests in ((step_on, True), (step_off, False)):
+            cpu = agent_steps_cpu(registry, digests=with_digests)
+            run_.add(cpu)
+            log(f"{run_.name} rep {r}: {cpu / STEP_MESSAGES * 1e6:.1f} CPU-µs/step")
     return [
         row(sub, raw, target=">= 5000 steps/s", unit="steps", headline=True),
         row(one, raw, unit="steps"),
+        row(bare, raw, unit="steps"),
+        digest_cost,
+        row(step_on, step_off, unit="steps"),
     ]
 
 

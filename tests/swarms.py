@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import httpx
@@ -248,3 +249,28 @@ class ShortSlowRelay(SlowRelay):
 slow_relay = Swarm(name="slow-relay", agents=lambda: [SlowRelay(n) for n in _names()], code_version="slow-1")
 short_slow_relay = Swarm(name="slow-relay", agents=lambda: [ShortSlowRelay(n) for n in _names()],
                          code_version="slow-short-1")
+
+
+_TRAP_DRAWS = itertools.count()
+TRAP_CHAIN, TRAP_TTL = 1, TTL - 2
+"""The one hop where :class:`StateTrapRelay` springs its trap."""
+
+
+class StateTrapRelay(Relay):
+    """Nondeterminism that reaches only the state, at one step, that no guard can refuse.
+
+    At the hop of chain ``TRAP_CHAIN`` with ttl ``TRAP_TTL``, the agent stores an object's
+    ``id()`` (an address: another one in every process, ASLR) and a draw from a counter that
+    lives outside ``self.state`` (another one in every replay, even in the same process).
+    Its outputs are exactly the relay's: only the state departs.
+    """
+
+    @on_message("hop")
+    def hop(self, ctx, event):
+        super().hop(ctx, event)
+        msg = event.json()
+        if (msg["chain"], msg["ttl"]) == (TRAP_CHAIN, TRAP_TTL):
+            self.state["trap"] = [id(object()), next(_TRAP_DRAWS)]
+
+
+state_trap = Swarm(name="relay", agents=lambda: [StateTrapRelay(n) for n in _names()], code_version="trap-1")

@@ -124,7 +124,8 @@ def _grant(conn: psycopg.Connection[Any], *, writer_role: str, reader_role: str)
         "GRANT SELECT, INSERT, UPDATE ON sink_positions TO {writer}",
         "GRANT INSERT, SELECT (id) ON replay_reports TO {writer}",  # INSERT ... RETURNING id reads it
         "GRANT USAGE ON SEQUENCE replay_reports_id_seq TO {writer}",  # its bigserial id
-        "GRANT SELECT ON events, dead_letters, sink_positions, replay_reports TO {reader}",
+        "GRANT SELECT, INSERT, UPDATE ON replay_tokens TO {writer}",  # token create --save replaces a token
+        "GRANT SELECT ON events, dead_letters, sink_positions, replay_reports, replay_tokens TO {reader}",
     ):
         conn.execute(sql.SQL(statement).format(versions=sql.Identifier(VERSION_TABLE), writer=writer, reader=reader))
 

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import ConfigurationError, SchemaError, ServiceUnavailable, SwarmlogError, UsageError
+from .errors import ConfigurationError, InvalidToken, SchemaError, ServiceUnavailable, SwarmlogError, UsageError
 from .settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -50,8 +50,8 @@ EXIT_CODES: dict[int, str] = {
 
 def exit_code(exc: SwarmlogError) -> int:
     """The exit status for an error swarmlog raised: decided by its type."""
-    if isinstance(exc, (ConfigurationError, SchemaError)):
-        return EXIT_USAGE
+    if isinstance(exc, (ConfigurationError, SchemaError, InvalidToken)):
+        return EXIT_USAGE  # a token refused (a bad or unchecked signature): retrying will not help either
     if isinstance(exc, ServiceUnavailable):
         return EXIT_UNAVAILABLE
     return EXIT_FAILED
@@ -170,6 +170,8 @@ def _sink_pattern(args: argparse.Namespace) -> int:
 
 
 def cmd_mirror(args: argparse.Namespace) -> int:
+    if args.action == "verify":
+        return _mirror_verify(args)
     from swarmlog_connectors.postgres_migrations import SCHEMA_VERSION, migrate, schema_version
     from swarmlog_connectors.postgres_sink import connect
 
@@ -189,22 +191,24 @@ def cmd_mirror(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from .replay import replay
-    from .token import ReplayToken
+    from .token import ReplayTokenV2, load_token
+    from .token.command import backend_of, registry_of, verify_v1_result, verify_v1_settings, verify_v2
 
     expected = None
     if args.verify:
-        expected = ReplayToken.load(args.verify)
-        expected.check_signature(Settings.from_env().token_key_bytes())
-        args.topic = expected.topic
-        args.to = expected.end_offset if args.to is None else args.to
-        if expected.reducer.startswith("swarm:") and not args.swarm:
-            raise UsageError(f"this token holds the states of swarm {expected.reducer[6:]!r}: "
-                                f"pass --swarm module:swarm to verify it")
+        token = load_token(args.verify)
+        if isinstance(token, ReplayTokenV2):
+            return verify_v2(args, token, source=args.verify)
+        expected = token
     settings = _settings(args)
+    if expected is not None:
+        settings = verify_v1_settings(args, expected, settings)
     if args.publish and not args.swarm:
         raise UsageError("--publish writes a swarm replay's report: use it with --swarm module:swarm")
+    result: Any
     if args.swarm:
-        status, token = _replay_swarm(args, settings)
+        status, result = _replay_swarm(args, settings)
+        reducer = f"swarm:{result.swarm}"
     else:
         reducer_obj = _load_object(args.reducer) if args.reducer else None
         reducer = f"reducer:{args.reducer}" if args.reducer else "ledger"
@@ -231,22 +235,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 print(f"  {agent:<20} {h}")
             print(f"stream hash {result.stream_hash}")
         status = EXIT_UNREADABLE if (args.strict and result.undecodable) else EXIT_OK
-        token = _token(settings, result, reducer) if (args.token_out or expected is not None) else None
-    if token is not None and args.token_out:
-        token.save(args.token_out)
-        print(f"replay token written to {args.token_out}", file=sys.stderr)
-    if token is not None and expected is not None:
-        from .token import mismatches
+    if expected is not None:
+        return verify_v1_result(args, expected, settings, result, reducer) or status
+    if args.token_out:
+        from .token import create_token
 
-        diff = mismatches(expected, token)
-        if diff:
-            print(f"the replay does NOT match the token {args.verify}:")
-            for line in diff:
-                print(f"  {line}")
-            return EXIT_TOKEN_MISMATCH
-        print(f"the replay matches the token {args.verify}: {token.events} events, offsets "
-              f"[{token.start_offset}, {token.end_offset}), stream {token.stream_hash[:16]}, "
-              f"{len(token.agents)} agent state(s)")
+        token2 = create_token(backend=backend_of(settings), topic=settings.topic, registry=registry_of(settings),
+                              to=result.end_offset, every=args.checkpoint_every,
+                              replayed=result if args.swarm else None)
+        token2.signed(settings.token_key_bytes()).save(args.token_out)
+        print(f"replay token (version 2) written to {args.token_out}", file=sys.stderr)
     return status
 
 
@@ -304,18 +302,55 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
         for agent, offset in sorted(result.unverified_from.items()):
             print(f"  {agent}: unverified from offset {offset} (what it wrote there lies past the cut, "
                   f"or it never got there live)")
+        checked, recorded = sum(result.states_checked.values()), sum(result.states_recorded.values())
+        print(f"state digests: {checked} step(s) checked of {recorded} recorded"
+              + ("" if recorded else " (the log records none: state-only divergences cannot be seen)"))
         first = result.first_divergence
         if first is None:
             print("no divergence: the code does exactly what the log recorded")
         else:
-            print(f"DIVERGED first at offset {first.offset} (agent {first.agent}): {first.detail}")
+            print(f"DIVERGED first at offset {first.offset} (agent {first.agent}, {first.kind}): {first.detail}")
             print(f"  recorded: {json.dumps(first.recorded, default=str)}")
             print(f"  now:      {json.dumps(first.replayed, default=str)}")
             if len(result.divergences) > 1:
                 print(f"  ({len(result.divergences) - 1} more divergence(s) after it)")
         if args.publish:
             print(f"report {report['report_id']} published to Postgres (table replay_reports)")
-    return (EXIT_DIVERGED if result.divergences else EXIT_OK), token
+    return (EXIT_DIVERGED if result.divergences else EXIT_OK), result
+
+
+def _mirror_verify(args: argparse.Namespace) -> int:
+    from swarmlog_connectors.mirror_verify import verify_mirror
+
+    settings = _settings(args)
+    status = 0
+    if args.token:
+        from .token import ReplayTokenV2, check_signature, load_token, verify_token
+        from .token.command import backend_of, registry_of
+
+        token = load_token(args.token)
+        if not isinstance(token, ReplayTokenV2):
+            raise UsageError("mirror verify --token needs a version 2 token (`swarmlog token create`)")
+        signature = check_signature(token, settings.token_key_bytes(), source=args.token,
+                                    allow_unchecked=args.unchecked_signature)
+        check = verify_token(backend=backend_of(settings), token=token, topic=settings.topic,
+                             registry=registry_of(settings), signature=signature)
+        for line in check.lines():
+            print(line)
+        status = EXIT_OK if check.ok else EXIT_TOKEN_MISMATCH
+    mirror = verify_mirror(settings=settings)
+    if args.json:
+        print(json.dumps(mirror.to_json(), indent=2))
+    else:
+        print(f"mirror of {mirror.topic}: {mirror.rows_checked} row(s) checked against the log up to the sink's "
+              f"position {mirror.position} (log offsets [{mirror.log_start}, {mirror.log_end}))")
+        if mirror.position < mirror.log_end:
+            print(f"  offsets from {mirror.position} on are not mirrored yet")
+        for problem in mirror.problems:
+            print(f"  {problem}")
+        print("the mirror matches the log" if mirror.ok else
+              f"the mirror does NOT match the log: {len(mirror.problems)} row(s)")
+    return EXIT_TOKEN_MISMATCH if not mirror.ok else status
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -477,6 +512,9 @@ def _epilog() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .token.command import DEFAULT_CHECKPOINTS
+    from .token.command import add_parsers as add_token_parsers
+
     p = argparse.ArgumentParser(prog="swarmlog", description=__doc__.splitlines()[0] if __doc__ else None,
                                 epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-v", "--verbose", action="count", default=0, dest="global_verbose",
@@ -522,11 +560,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit (status 2) once Postgres has been unreachable this long (default: keep retrying)")
     s.set_defaults(func=cmd_sink)
 
-    mi = sub.add_parser("mirror", help="the Postgres mirror's schema: migrate (as the database owner) | status",
-                        parents=[verbose])
-    mi.add_argument("action", choices=["migrate", "status"])
+    mi = sub.add_parser("mirror", help="the Postgres mirror: migrate its schema (as the database owner) | status | "
+                                       "verify it against the log", parents=[verbose])
+    mi.add_argument("action", choices=["migrate", "status", "verify"])
     mi.add_argument("--writer-role", default="swarmlog_sink", help="group role the sink runs as (created if missing)")
     mi.add_argument("--reader-role", default="swarmlog_reader", help="read-only group role (created if missing)")
+    mi.add_argument("--topic", help="verify: the topic whose rows to check (default SWARMLOG_TOPIC)")
+    mi.add_argument("--token", metavar="FILE", help="verify: first check the log against this token (version 2)")
+    mi.add_argument("--unchecked-signature", action="store_true",
+                    help="verify --token: accept a signed token without SWARMLOG_TOKEN_KEY")
+    mi.add_argument("--json", action="store_true", help="verify: the result as JSON")
     mi.set_defaults(func=cmd_mirror)
 
     r = sub.add_parser("replay", help="rebuild every agent's state from offset zero", parents=[verbose])
@@ -541,8 +584,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--strict", action="store_true", help="exit 3 if any message could not be read")
     r.add_argument("--from-log-start", action="store_true",
                    help="replay what is left of a log whose first offsets were deleted (refused otherwise)")
-    r.add_argument("--token-out", metavar="FILE", help="write a replay token (run, seed, offsets, hashes)")
-    r.add_argument("--verify", metavar="FILE", help="replay the token's range and check it matches (exit 5 if not)")
+    r.add_argument("--token-out", metavar="FILE", help="write a replay token (version 2, as `token create`)")
+    r.add_argument("--checkpoint-every", type=int, default=DEFAULT_CHECKPOINTS, metavar="K",
+                   help=f"with --token-out: a chain checkpoint every K events (default {DEFAULT_CHECKPOINTS})")
+    r.add_argument("--verify", metavar="FILE", help="check the token against --topic (default: its own topic) "
+                                                    "(exit 5 if it does not match)")
+    r.add_argument("--unchecked-signature", action="store_true",
+                   help="with --verify: accept a signed token without SWARMLOG_TOKEN_KEY, checking its contents only")
     r.add_argument("--swarm", help="module:swarm — re-run this code against the log and report divergences "
                                     "(exit 4 if it diverges)")
     r.add_argument("--publish", action="store_true",
@@ -566,6 +614,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--topic")
     _metrics_port_arg(run)
     run.set_defaults(func=cmd_run)
+
+    add_token_parsers(sub, parents=[verbose])  # token create | verify | show | list
+
 
     c = sub.add_parser("check", help="check a whole log", parents=[verbose])
     c.add_argument("what", choices=["causality"])

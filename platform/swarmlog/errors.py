@@ -526,6 +526,39 @@ class ForkPointInsideStep(SwarmlogError):
                          f"or at {last + 1} (the step is history on the fork)")
 
 
+class StateNotSerialisable(SwarmlogError):
+    """An agent's state holds something canonical JSON cannot encode, so it cannot be digested or compared."""
+
+    def __init__(self, *, agent: str, offset: int, detail: str) -> None:
+        self.agent = agent
+        self.offset = offset
+        self.detail = detail
+        super().__init__(f"agent {agent!r}: its state after the step at offset {offset} cannot be digested: "
+                         f"{detail}. Keep only JSON values in self.state (dicts with string keys, lists, strings, "
+                         f"numbers, booleans, None; bytes and sets are encoded too): the runtime records and "
+                         f"compares its digest after every step")
+
+
+class InvalidToken(SwarmlogError):
+    """A replay token that cannot be used: unreadable, of an unknown version, malformed, or badly signed."""
+
+    def __init__(self, *, source: str, problem: str) -> None:
+        self.source = source
+        self.problem = problem
+        super().__init__(f"replay token {source}: {problem}")
+
+
+class SignatureUnchecked(InvalidToken):
+    """A signed token, and no key to check its signature with: accepting it would accept a forgery."""
+
+    def __init__(self, *, source: str) -> None:
+        super().__init__(source=source, problem=(
+            "it is signed, but SWARMLOG_TOKEN_KEY is not set, so its signature cannot be checked; "
+            "a token whose contents were altered with the log would pass. Set SWARMLOG_TOKEN_KEY to the key "
+            "that signed it, or pass --unchecked-signature to check the contents alone (which proves "
+            "nothing about who made the token)"))
+
+
 class NondeterminismError(SwarmlogError):
     """Replayed code did something the log says it did not do the first time."""
 
@@ -547,6 +580,25 @@ class NondeterminismError(SwarmlogError):
 class EffectDiverged(NondeterminismError):
     """A recorded effect or LLM call cannot be served: the log has no record of it here, or a
     different one. The handler cannot go on without its result, so this agent's replay stops."""
+
+
+class StateDiverged(NondeterminismError):
+    """The agent's state after a step is not the one the live run recorded, though the step's outputs
+    may all agree: nondeterminism that reached only the state (``id()`` ordering, a C extension's
+    value). Everything the agent does later may differ; its later digests are not reported again."""
+
+    def __init__(self, *, offset: int, agent: str, recorded_digest: str, replayed_digest: str,
+                 diff: list[str] | None = None) -> None:
+        self.recorded_digest = recorded_digest
+        self.replayed_digest = replayed_digest
+        self.diff = diff
+        """How the live state and the replayed one differ, when the live state is known
+        (:class:`swarmlog.runtime.LiveStates`); None otherwise."""
+        detail = "the state after this step differs from the one the live run recorded"
+        if diff is None:
+            detail += " (the log holds its digest, not the state itself)"
+        super().__init__(offset=offset, agent=agent, detail=detail, recorded={"state_digest": recorded_digest},
+                         replayed={"state_digest": replayed_digest, **({"diff": diff} if diff is not None else {})})
 
 
 # --- simulation (swarmlog.testing) ------------------------------------------------------

@@ -91,6 +91,21 @@ def _seed_from(raw: str | None) -> int | None:
     return seed
 
 
+UNPINNED = "unpinned"
+"""A replay token's ``hash_seed`` for a run recorded without one (random per process, or run.started v1)."""
+
+
+def as_recorded(run_started: Mapping[str, object]) -> dict[str, str]:
+    """What a ``run.started`` payload says of the interpreter, as a replay token carries it.
+
+    The seed and the algorithm, as strings (``unpinned`` / empty when not recorded): a token
+    made of a run and checked against another topic says when the two were hashed differently.
+    """
+    seed = run_started.get("hash_seed")
+    return {"hash_seed": UNPINNED if seed is None else str(seed),
+            "hash_algorithm": str(run_started.get("hash_algorithm") or "")}
+
+
 def seed_for_new_run(environ: Mapping[str, str] | None = None) -> int:
     """The seed a new run started from this process should have: this process's, else the default."""
     seed = current(environ).seed

@@ -7,6 +7,7 @@ One home for every convention that readers and writers of the log share:
 * the **event-id grammar** of the runtime's outputs, ``<agent>@<step>#<index>``:
   deterministic, so that an agent rebuilding from offset zero recognises what an
   earlier life of it already wrote; a wall-clock firing is ``<agent>@timer<set offset>``;
+  a state digest record ``<agent>@state<last step>`` (``<agent>@stop<position>`` at a stop);
 * the **routing headers** (``sl.type``, ``sl.v``, ``sl.agent``, ``sl.to``, ``sl.step``)
   that let a reader skip an event without decoding it, their parsing, and their check
   against the envelope (:func:`checked_route`): a header that steers behaviour is never
@@ -41,11 +42,16 @@ HANDLER_FAILED = "handler.failed"
 """A handler raised; replay expects the same failure at the same step."""
 RUN_FORKED = "run.forked"
 """Appended to a fork right after the prefix it copied: where the fork came from."""
+STATE_DIGEST = "state.digest"
+"""An agent's state after its steps, as digests (:mod:`swarmlog.runtime._digests`): written in
+the same transaction as those steps' outputs, and at every clean stop."""
 
 RECORDED_EFFECTS = frozenset({EFFECT_RECORDED, LLM_CALL, HTTP_EXCHANGE})
 """Recorded I/O: run live once, served from the log on every replay. A handler needs the
 result at once, so replay indexes these ahead of the steps that made them."""
-SELF_RECORDS = frozenset({*RECORDED_EFFECTS, TIMER_SET, TIMER_CANCELLED, HANDLER_FAILED})
+RECORDED_EFFECT_HEADERS = frozenset(t.encode() for t in RECORDED_EFFECTS)
+""":data:`RECORDED_EFFECTS` as the bytes of an ``sl.type`` header."""
+SELF_RECORDS = frozenset({*RECORDED_EFFECTS, TIMER_SET, TIMER_CANCELLED, HANDLER_FAILED, STATE_DIGEST})
 """What an agent writes about itself: never dispatched to handlers."""
 
 # --- headers ------------------------------------------------------------------------------
@@ -63,6 +69,10 @@ H_SNAPSHOT_CODE = "sl.snap.code"
 """On a snapshot record: the code version that made it."""
 
 Headers = list[tuple[str, bytes]]
+
+RUN_STARTED_HEADER = (H_TYPE, RUN_STARTED.encode())
+STATE_DIGEST_TYPE = STATE_DIGEST.encode()
+""":data:`STATE_DIGEST` as the bytes of an ``sl.type`` header."""
 
 
 class Route(NamedTuple):
@@ -194,6 +204,9 @@ _INDEX_MARK = "#"
 _WALL_TIMER_MARK = "@timer"
 _STEP_MARK_B = _STEP_MARK.encode()
 _INDEX_MARK_B = _INDEX_MARK.encode()
+_DIGEST_MARK = "@state"
+_DIGEST_MARK_B = _DIGEST_MARK.encode()
+_STOP_MARK = "@stop"
 AGENT_NAME_FORBIDDEN = "@#:/ "
 """Characters an agent name may not hold: they would make its event ids ambiguous."""
 
@@ -214,10 +227,25 @@ def wall_timer_id(agent: str, set_offset: int) -> str:
 
 
 def step_of(event_id: bytes) -> bytes | None:
-    """The step of an ``agent@step#i`` id as the bytes of an ``sl.step`` header (None: no step)."""
+    """The step of an ``agent@step#i`` id as the bytes of an ``sl.step`` header (None: no step);
+    for a ``state.digest`` (``agent@state<step>``), the last step it digests."""
     _, _, tail = event_id.rpartition(_STEP_MARK_B)
     step, sep, index = tail.partition(_INDEX_MARK_B)
-    return step if sep and step.isdigit() and index.isdigit() else None
+    if sep:
+        return step if step.isdigit() and index.isdigit() else None
+    _, sep, last = event_id.rpartition(_DIGEST_MARK_B)
+    return last if sep and last.isdigit() else None
+
+
+def state_digest_id(agent: str, last_step: int) -> str:
+    """The id of the ``state.digest`` record whose last digested step is ``last_step``: one per
+    step, whichever life writes it."""
+    return f"{agent}{_DIGEST_MARK}{last_step}"
+
+
+def stop_digest_id(agent: str, position: int) -> str:
+    """The id of the ``state.digest`` record an agent writes as it stops cleanly at ``position``."""
+    return f"{agent}{_STOP_MARK}{position}"
 
 
 def run_started_id(run_id: str) -> str:

@@ -35,13 +35,14 @@ from .fold import Fold, Reducer, ReplayResult, Undecodable
 from .kafka.backend import backend_for
 from .log.base import LogBackend, require_complete_history
 from .protocol import agent_group, replay_group
-from .runtime import Divergence, SwarmReplayResult, replay_swarm_log
+from .runtime import Divergence, LiveStates, SwarmReplayResult, replay_swarm_log
 from .schema.registry import SchemaRegistry
 from .settings import Settings
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Divergence", "Fold", "ReplayResult", "SwarmReplayResult", "Undecodable", "replay", "replay_swarm"]
+__all__ = ["Divergence", "Fold", "LiveStates", "ReplayResult", "SwarmReplayResult", "Undecodable", "replay",
+           "replay_swarm"]
 
 
 def replay(
@@ -116,6 +117,7 @@ def replay_swarm(
     registry: SchemaRegistry | None = None,
     progress: Callable[[int, int], None] | None = None,
     backend: LogBackend | None = None,
+    live_states: LiveStates | None = None,
 ) -> SwarmReplayResult:
     """Re-run ``swarm``'s handlers over the recorded log (writing nothing to it).
 
@@ -126,7 +128,10 @@ def replay_swarm(
     Returns a :class:`SwarmReplayResult`: per-agent hashes of ``agent.state``, the
     stream hash, and every divergence between what the code does now and what the
     log recorded (``first_divergence`` says where a changed program first departs
-    from the run). ``strict=True`` raises
+    from the run). Every step's resulting state is compared with the digest the live
+    agent recorded for it: a state that departs with no output departing is a divergence
+    of kind ``state`` at that step, with a diff of the two states when ``live_states``
+    can give the live one (else the two digests). ``strict=True`` raises
     :class:`~swarmlog.errors.NondeterminismError` at the first divergence instead.
     """
     topic = topic or settings.topic
@@ -142,4 +147,4 @@ def replay_swarm(
         pass  # refuses a missing or multi-partition topic with a clear error
     require_complete_history(backend, topic)  # the agents' code replays from offset 0 or not at all
     return replay_swarm_log(backend=backend, swarm=swarm, topic=topic, registry=registry, to=to, strict=strict,
-                            group=group, reset=reset, progress=progress)
+                            group=group, reset=reset, progress=progress, live_states=live_states)

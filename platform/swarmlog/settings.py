@@ -25,6 +25,8 @@ Variables:
 ``SWARMLOG_SWARM``               the swarm's code, ``module:swarm``, for the commands that run it over the
                                  log (``state``, ``debug``, ``step``, ``snapshot``, ``timeline``) when
                                  ``--swarm`` is not given.
+``SWARMLOG_STATE_DIGEST_EVERY``  K: a live agent records its state's digest every K-th step and at
+                                 the end of every transaction (default 1: every step; 0: none).
 ``SWARMLOG_KAFKA_<KEY>``         any librdkafka property, ``_`` standing for ``.``:
                                  ``SWARMLOG_KAFKA_SECURITY_PROTOCOL=SASL_SSL``,
                                  ``SWARMLOG_KAFKA_SASL_MECHANISM=SCRAM-SHA-512``,
@@ -101,6 +103,7 @@ class Settings(BaseModel):
     """``module:swarm`` of the swarm's code, the default of ``--swarm``."""
     connect_timeout: float = Field(default=10.0, gt=0)
     """Seconds a first request to Kafka or Postgres may take before it counts as unreachable."""
+    state_digest_every: int = Field(default=1, ge=0)
     kafka: Mapping[str, str | SecretStr] = Field(default_factory=dict)
     """Extra librdkafka properties (security, SASL, TLS, tuning) applied to every client; the secret
     ones (``sasl.password``, ...) as ``SecretStr``."""
@@ -159,6 +162,7 @@ class Settings(BaseModel):
             "SWARMLOG_TOKEN_KEY": "token_key",
             "SWARMLOG_SWARM": "swarm",
             "SWARMLOG_CONNECT_TIMEOUT": "connect_timeout",
+            "SWARMLOG_STATE_DIGEST_EVERY": "state_digest_every",
         }
         for var, field in simple.items():
             if env.get(var):

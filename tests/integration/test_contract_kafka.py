@@ -10,6 +10,7 @@ from swarmlog.settings import Settings
 
 from ..contract.log import LogContract
 from ..contract.runtime import RuntimeContract
+from ..contract.state import StateDigestContract
 from .conftest import new_topic_name
 
 
@@ -37,3 +38,7 @@ class TestLogContractOnKafka(LogContract):
 class TestRuntimeContractOnKafka(RuntimeContract):
     quiet = 1.0
     cut_stride = 9
+
+
+class TestStateDigestContractOnKafka(StateDigestContract):
+    quiet = 1.0

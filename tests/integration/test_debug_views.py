@@ -25,7 +25,7 @@ from swarmlog import EventLog
 from swarmlog.debug import LogView, Session
 from swarmlog.examples import case_study
 from swarmlog.kafka.topic import create_topic
-from swarmlog.protocol import MESSAGE, TIMER_FIRED
+from swarmlog.protocol import MESSAGE, STATE_DIGEST, TIMER_FIRED
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.settings import Settings
 
@@ -34,6 +34,11 @@ from .conftest import REPO, new_topic_name, subprocess_env
 from .test_debug_case_study import BUGGY, CLI, FIXED, events, offsets_of, swarmlog
 
 AGENTS = ["coordinator", "worker", "reviewer", "supervisor", "auditor"]
+
+
+def drawn_events(run: Settings) -> list[dict[str, Any]]:
+    """Every event a timeline draws: the log's, but for the state digests (the record of a step)."""
+    return [e for e in events(run) if e["event_type"] != STATE_DIGEST]
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +76,7 @@ def test_the_terminal_timeline_shows_every_agent_as_a_column_and_the_timeout_bef
     assert lines[0].startswith(f"timeline of {run.topic}") and "5 agents, 1 timeout" in lines[0]
     assert lines[1].split() == ["offset", *AGENTS]
     rows = [line for line in lines[2:] if re.match(r"\s*\d+", line)]
-    assert [int(line.split()[0].rstrip("!")) for line in rows] == [e["offset"] for e in events(run)]
+    assert [int(line.split()[0].rstrip("!")) for line in rows] == [e["offset"] for e in drawn_events(run)]
     timeout = next(i for i, line in enumerate(rows) if "TIMEOUT deadline" in line)
     complete = next(i for i, line in enumerate(rows) if "task_complete" in line)
     assert int(rows[timeout].split()[0]) == fired and int(rows[complete].split()[0]) == late
@@ -125,7 +130,7 @@ def test_the_html_timeline_of_the_case_study_shows_all_five_agents_and_the_timeo
         assert lifelines == AGENTS
         # Every event of the log, in offset order, top to bottom.
         drawn = _drawn(driver)
-        assert [d["offset"] for d in drawn] == [e["offset"] for e in events(run)]
+        assert [d["offset"] for d in drawn] == [e["offset"] for e in drawn_events(run)]
         assert [d["top"] for d in drawn] == sorted(d["top"] for d in drawn)
         # The timeout, on the reviewer's lane, drawn before (above) the late task_complete.
         timeouts = [d for d in drawn if "timeout" in d["classes"]]

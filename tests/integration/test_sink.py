@@ -320,7 +320,7 @@ def test_version_1_dead_letters_keep_their_headers_through_the_migration(fresh_d
     with psycopg.connect(fresh_database, autocommit=True) as conn:
         conn.execute(migrations()[0].sql.encode())  # a database the old sink set up itself
         conn.execute("INSERT INTO dead_letters VALUES ('t', 7, 'bad', '\\x00', NULL, '{\"b\": \"2\", \"a\": null}')")
-        assert [m.version for m in migrate(conn)] == [1, 2, 3]
+        assert [m.version for m in migrate(conn)] == [m.version for m in migrations()]  # unrecorded: all run
         assert conn.execute("SELECT header_keys, header_values, raw FROM dead_letters").fetchone() == (
             [b"a", b"b"], [None, b"2"], b"\x00")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..contract.log import LogContract
 from ..contract.runtime import RuntimeContract
+from ..contract.state import StateDigestContract
 
 
 class TestLogContractInMemory(LogContract):
@@ -11,4 +12,8 @@ class TestLogContractInMemory(LogContract):
 
 
 class TestRuntimeContractInMemory(RuntimeContract):
+    quiet = 0.3
+
+
+class TestStateDigestContractInMemory(StateDigestContract):
     quiet = 0.3

@@ -23,11 +23,12 @@ PUBLIC = {
         "DatabasePermissionDenied", "Divergence", "EffectDiverged", "EffectFailed", "Event", "EventFate", "EventLog",
         "EventNotFound", "ForkPointInsideStep", "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed",
         "HTTPRequestDiverged", "HashSeedMismatch", "HistoryIncomplete", "InMemoryLog", "InvalidEvent",
-        "InvalidSetting", "KafkaHandshakeFailed", "KafkaOperationFailed", "MirrorMigrationFailed",
+        "InvalidSetting", "InvalidToken", "KafkaHandshakeFailed", "KafkaOperationFailed", "MirrorMigrationFailed",
         "MirrorNotMigrated", "MissingDependency", "NoRunStarted", "NondeterminismError", "OutsideStep",
         "ReadFailed", "ReplayResult", "RoutingHeaderMismatch", "RunAlreadyRecorded", "RunNotStarted",
-        "ScheduleMismatch", "SchemaClash", "SchemaError",
-        "SchemaNotFound", "ServiceUnavailable", "Settings", "Swarm", "SwarmReplayResult", "SwarmlogError",
+        "ScheduleMismatch", "SchemaClash", "SchemaError", "SchemaNotFound", "ServiceUnavailable", "Settings",
+        "SignatureUnchecked", "StateDiverged", "StateNotSerialisable", "Swarm", "SwarmReplayResult",
+        "SwarmlogError",
         "TopicCreateFailed", "TopicExists", "TopicNotFound", "TopicNotSinglePartition", "TransactionAborted",
         "UndecodableMessage", "UnknownEventType", "UnmodelledEffect", "UsageError", "on", "on_message",
         "on_timer", "replay",
@@ -50,8 +51,9 @@ PUBLIC = {
         "Message", "ReadPosition", "Reader",
     ],
     "swarmlog.runtime": [
-        "AgentWorker", "Divergence", "RunInfo", "SwarmReplayResult", "WorkerResult", "code_version", "find_run",
-        "load_swarm", "pin_interpreter", "replay_swarm_log", "result_json", "run_agents", "start_run",
+        "AgentWorker", "Divergence", "LiveStates", "RunInfo", "SwarmReplayResult", "WorkerResult", "code_version",
+        "diff_states", "find_run", "load_swarm", "pin_interpreter", "replay_swarm_log", "result_json", "run_agents",
+        "start_run",
         "wait_for_run",
     ],
     "swarmlog.schema": ["Decoder", "Encoder", "EventSchema", "SchemaRegistry"],
@@ -62,8 +64,13 @@ PUBLIC = {
         "Step", "StubRequest", "StubServer", "Violation", "anthropic_message", "export", "no_handler_failed",
         "no_message_ignored", "one_of", "schedules", "tool_call_reply",
     ],
-    "swarmlog.replay": ["Divergence", "Fold", "ReplayResult", "SwarmReplayResult", "Undecodable", "replay",
-                        "replay_swarm"],
+    "swarmlog.token": [
+        "AnyToken", "Checkpoint", "DEFAULT_EVERY", "FirstDifference", "InvalidToken", "ReplayToken", "ReplayTokenV2",
+        "SignatureUnchecked", "TOKEN_VERSION", "TokenCheck", "check_signature", "create_token", "load_token",
+        "mismatches", "parse_token", "signature_status", "token_from", "verify_token",
+    ],
+    "swarmlog.replay": ["Divergence", "Fold", "LiveStates", "ReplayResult", "SwarmReplayResult", "Undecodable",
+                        "replay", "replay_swarm"],
 }
 
 
@@ -158,7 +165,7 @@ def test_the_package_has_no_import_circle():
 # --- one home for each protocol detail ----------------------------------------------------------
 
 EVENT_TYPES = ("run.started", "agent.message", "timer.set", "timer.fired", "timer.cancelled", "effect.recorded",
-               "llm.call", "handler.failed")
+               "llm.call", "handler.failed", "state.digest")
 HEADERS = ("sl.type", "sl.v", "sl.agent", "sl.to", "sl.step")
 PROTOCOL = PACKAGE / "protocol.py"
 
@@ -185,7 +192,7 @@ def test_event_type_names_and_header_names_are_written_only_in_the_protocol_modu
 
 def test_the_event_id_grammar_is_spelled_only_in_the_protocol_module():
     # "<agent>@<step>#<i>" built or parsed anywhere else: an f-string with "@" then "#",
-    # or the "@timer" mark of a wall-clock firing.
+    # or the "@timer" mark of a wall-clock firing, the "@state"/"@stop" marks of a state digest record.
     strays = []
     for path in SOURCES:
         if path == PROTOCOL:
@@ -195,9 +202,10 @@ def test_the_event_id_grammar_is_spelled_only_in_the_protocol_module():
                 text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
                 if re.search(r"\{\}@\{\}#", text):
                     strays.append(f"{path.relative_to(REPO)}:{node.lineno}")
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "@timer" in node.value:
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and any(mark in node.value for mark in ("@timer", "@state", "@stop")):
                 strays.append(f"{path.relative_to(REPO)}:{node.lineno}")
-    assert strays == [], "use swarmlog.protocol.output_id / wall_timer_id / parse_step"
+    assert strays == [], "use swarmlog.protocol.output_id / wall_timer_id / state_digest_id / parse_step"
 
 
 # --- decisions by type, never by text ------------------------------------------------------------

@@ -12,6 +12,7 @@ from swarmlog.debug.breakpoints import Breakpoint, parse
 from swarmlog.debug.stepper import Stepper
 from swarmlog.errors import UsageError
 from swarmlog.log.memory import InMemoryLog
+from swarmlog.protocol import H_TYPE, STATE_DIGEST
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.settings import Settings
 
@@ -34,8 +35,14 @@ def session_of(long_log, registry, swarm=swarms.relay_long) -> Session:
 
 
 def offsets(long_log) -> list[int]:
+    """The offsets the stepper stops at: every message but the state digests (the log's record of
+    the state a step left, folded on the way)."""
     backend, settings = long_log
-    return [m.offset() for m in backend.messages(settings.topic)]
+    return [m.offset() for m in backend.messages(settings.topic) if _header(m, H_TYPE) != STATE_DIGEST.encode()]
+
+
+def _header(m, name: str) -> bytes | None:
+    return next((v for k, v in m.headers() or () if k == name), None)
 
 
 def test_the_current_event_is_the_one_just_folded_whether_or_not_an_agent_handled_it(long_log, registry):
@@ -139,3 +146,24 @@ def test_the_first_divergence_is_found_once_and_becomes_current(long_log, regist
         assert any(s.agent == expected.agent for s in st.steps)
     with Stepper(session=session_of(long_log, registry)) as same:
         assert same.to_divergence() is None and same.position == 0
+
+
+def test_state_digests_are_folded_on_the_way_never_current(long_log, registry):
+    backend, settings = long_log
+    every = [m.offset() for m in backend.messages(settings.topic)]
+    stops = offsets(long_log)
+    assert len(stops) < len(every)  # the live run recorded digests: there is something to skip
+    session = session_of(long_log, registry)
+    with Stepper(session=session) as st:
+        seen = []
+        while st.forward():
+            seen.append(st.current.offset)
+        assert seen == stops
+        # The cursor folded every digest on the way (and checked it), and stopped before the run's
+        # final ones, which no event follows.
+        assert every[-1] > stops[-1]
+        assert [off for off, _ in st.cursor.folded] == [o for o in every if o <= stops[-1]]
+        back = []
+        while st.back():
+            back.append(st.current.offset if st.current is not None else None)
+        assert back == [*reversed(stops[:-1]), None]

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..protocol import STATE_DIGEST
 from ..runtime._core import Divergence
 from ._fold import Step
 from .breakpoints import Breakpoint, first_match
@@ -49,6 +50,10 @@ class Hit:
 
 
 _UNSEARCHED = object()
+
+
+def _is_digest(e: LoggedEvent | None) -> bool:
+    return e is not None and e.event is not None and e.event_type == STATE_DIGEST
 
 
 class Stepper:
@@ -84,12 +89,42 @@ class Stepper:
 
     # -- one event at a time ----------------------------------------------------------------------
 
+    # A state.digest record is what the log says of the step before it (the state it left), not
+    # something that happens: forward folds it on the way to the next event, and back un-folds
+    # it on the way to that step, so one key press is one event of the run. It is still folded
+    # (the cursor checks the digest), and ``show``/``goto`` may still name its offset. The
+    # digests that end a run are no event either: forward stops before them.
+
     def forward(self) -> bool:
-        """Fold the next event; False at the end of the log."""
-        return self.cursor.forward() is not None
+        """Fold the next event (and any state digests before it); False at the end of the log."""
+        before = self.cursor.position
+        if self.cursor.forward() is None:
+            return False
+        while _is_digest(self.cursor.last_event):
+            if self.cursor.forward() is None:  # only digests were left (a run's final ones): stay put
+                self.cursor.goto(before)
+                return False
+        return True
 
     def back(self) -> bool:
-        """Un-fold the current event (the one before it becomes current); False at offset zero."""
+        """Un-fold the current event (the one before it, digests aside, becomes current); False at
+        offset zero."""
+        if self.cursor.last_event is None:  # nothing folded by this cursor: current is the last before its origin
+            if self.cursor.origin == 0:
+                return False
+            self._reanchor_before(self.cursor.origin)
+            while _is_digest(self.cursor.last_event) and self._back_one():
+                pass
+            if self.cursor.last_event is None:
+                return False
+        if not self._back_one():
+            return False
+        while _is_digest(self.cursor.last_event) and self._back_one():
+            pass
+        return True
+
+    def _back_one(self) -> bool:
+        """Un-fold the current event, digest or not."""
         cur = self.cursor.last_event
         if cur is None:  # this cursor folded nothing yet: the event to un-fold is the last before its origin
             if self.cursor.origin == 0:

@@ -3,12 +3,15 @@
 Public face: :func:`start_run`, :func:`run_agents`, :func:`load_swarm`,
 :func:`replay_swarm_log` and their results. The machinery is private:
 ``_core`` (one agent's deterministic fold, no I/O), ``_index`` (the first pass
-over a log), ``_worker`` (a live agent on a channel of the log), ``_replayer``
-(a whole swarm's code against its log).
+over a log), ``_digests`` (state digests in the record), ``_statediff`` (what a
+state divergence shows; :class:`LiveStates` is the seam for live states),
+``_worker`` (a live agent on a channel of the log), ``_replayer`` (a whole swarm's
+code against its log).
 """
 
 from ._core import Divergence
 from ._replayer import SwarmReplayResult, replay_swarm_log
+from ._statediff import LiveStates, diff_states
 from ._worker import AgentWorker, WorkerResult
 from .runner import (
     RunInfo,
@@ -25,10 +28,12 @@ from .runner import (
 __all__ = [
     "AgentWorker",
     "Divergence",
+    "LiveStates",
     "RunInfo",
     "SwarmReplayResult",
     "WorkerResult",
     "code_version",
+    "diff_states",
     "find_run",
     "load_swarm",
     "pin_interpreter",

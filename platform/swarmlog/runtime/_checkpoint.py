@@ -33,17 +33,19 @@ CHECKPOINT_FORMAT = 1
 
 FOLD_FIELDS = frozenset({
     "divergences", "pending", "timers", "events_seen", "position", "steps", "last_recorded_step", "unverified",
-    "stopped", "run_pin",
+    "stopped", "run_pin", "states_checked", "state_mismatches", "state_diverged_at",
 })
 """Core attributes that are the fold's state (beside ``agent.state`` and the ``ctx``'s run)."""
 WIRING_FIELDS = frozenset({
     "agent", "name", "decoder", "index", "ctx", "live_sink", "verify_sink", "strict", "on_divergence", "reach",
-    "past_cut", "_handled", "_raised", "step_latency", "tracer",
+    "past_cut", "_handled", "_raised", "step_latency", "tracer", "recorder", "live_states",
 })
 """Core attributes that are how it is wired (or derived from the wiring), set up anew by whoever builds it.
 ``reach`` is how far the live agent got, asked of its group; ``past_cut`` what a replay's cut leaves out;
 ``_raised`` is only ever set by a strict replay; ``step_latency`` is the live worker's histogram and ``tracer``
-its spans (what the process observes, not what the fold is)."""
+its spans (what the process observes, not what the fold is); ``recorder`` holds a live agent's digests until
+its transaction commits (None in a replay, which snapshots are of); ``live_states`` is where a replay may ask
+for the live run's states."""
 
 
 class StateNotCapturable(SwarmlogError):
@@ -149,6 +151,7 @@ def capture(core: AgentCore) -> dict[str, Any]:
         "pending": [[step, [[o.event_id, o.event_type, encode_value(o.payload), o.to, list(o.causes)]
                             for o in outs.values()]] for step, outs in core.pending.items()],
         "divergences": [d.to_json() for d in core.divergences],
+        "states": [core.states_checked, core.state_mismatches, core.state_diverged_at],
     }
 
 
@@ -184,5 +187,7 @@ def restore(core: AgentCore, doc: dict[str, Any]) -> None:
                                for event_id, event_type, payload, to, causes in outs}
                         for step, outs in doc["pending"]}
         core.divergences = [Divergence(**d) for d in doc["divergences"]]
+        # Captures made before state digests existed have no "states": nothing was checked then.
+        core.states_checked, core.state_mismatches, core.state_diverged_at = doc.get("states", (0, 0, None))
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointUnreadable(agent=core.name, reason=f"malformed ({exc!r})") from None

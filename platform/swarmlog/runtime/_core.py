@@ -27,6 +27,12 @@ time is the set event's recorded broker timestamp plus the timeout; the live
 worker appends its firing (:func:`~swarmlog.protocol.wall_timer_id`) when due. Either way
 the handler runs when the ``timer.fired`` event is read back from the log, at
 its fixed place in the total order.
+
+**State.** After each step the agent's state is digested: a live step's digest goes
+into the record (:mod:`._digests`), a replayed step's is compared with the recorded
+one right away, so a state that departs without any output departing is a
+:class:`~swarmlog.errors.StateDiverged` at the step where it first departs. Digest
+records are bookkeeping, not events of the swarm: logical timers do not count them.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from typing import Any
 from .. import interpreter
 from ..agent import Agent
 from ..context import Context, EffectRunner, Output, OutputSink
-from ..errors import EffectDiverged, NondeterminismError, SwarmlogError
+from ..errors import EffectDiverged, NondeterminismError, StateDiverged, SwarmlogError
 from ..events import Event
 from ..guard import guarded
 from ..hashing import state_hash
@@ -50,6 +56,7 @@ from ..protocol import (
     RECORDED_EFFECTS,
     RUN_STARTED,
     SELF_RECORDS,
+    STATE_DIGEST,
     TIMER_CANCELLED,
     TIMER_FIRED,
     TIMER_SET,
@@ -57,7 +64,9 @@ from ..protocol import (
     parse_step,
 )
 from ..schema.codec import Decoder
+from ._digests import DigestRecord, DigestRecorder, state_digest
 from ._index import OwnIndex
+from ._statediff import LiveStates, diff_states
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +93,11 @@ class Timer:
     firing: bool = False  # a timer.fired was written, not yet read back
 
 
+KINDS = ("output", "effect", "state")
+"""What a divergence is about, in the order divergences at one offset are reported: what the step
+wrote, what it asked of the world, and last the state it left (a changed output usually changes it too)."""
+
+
 @dataclass(slots=True)
 class Divergence:
     offset: int
@@ -91,10 +105,15 @@ class Divergence:
     detail: str
     recorded: Any = None
     replayed: Any = None
+    kind: str = "output"
+    """``output``, ``effect`` or ``state`` (:data:`KINDS`)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "agent": self.agent, "detail": self.detail,
+        return {"offset": self.offset, "agent": self.agent, "kind": self.kind, "detail": self.detail,
                 "recorded": self.recorded, "replayed": self.replayed}
+
+    def sort_key(self) -> tuple[int, int]:
+        return self.offset, KINDS.index(self.kind)
 
 
 class _Unreached(Exception):
@@ -142,7 +161,8 @@ class AgentCore:
     def __init__(self, *, agent: Agent, decoder: Decoder, index: OwnIndex, live_sink: OutputSink | None,
                  llm_client: Any = None, strict: bool = True,
                  on_divergence: Callable[[Divergence], None] | None = None,
-                 run_effect: EffectRunner | None = None) -> None:
+                 run_effect: EffectRunner | None = None, digest_every: int = 0,
+                 live_states: LiveStates | None = None) -> None:
         self.agent = agent
         self.name = agent.name
         self.decoder = decoder
@@ -176,6 +196,14 @@ class AgentCore:
         step begin and end (and what it writes), nothing else."""
         self._handled = agent.handled_types()
         self._raised: NondeterminismError | None = None  # recorded and raised already (strict)
+        self.recorder = DigestRecorder(agent=agent.name, every=digest_every) \
+            if live_sink is not None and digest_every > 0 else None
+        """Live steps' digests until the worker writes them (None: this agent records none)."""
+        self.live_states = live_states
+        self.states_checked = 0
+        """Replayed steps whose state was compared with its recorded digest."""
+        self.state_mismatches = 0
+        self.state_diverged_at: int | None = None
 
     # -- the fold -----------------------------------------------------------------------
 
@@ -214,6 +242,8 @@ class AgentCore:
         etype, writer, to, _ = route
         off = msg.offset()
         self.position = off + 1
+        if etype == STATE_DIGEST:
+            return None, decoded  # bookkeeping, read by the first pass (_index); not an event timers count
         self.events_seen += 1
         if self.stopped:
             return None, decoded
@@ -274,6 +304,10 @@ class AgentCore:
                                  to=self.name)
                     if self.step_latency is not None:
                         self.step_latency.observe(time.perf_counter() - started)
+                    if self.timers:
+                        self._fire_logical(off)
+                    self._stepped(off)
+                    return
             if self.timers:
                 self._fire_logical(off)
         except NondeterminismError as exc:
@@ -285,6 +319,60 @@ class AgentCore:
             ctx.end()
             if tracer is not None:
                 tracer.end(self, off, event)
+
+    # -- state: recorded live, checked on replay ---------------------------------------------
+
+    def _stepped(self, off: int) -> None:
+        """After a handler ran at ``off``: record the state's digest (live) or check it (replayed)."""
+        if self.live(off):
+            if self.recorder is not None:
+                self.recorder.stepped(off, self.agent.state, self.steps)
+            return
+        expected = self.index.digests.at(off)
+        if expected is None:
+            return  # not digested live (an old log, K > 1, a step the live agent never reached)
+        actual = state_digest(self.agent.state, agent=self.name, offset=off)
+        self.states_checked += 1
+        if actual == expected:
+            return
+        self.state_mismatches += 1
+        if self.state_diverged_at is not None:
+            return  # reported where it first departed; a departed state differs at most steps after
+        self.state_diverged_at = off
+        diff = None
+        if self.live_states is not None:
+            live = self.live_states.state_at(self.name, off)
+            if live is not None:
+                diff = diff_states(live, self.agent.state)
+        self._diverge(StateDiverged(offset=off, agent=self.name, recorded_digest=expected.hex(),
+                                    replayed_digest=actual.hex(), diff=diff))
+
+    def digest_due(self, *, final: bool) -> bool:
+        """A ``state.digest`` record is due: live steps ran since the last one; at a stop
+        (``final``), also unless the log's latest record of this agent already holds this state.
+        A stop after a step writes nothing more, as the step's own transaction recorded the state
+        after it (a token reads each agent's latest record); so does a restart that stepped
+        nowhere, though it read further: with no step in between, the state as of the earlier
+        position is the state now. Writing nothing at a stop is also what lets every stopped
+        agent end with lag 0: a record one agent wrote as it stopped would be unread by the rest."""
+        rec = self.recorder
+        if rec is None:
+            return False
+        if rec.pending:
+            return True
+        if not final:
+            return False
+        last = self.index.digests.last
+        return not (last is not None
+                    and last.state == state_digest(self.agent.state, agent=self.name, offset=self.position))
+
+    def digest_record(self, *, position: int, final: bool) -> DigestRecord | None:
+        """The record the worker writes now, into the open transaction, if one is due."""
+        if self.recorder is None or not self.digest_due(final=final):
+            return None
+        record = self.recorder.take(self.agent.state, position=position, final=final)
+        self.index.digests.last = record
+        return record
 
     # -- own events: timers, and checking replayed outputs ----------------------------------
 
@@ -403,8 +491,9 @@ class AgentCore:
     def _diverge(self, exc: NondeterminismError) -> None:
         if exc is self._raised:  # recorded where it was detected, and on its way out (strict)
             raise exc
+        kind = "state" if isinstance(exc, StateDiverged) else "effect" if isinstance(exc, EffectDiverged) else "output"
         d = Divergence(offset=exc.offset if exc.offset is not None else -1, agent=self.name, detail=exc.detail,
-                       recorded=exc.recorded, replayed=exc.replayed)
+                       recorded=exc.recorded, replayed=exc.replayed, kind=kind)
         self.divergences.append(d)
         if self.on_divergence is not None:
             self.on_divergence(d)

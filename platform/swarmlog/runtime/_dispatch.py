@@ -26,7 +26,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from ..protocol import RUN_STARTED, SELF_RECORDS, TIMER_FIRED, Route
+from ..protocol import RUN_STARTED, SELF_RECORDS, STATE_DIGEST, TIMER_FIRED, Route
 from ._core import UNDECODED, AgentCore
 
 logger = logging.getLogger(__name__)
@@ -55,6 +55,10 @@ class Dispatcher:
     def apply(self, msg: Any, route: Route) -> None:
         """Fold one message into every core it concerns (``route``: its :func:`~swarmlog.protocol.route`)."""
         etype, writer, to, _ = route
+        if etype == STATE_DIGEST:
+            # Bookkeeping that no core folds or counts (the first pass reads the digests).
+            self.position = msg.offset() + 1
+            return
         seen = self.seen
         self.seen = seen + 1
         self.position = msg.offset() + 1

@@ -3,16 +3,17 @@
 A replayed step needs its recorded effects and LLM calls *while its handler runs*,
 but the log holds them after the step's input. So one pass ahead of the fold learns,
 for each agent: the last step it recorded outputs for (the ``sl.step`` header, checked
-against the event id in the envelope; no payload decoded), and its recorded effects
-(decoded only they). The live
-worker uses the last step to know where history ends and live work begins; the
-swarm replayer uses it to know how far the live agent got.
+against the event id in the envelope; no payload decoded), its recorded effects, and its recorded state digests
+(decoded only they; :mod:`._digests`). The live worker uses the last step to know
+where history ends and live work begins; the swarm replayer uses it to know how far
+the live agent got. Both compare each step's state with its recorded digest.
 
 A replay cut at offset N (``--to N``) indexes only the log before N: the state it
 computes is a function of that prefix alone, so the same cut replays to the same state
 however long the log has grown since. What lies past the cut is only *looked at*, by
 :func:`steps_past`: which steps have outputs there, so that a step whose outputs the cut
-left out is reported unverified rather than as a divergence.
+left out is reported unverified rather than as a divergence. A step whose digest the cut
+left out is not checked.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from dataclasses import dataclass, field
 from ..errors import SwarmlogError
 from ..events import Event
 from ..log.base import LogBackend
-from ..protocol import RECORDED_EFFECTS, parse_step
+from ..protocol import RECORDED_EFFECTS, STATE_DIGEST, parse_step
 from ..schema.codec import Decoder
+from ._digests import DigestRecord, RecordedDigests
 
 
 @dataclass(slots=True)
@@ -35,6 +37,8 @@ class OwnIndex:
     """Highest step with recorded outputs (wall-clock firings, which name no step, excluded)."""
     effects: dict[str, Event] = field(default_factory=dict)
     """Event id -> the recorded ``effect.recorded`` / ``llm.call`` with that id."""
+    digests: RecordedDigests = field(default_factory=RecordedDigests)
+    """The agent's recorded state digests, by step."""
 
 
 def index_log(*, backend: LogBackend, topic: str, decoder: Decoder, agents: Collection[str],
@@ -54,13 +58,16 @@ def index_log(*, backend: LogBackend, topic: str, decoder: Decoder, agents: Coll
                     continue
                 if step is not None and step > idx.last_step:
                     idx.last_step = step
-                if etype not in RECORDED_EFFECTS:
+                is_digest = etype == STATE_DIGEST
+                if not is_digest and etype not in RECORDED_EFFECTS:
                     continue
                 try:
                     writer, rec = decoder.decode(m.value(), m.offset())
                 except SwarmlogError:
                     continue  # not an event: replay reports it where it folds it
-                if parse_step(rec["event_id"]) is not None:
+                if is_digest:
+                    idx.digests.add(DigestRecord.from_payload(rec["payload"]))
+                elif parse_step(rec["event_id"]) is not None:
                     idx.effects[rec["event_id"]] = Event.from_message(m, writer, rec)
         return indexes, reader.position.end_offset
 

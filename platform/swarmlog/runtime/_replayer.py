@@ -4,10 +4,11 @@ Internal; the public entry point is :func:`swarmlog.replay.replay_swarm`.
 
 Every agent's handlers re-run, in offset order, on the inputs the log recorded;
 effects and LLM calls are served from the log; every output is compared with the
-one the log recorded for that step. Nothing is written. With the code that made
-the log, the result is the live state hashes and no divergence. With changed
-code, it says where the changed program first diverges, and the state it would
-have reached on the same inputs: a "what if" on a production failure.
+one the log recorded for that step, and every step's resulting state with the
+digest the live agent recorded for it (``_digests``). Nothing is written. With the
+code that made the log, the result is the live state hashes and no divergence. With
+changed code, it says where the changed program first diverges, and the state it
+would have reached on the same inputs: a "what if" on a production failure.
 
 With ``group``, the fold reads as a member of that consumer group (the replay Job's own,
 never an agent's): the group is reset to the log start through the admin API first, or,
@@ -36,6 +37,7 @@ from ..schema.registry import SchemaRegistry
 from ._core import AgentCore, Divergence
 from ._dispatch import Dispatcher
 from ._index import index_log, steps_past
+from ._statediff import LiveStates
 
 logger = logging.getLogger(__name__)
 
@@ -58,10 +60,16 @@ class SwarmReplayResult:
     unverified_from: dict[str, int] = field(default_factory=dict)
     """Agent -> first offset whose outputs could not be checked: the live agent never got that far."""
     states: dict[str, Any] = field(default_factory=dict, repr=False)
+    states_checked: dict[str, int] = field(default_factory=dict)
+    """Agent -> steps whose state was compared with the digest the live run recorded for them."""
+    states_recorded: dict[str, int] = field(default_factory=dict)
+    """Agent -> per-step state digests the log holds (0: an old log, or digests were off)."""
+    swarm: str = ""
+    """The name of the swarm whose code was replayed."""
 
     @property
     def first_divergence(self) -> Divergence | None:
-        return min(self.divergences, key=lambda d: d.offset) if self.divergences else None
+        return min(self.divergences, key=Divergence.sort_key) if self.divergences else None
 
     def to_json(self) -> dict[str, Any]:
         first = self.first_divergence
@@ -75,12 +83,15 @@ class SwarmReplayResult:
             "first_divergence": first.to_json() if first else None,
             "divergences": len(self.divergences),
             "unverified_from": dict(sorted(self.unverified_from.items())),
+            "states_checked": dict(sorted(self.states_checked.items())),
+            "states_recorded": dict(sorted(self.states_recorded.items())),
         }
 
 
 def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry: SchemaRegistry,
                      to: int | None = None, strict: bool = False, group: str | None = None, reset: bool = True,
-                     progress: Callable[[int, int], None] | None = None) -> SwarmReplayResult:
+                     progress: Callable[[int, int], None] | None = None,
+                     live_states: LiveStates | None = None) -> SwarmReplayResult:
     decoder = Decoder(registry)
     logger.info("replaying swarm %s against topic %s%s%s", swarm.name, topic,
                 f" up to offset {to}" if to is not None else "", f" as consumer group {group}" if group else "")
@@ -93,8 +104,8 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
     indexes, _ = index_log(backend=backend, topic=topic, decoder=decoder, agents=names, end=cut)
     past = (steps_past(backend=backend, topic=topic, decoder=decoder, agents=names, start=cut)
             if cut is not None else {})
-    cores = [AgentCore(agent=a, decoder=decoder, index=indexes[a.name], live_sink=None, strict=strict)
-             for a in agents]
+    cores = [AgentCore(agent=a, decoder=decoder, index=indexes[a.name], live_sink=None, strict=strict,
+                       live_states=live_states) for a in agents]
     for core in cores:
         # How far each live agent got: its committed position, or past its last recorded step.
         committed = backend.committed(agent_group(topic, core.name), topic)
@@ -143,7 +154,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
             reader.commit(end)
     for core in cores:
         core.finish()
-    divergences = sorted((d for c in cores for d in c.divergences), key=lambda d: d.offset)
+    divergences = sorted((d for c in cores for d in c.divergences), key=Divergence.sort_key)
     if traced is not None and replay is not None:
         traced.end_replay(replay, swarm=swarm, divergences=divergences)
     logger.info("replay of %s done: %d events up to offset %d, %d divergence(s)", swarm.name, events, end,
@@ -152,4 +163,6 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
         end_offset=end, events=events, agents={c.name: c.state_hash() for c in cores},
         stream_hash=hasher.hexdigest(), divergences=divergences, steps={c.name: c.steps for c in cores},
         states={c.name: c.agent.state for c in cores},
+        states_checked={c.name: c.states_checked for c in cores},
+        states_recorded={c.name: len(c.index.digests) for c in cores}, swarm=swarm.name,
         unverified_from={c.name: c.unverified for c in cores if c.unverified is not None})

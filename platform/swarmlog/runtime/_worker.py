@@ -19,6 +19,9 @@ group consumer, :mod:`swarmlog.kafka.channel`):
    duplicated.
 5. **Timeouts** fire only once the agent has caught up with the log it found at
    start, so history is never pre-empted by a firing that already happened.
+6. **State in the record.** The digests of a batch's live steps are written last in
+   its transaction (:mod:`._digests`); the rebuild of step 3 checks every recorded one.
+   A clean stop, once caught up, records the final state's digest.
 
 SIGTERM (via ``stop``) finishes the current batch's transaction and returns.
 
@@ -44,11 +47,20 @@ from ..guard import allowed
 from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend, require_complete_history
 from ..observe import Family, LatencyHistogram, tracing
-from ..protocol import H_STEP, TIMER_FIRED, parse_step, wall_timer_id
+from ..protocol import (
+    H_STEP,
+    STATE_DIGEST,
+    TIMER_FIRED,
+    parse_step,
+    state_digest_id,
+    stop_digest_id,
+    wall_timer_id,
+)
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
 from ._core import AgentCore, Timer
+from ._digests import DigestRecord
 from ._index import index_log
 
 logger = logging.getLogger(__name__)
@@ -104,6 +116,23 @@ class _LiveSink:
         self.channel.send(value, self.agent_b, headers)
         return None
 
+    def write_digests(self, record: DigestRecord) -> None:
+        """The ``state.digest`` record, into the open transaction after the batch's outputs."""
+        enc = self._encoders.get(STATE_DIGEST)
+        if enc is None:
+            enc = self._encoders[STATE_DIGEST] = Encoder(self.registry.latest(STATE_DIGEST))
+        if record.steps:
+            event_id = state_digest_id(self.agent, record.steps[-1])
+        else:
+            event_id = stop_digest_id(self.agent, record.position)
+        run_id = self.core.ctx.run_id if self.core is not None else ""
+        value = enc.encode_event(event_id, run_id, self.agent, self.agent, (), record.payload())
+        headers = enc.headers(self.agent_b, self.agent_b)
+        if record.steps:
+            # The next life's first pass counts these steps as history: checked, never recorded twice.
+            headers.append((H_STEP, str(record.steps[-1]).encode()))
+        self.channel.send(value, self.agent_b, headers)
+
     def recorded(self, event_id: str) -> Event | None:
         return None
 
@@ -123,6 +152,8 @@ class WorkerResult:
     position: int
     steps: int
     state: dict[str, Any]
+    states_checked: int = 0
+    """Steps of the rebuild whose state was compared with the recorded digest (all equal, or it raised)."""
 
 
 class AgentWorker:
@@ -219,7 +250,8 @@ class AgentWorker:
                     name, start_end, index.last_step)
         sink = self._sink = _LiveSink(channel=channel, registry=self.registry, agent=name)
         core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, index=index, live_sink=sink,
-                                     llm_client=self.swarm.llm, strict=True)
+                                     llm_client=self.swarm.llm, strict=True,
+                                     digest_every=self.settings.state_digest_every)
         core.step_latency = self.step_latency
         traced = tracing.current()
         if traced is not None:
@@ -246,7 +278,7 @@ class AgentWorker:
             raise
         logger.info("agent %s: stopped at offset %d after %d steps", name, core.position, core.steps)
         return WorkerResult(agent=name, state_hash=core.state_hash(), position=core.position, steps=core.steps,
-                            state=self.agent.state)
+                            state=self.agent.state, states_checked=core.states_checked)
 
     def _turn(self, channel: AgentChannel, sink: _LiveSink, core: AgentCore, start_end: int) -> None:
         """One poll: fold what arrived, fire due timeouts, commit."""
@@ -292,7 +324,7 @@ class AgentWorker:
                 and now - self._last_commit > _OFFSET_COMMIT_EVERY_S and read_to >= start_end:
             channel.begin()  # offsets only: keeps the group's lag honest
             sink.in_txn = True
-        if sink.in_txn:
+        if sink.in_txn or (core.recorder is not None and core.recorder.pending):
             # Past any transaction markers we read over, so a caught-up agent shows no lag.
             self._commit(channel, sink, read_to)
             self._committed_to = read_to
@@ -313,19 +345,31 @@ class AgentWorker:
         life's outputs (the marker may follow them a moment later), and read_committed serves
         them only once their marker is in, so an end reported at or past it is past the marker.
         """
+        read_to = max(core.position, self.eof_at)
+        if self.caught_up.is_set() and read_to > 0 and core.digest_due(final=True):
+            # The final state first, so a token can always be made afterwards: its record and
+            # its transaction's marker are then read over below like any output, and the stop
+            # still ends with lag 0.
+            self._commit(channel, sink, read_to, final=True)
+            self._committed_to = read_to
         target = self.backend.watermarks(self.topic)[1]
         deadline = time.monotonic() + _DRAIN_S
         while not (self._at_end and self.eof_at >= target) and time.monotonic() < deadline:
             self._turn(channel, sink, core, start_end)
         read_to = max(core.position, self.eof_at)
         if read_to > 0 and read_to != self._committed_to:
-            channel.begin()
-            sink.in_txn = True
-            self._commit(channel, sink, read_to)
+            self._commit(channel, sink, read_to)  # offsets only: no marker in the topic
             self._committed_to = read_to
 
-    def _commit(self, channel: AgentChannel, sink: _LiveSink, position: int) -> None:
+    def _commit(self, channel: AgentChannel, sink: _LiveSink, position: int, *, final: bool = False) -> None:
         started = time.perf_counter()
+        core = self.core
+        record = core.digest_record(position=position, final=final) if core is not None else None
+        if not sink.in_txn:
+            channel.begin()
+            sink.in_txn = True
+        if record is not None:
+            sink.write_digests(record)  # last in the transaction: after every output it accounts for
         try:
             channel.commit(position)
         except TransactionAborted as exc:

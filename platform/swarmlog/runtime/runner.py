@@ -345,4 +345,5 @@ class _QuietWatcher:
 
 def result_json(results: list[WorkerResult]) -> dict[str, Any]:
     return {"agents": {r.agent: r.state_hash for r in results}, "positions": {r.agent: r.position for r in results},
-            "steps": {r.agent: r.steps for r in results}}
+            "steps": {r.agent: r.steps for r in results},
+            "states_checked": {r.agent: r.states_checked for r in results}}

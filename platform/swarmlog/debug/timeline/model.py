@@ -34,6 +34,7 @@ from ...protocol import (
     MESSAGE,
     RUN_FORKED,
     RUN_STARTED,
+    STATE_DIGEST,
     TIMER_CANCELLED,
     TIMER_FIRED,
     TIMER_SET,
@@ -154,7 +155,11 @@ def from_graph(graph: CausalGraph, *, topic: str, start: int, end: int, order: I
                divergence: Divergence | None = None, code_version: str | None = None,
                only: Iterable[str] = ()) -> Timeline:
     """A timeline from a :class:`CausalGraph` (pure: no log is read)."""
-    events = [graph.events[o] for o in sorted(graph.events)]
+    # A state.digest record is the log's checksum of the step before it, not an interaction:
+    # drawn, it would double the rows. `swarmlog log` lists it; a state divergence is marked
+    # on the step's own row (its offset is the step's).
+    events = [graph.events[o] for o in sorted(graph.events)
+              if graph.events[o].event is None or graph.events[o].event_type != STATE_DIGEST]
     only_set = frozenset(only)
     if only_set:
         events = [e for e in events if _involves(e, only_set)]
