@@ -59,7 +59,7 @@ def test_an_exported_deadlock_replays_on_the_broker_to_the_same_deadlock_10_time
         assert out.returncode == 0, (attempt, out.stdout, out.stderr)
         doc = json.loads(out.stdout[: out.stdout.rindex("}") + 1])
         assert doc["diverged"] is False and doc["agents"] == exported.token.agents
-        assert "the replay matches the token" in out.stdout
+        assert f"the replay of {exported.topic} matches the token {token_path}" in out.stdout
         replayed = replay_swarm(settings=settings, swarm=case_study.buggy)
         assert replayed.divergences == [] and case_study.deadlocked(replayed.states)
         assert replayed.states["reviewer"] == {"phase": "timed_out", "ignored": 1}
@@ -128,7 +128,8 @@ def test_a_crash_and_the_second_race_export_and_replay_with_their_tokens(base_se
         out = subprocess.run([*SWARMLOG, "replay", "--swarm", spec, "--verify", str(token_path)], env=env,
                              cwd=REPO, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stdout + out.stderr
-        assert "no divergence" in out.stdout and "the replay matches the token" in out.stdout
+        assert "no divergence" in out.stdout
+        assert f"the replay of {exported.topic} matches the token {token_path}" in out.stdout
 
 
 def test_a_seeded_schedule_is_the_same_run_in_every_process_whatever_its_string_hashes():

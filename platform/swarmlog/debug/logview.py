@@ -34,6 +34,7 @@ from ..protocol import (
     MESSAGE,
     RUN_FORKED,
     RUN_STARTED,
+    STATE_DIGEST,
     TIMER_CANCELLED,
     TIMER_FIRED,
     TIMER_SET,
@@ -102,7 +103,7 @@ class LoggedEvent:
         else:
             doc.update({"event_type": e.event_type, "version": e.version, "event_id": e.event_id,
                         "run_id": e.run_id, "agent": e.agent_id, "to": e.to, "causes": list(e.causes),
-                        "payload": e.payload, "timestamp_ms": e.timestamp_ms})
+                        "payload": _plain(e.payload), "timestamp_ms": e.timestamp_ms})
         doc["headers"] = {k: v.decode(errors="replace") for k, v in self.headers}
         return doc
 
@@ -247,8 +248,22 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
+def _json_default(value: Any) -> Any:
+    # Avro bytes and fixed (a state digest's sha256) as hex, as every digest is shown elsewhere.
+    return value.hex() if isinstance(value, bytes | bytearray) else str(value)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with its bytes as hex: what ``--json`` prints, not Python's ``b'...'``."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value.hex() if isinstance(value, bytes | bytearray) else value
+
+
 def _short_json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False)
+    return json.dumps(value, separators=(",", ":"), default=_json_default, ensure_ascii=False)
 
 
 def _summary(e: LoggedEvent) -> str:
@@ -273,6 +288,11 @@ def _summary(e: LoggedEvent) -> str:
     if t == RUN_STARTED:
         return f"swarm {p.get('swarm')} seed {p.get('seed')} code {p.get('code_version')} agents " \
                f"{','.join(p.get('agents', []))}"
+    if t == STATE_DIGEST:
+        last = f"{p['state'].hex()[:12]}…" if isinstance(p.get("state"), bytes) else p.get("state")
+        final = " final" if p.get("final") else ""
+        steps = ",".join(map(str, p.get("steps", [])))
+        return f"after steps {steps}: state {last} (read to {p.get('position')}){final}"
     if t == RUN_FORKED:
         return f"from {p.get('source_topic')} before offset {p.get('at')} ({p.get('events')} events)"
     return _short_json(p)
