@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 from swarmlog.examples.case_study import buggy, live_run
 from swarmlog.runtime import find_run, start_run
@@ -15,7 +16,7 @@ from swarmlog.runtime import find_run, start_run
 from .. import swarms
 from ..contract.state import digest_records, trap_step
 from .conftest import new_topic_name
-from .test_runtime import AGENTS, _env, _spawn_agent, _stop, _wait_finished, _wait_quiet
+from .test_runtime import AGENTS, _env, _spawn_agent, _stop, _wait_finished
 
 
 def _cli(settings, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -78,19 +79,29 @@ def _five_processes(base_settings, registry, swarm_spec: str, swarm, run_id: str
 
 
 def test_a_five_process_swarm_replayed_elsewhere_and_restarted_has_identical_per_step_state_digests(
-        base_settings, backend, registry):
+        base_settings, backend, registry, tmp_path):
     settings, live = _five_processes(base_settings, registry, "tests.swarms:relay", swarms.relay, "dig5")
     status, replayed = _replay_elsewhere(settings, "tests.swarms:relay")
     assert status == 0 and replayed["agents"] == live
     _assert_every_digest_checked(backend, settings, registry, replayed, replayed["steps"])
     before = digest_records(backend, settings.topic, registry)
-    procs = {a: _spawn_agent(settings, "tests.swarms:relay", a) for a in AGENTS}  # every agent restarts
-    _wait_quiet(settings)
+    # Every agent restarts. The log is quiet already and every position at its end, so quiet says
+    # nothing here: each restarted agent is waited for until it says it caught up (a SIGTERM before
+    # the process has even started would end it by the signal, with nothing rebuilt).
+    logs = {a: tmp_path / f"{a}.stderr" for a in AGENTS}
+    procs = {a: subprocess.Popen([sys.executable, "-m", "swarmlog.cli", "run", "tests.swarms:relay", "--agent", a],
+                                 env=_env(settings), stdout=subprocess.PIPE, stderr=logs[a].open("w"), text=True)
+             for a in AGENTS}
+    deadline = time.monotonic() + 180
+    while not all("caught up at offset" in logs[a].read_text() for a in AGENTS):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs.values()), \
+            {a: logs[a].read_text()[-1000:] for a in AGENTS}
+        time.sleep(0.2)
     for p in procs.values():
         p.send_signal(signal.SIGTERM)
     for name, p in procs.items():
-        out, err = p.communicate(timeout=60)
-        assert p.returncode == 0, f"{name}: {err[-2000:]}"
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 0, f"{name}: {logs[name].read_text()[-2000:]}"
         again = json.loads(out.strip().splitlines()[-1])
         assert again["states_checked"] == {name: replayed["states_checked"][name]}
         assert again["agents"] == {name: live[name]}
