@@ -30,10 +30,10 @@ import logging
 from collections.abc import Callable
 
 from .agent import Swarm
-from .errors import GroupNotAtStart, UsageError
+from .errors import UsageError
 from .fold import Fold, Reducer, ReplayResult, Undecodable
 from .kafka.backend import backend_for
-from .log.base import LogBackend, require_complete_history
+from .log.base import LogBackend, read_from_log_start, require_complete_history
 from .protocol import agent_group, replay_group
 from .runtime import Divergence, LiveStates, SwarmReplayResult, replay_swarm_log
 from .schema.registry import SchemaRegistry
@@ -83,18 +83,7 @@ def replay(
             require_complete_history(backend, topic)
         low, high = backend.watermarks(topic)
         total = (min(high, to) if to is not None else high) - low
-        if group is None:
-            reader.assign(low)
-        else:
-            if reset:
-                backend.reset_group(group, topic, low)
-            else:
-                committed = backend.committed(group, topic)
-                if committed is None or committed != low:
-                    raise GroupNotAtStart(group=group, committed=-1 if committed is None else committed,
-                                          log_start=low)
-            reader.position.end_offset = low
-            reader.subscribe()
+        read_from_log_start(backend, reader, topic=topic, group=group, low=low, reset=reset)
         for batch in reader.batches(end=to):
             fold.apply_batch(batch)
             if progress is not None:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import HistoryIncomplete
+from ..errors import GroupNotAtStart, HistoryIncomplete
 from ..protocol import Headers
 
 BATCH = 5000
@@ -226,3 +226,25 @@ def require_complete_history(backend: LogBackend, topic: str) -> History:
     if not history.complete:
         raise HistoryIncomplete(topic=topic, log_start=history.log_start, retention=history.describe())
     return history
+
+
+def read_from_log_start(backend: LogBackend, reader: Reader, *, topic: str, group: str | None, low: int,
+                        reset: bool) -> None:
+    """Position a replay's ``reader`` at the log start ``low``.
+
+    Without a group, by assignment. With one (a replay as a consumer group, as Kafka's tools
+    see it), the group's committed offset must be at the start: ``reset`` moves it there
+    (the group must have no active member), otherwise anything else is refused with
+    :class:`~swarmlog.errors.GroupNotAtStart` rather than silently replaying a suffix.
+    """
+    if group is None:
+        reader.assign(low)
+        return
+    if reset:
+        backend.reset_group(group, topic, low)
+    else:
+        committed = backend.committed(group, topic)
+        if committed is None or committed != low:
+            raise GroupNotAtStart(group=group, committed=-1 if committed is None else committed, log_start=low)
+    reader.position.end_offset = low
+    reader.subscribe()

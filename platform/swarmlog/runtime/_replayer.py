@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..agent import Swarm
-from ..errors import GroupNotAtStart
 from ..hashing import StreamHasher
-from ..log.base import LogBackend
+from ..log.base import LogBackend, read_from_log_start
 from ..observe import tracing
 from ..protocol import agent_group
 from ..schema.codec import Decoder
@@ -122,18 +121,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
     total = (min(high, to) if to is not None else high) - low
     last_report = time.monotonic()
     with backend.reader(topic, group=group) as reader:
-        if group is None:
-            reader.assign(low)
-        else:
-            if reset:
-                backend.reset_group(group, topic, low)
-            else:
-                committed = backend.committed(group, topic)
-                if committed is None or committed != low:
-                    raise GroupNotAtStart(group=group, committed=-1 if committed is None else committed,
-                                          log_start=low)
-            reader.position.end_offset = low
-            reader.subscribe()
+        read_from_log_start(backend, reader, topic=topic, group=group, low=low, reset=reset)
         dispatch = Dispatcher(cores=cores)
         apply = dispatch.apply
         for batch in reader.batches(end=to):
