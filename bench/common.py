@@ -92,6 +92,18 @@ def fresh_topic(s: Settings, label: str) -> str:
     return name
 
 
+def reserve_topic(label: str) -> str:
+    """A new topic name ``swarmlog.bench-<label>-<uuid>`` for something that creates the topic itself
+    (an offset-exact copy, a snapshot topic); deleted with the run's other topics."""
+    return track_topic(f"{TOPIC_PREFIX}{label}-{uuid.uuid4().hex[:12]}")
+
+
+def track_topic(name: str) -> str:
+    """Delete ``name`` with the run's other topics (a topic made by the code a benchmark measures)."""
+    _created.append(name)
+    return name
+
+
 def delete_topics(s: Settings, names: Sequence[str] | None = None) -> None:
     """Delete the topics this process created (``BENCH_KEEP_TOPICS=1`` keeps them)."""
     names = list(_created if names is None else names)

@@ -78,8 +78,7 @@ def mirror_db(base_settings: Settings, dev_cluster: harness.DevCluster) -> Itera
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not harness.ROWS:
         return
-    rows = harness.ROWS + harness.PENDING_ROWS
-    text = harness.table(rows)
+    text = harness.table(harness.ROWS)
     terminalreporter.write_sep("=", f"fault table ({harness.SCALE})")
     terminalreporter.write_line(text)
     if harness.FULL:

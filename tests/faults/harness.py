@@ -24,6 +24,7 @@ import psycopg
 
 from swarmlog.dev import cluster, process
 from swarmlog.kafka.reader import LogReader
+from swarmlog.protocol import parse_step
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -70,10 +71,6 @@ class Row:
 
 
 ROWS: list[Row] = []
-PENDING_ROWS = [
-    Row("leader SIGKILL on 3 brokers, 5 producers", 0, Audit(),
-        "from tests/test_leader_failover.py (issue 11, item 2: another engineer); not on main yet"),
-]
 
 
 def record(row: Row) -> None:
@@ -112,6 +109,32 @@ def audit_order(expected: Sequence[str], observed: Iterable[tuple[int, str]]) ->
     return Audit(checked=len(expected), lost=sum(1 for e in expected if e not in first),
                  duplicated=sum(n - 1 for e, n in seen.items() if n > 1 and e in wanted),
                  out_of_order=sum(1 for a, b in zip(offsets, offsets[1:], strict=False) if b < a))
+
+
+def audit_steps(log: Sequence[Any]) -> Audit:
+    """A swarm's log (``read_log``'s records, in offset order) against what its agents owe it.
+
+    Checked: every hop sent, and every step taken. Lost: a hop its recipient never handled (no
+    output of that agent names the hop's offset as its step). Duplicated: an event id written
+    twice. Out of order: an agent's step at a lower input offset than one it took before, or an
+    output at or before the offset that caused it.
+    """
+    ids = Counter(r.record["event_id"] for r in log)
+    handled = {(r.record["agent_id"], step[0]) for r in log if (step := parse_step(r.record["event_id"])) is not None}
+    hops = [(r.offset, r.record["to"]) for r in log
+            if r.event_type == "agent.message" and r.record["payload"]["kind"] == "hop"]
+    out_of_order = 0
+    last_step: dict[str, int] = {}
+    for r in log:
+        step = parse_step(r.record["event_id"])
+        if step is None:
+            continue
+        agent = r.record["agent_id"]
+        causes = r.record["causes"]
+        out_of_order += step[0] < last_step.get(agent, -1) or bool(causes and causes[0] >= r.offset)
+        last_step[agent] = max(step[0], last_step.get(agent, -1))
+    return Audit(checked=len(hops) + len(handled), lost=sum(1 for off, to in hops if (to, off) not in handled),
+                 duplicated=sum(n - 1 for n in ids.values() if n > 1), out_of_order=out_of_order)
 
 
 def read_topic(settings: Settings, registry: SchemaRegistry) -> list[tuple[int, str]]:

@@ -11,14 +11,12 @@ import json
 import random
 import signal
 import time
-from collections import Counter
 
 from confluent_kafka import Consumer, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from swarmlog.causality import check_causality
 from swarmlog.kafka.reader import high_watermark
-from swarmlog.protocol import parse_step
 from swarmlog.replay import replay_swarm
 from swarmlog.runtime import start_run
 from swarmlog_connectors.postgres_sink import PostgresSink
@@ -160,22 +158,6 @@ def test_agents_killed_mid_transaction_restart_without_duplicate_or_lost_step(se
         live.update(json.loads(out.strip().splitlines()[-1])["agents"])
 
     log = read_log(settings, registry)
-    ids = Counter(r.record["event_id"] for r in log)
-    duplicated = sum(n - 1 for n in ids.values() if n > 1)
-    handled = {(r.record["agent_id"], parse_step(r.record["event_id"])[0]) for r in log
-               if parse_step(r.record["event_id"]) is not None}
-    hops = [(r.offset, r.record["to"]) for r in log
-            if r.event_type == "agent.message" and r.record["payload"]["kind"] == "hop"]
-    lost = sum(1 for off, to in hops if (to, off) not in handled)
-    out_of_order = 0
-    last_step: dict[str, int] = {}
-    for r in log:
-        step = parse_step(r.record["event_id"])
-        if step is None:
-            continue
-        agent = r.record["agent_id"]
-        out_of_order += step[0] < last_step.get(agent, -1) or (r.record["causes"] and r.record["causes"][0] >= r.offset)
-        last_step[agent] = max(step[0], last_step.get(agent, -1))
     committed = {r.offset for r in log}
     aborted = [(off, who) for off, who in _uncommitted(settings) if off not in committed]
     # Each aborted record belongs to the first kill of its writer whose window holds it (from the
@@ -192,8 +174,7 @@ def test_agents_killed_mid_transaction_restart_without_duplicate_or_lost_step(se
     PostgresSink(settings=settings.model_copy(update={"database_url": mirror_db}), registry=registry).run(
         until_end=True)
     topic_rows = [(r.offset, r.record["event_id"]) for r in log]
-    audit = harness.Audit(checked=len(hops) + len(handled), lost=lost, duplicated=duplicated,
-                          out_of_order=out_of_order)
+    audit = harness.audit_steps(log)
     audit += harness.audit_mirror(topic_rows, harness.read_mirror(mirror_db, settings.topic))
     harness.record(harness.Row(
         f"agent SIGKILL mid-transaction until {kills} kills landed inside one (5 agents as processes, each "

@@ -1,7 +1,7 @@
 """An agent whose transaction Kafka aborts starts a new life in its process: on a channel of its
 own, fenced, rebuilt from offset 0, and the swarm ends as if nothing had happened.
 
-On three brokers this follows a broker's death (test_leader_failover.py shows it, when the dead
+On three brokers this follows a broker's death (tests/faults/test_leader_faults.py shows it, when the dead
 broker coordinated an agent's group); here the abort is made to happen at a chosen commit, on
 the session's broker, so the mechanism is exercised every time.
 """

@@ -178,7 +178,7 @@ def watermarks(settings: Settings, topic: str, *, consumer: Consumer | None = No
     librdkafka sends the request to the leader its metadata names and, when that broker
     is dead, waits for it until the timeout instead of looking again: a long-lived
     consumer would never see the new leader. So each attempt is short, and a failed one
-    refreshes the topic's metadata before the next (test_leader_failover.py).
+    refreshes the topic's metadata before the next (tests/faults/test_leader_faults.py).
     """
     own = consumer is None
     if consumer is None:

@@ -1,4 +1,5 @@
-"""One producer of the leader-failover test, as its own process (``python -m tests.integration.fault_producer``).
+"""One producer of the leader-SIGKILL fault case (test_leader_faults.py), as its own process
+(``python -m tests.faults.fault_producer``).
 
 It appends numbered events (``agent.message`` from agent ``p<N>``, body
 ``p<N>:<seq>``) through an :class:`EventLog` (idempotent, ``acks=all``), a batch at
