@@ -1,6 +1,6 @@
 """Reading to the end of the log on the real broker: the read stops at the end without waiting out a
 fetch, past the commit marker a transactional log ends with, and still stops short of an open
-transaction (bench/snapshots.py, bench/cli.py)."""
+transaction; a backend's closed readers are reused clean (bench/snapshots.py, bench/cli.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ import uuid
 
 from confluent_kafka import Producer
 
+from swarmlog.kafka.backend import KafkaBackend
 from swarmlog.kafka.reader import LogReader, watermarks
 from swarmlog.settings import Settings
+
+from .conftest import new_topic_name
 
 LONG_FETCH_WAIT_MS = 20_000
 """The broker holds an empty fetch this long: a read that waited for the end-of-partition event
@@ -76,3 +79,30 @@ def test_a_read_to_the_end_stops_at_an_open_transaction(settings):
             assert offsets == [0] and reader.position.end_offset == 2 and reader.position.reached_end_of_log
     finally:
         producer.abort_transaction(30)
+
+
+def test_a_closed_reader_is_reused_clean_for_another_topic(base_settings):
+    backend = KafkaBackend(base_settings)
+    first, second = new_topic_name(), new_topic_name()
+    for name, values in ((first, [b"1", b"2", b"3"]), (second, [b"x"])):
+        backend.create_topic(name)
+        p = Producer({"bootstrap.servers": base_settings.bootstrap_servers, "enable.idempotence": True})
+        for v in values:
+            p.produce(name, v)
+        assert p.flush(30) == 0
+    try:
+        with backend.reader(first) as reader:
+            reader.assign(0)
+            batches = reader.batches()
+            assert [m.value() for m in next(batches)][:1] == [b"1"]  # left with messages fetched, unread
+            kept = reader
+        with backend.reader(second) as reader:
+            assert reader is kept  # the same consumer, reopened
+            reader.assign(0)
+            assert [m.value() for batch in reader.batches() for m in batch] == [b"x"]
+            assert reader.position.end_offset == 1
+        with backend.reader(first) as reader:
+            reader.assign(1)
+            assert [m.value() for batch in reader.batches() for m in batch] == [b"2", b"3"]
+    finally:
+        backend.close()
