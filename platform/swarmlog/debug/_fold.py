@@ -61,6 +61,11 @@ class SnapshotStale(SwarmlogError):
                          f"longer holds as it was: the topic was re-made; delete {topic}.snapshots")
 
 
+LOOKAHEAD_BATCH = 500
+"""Messages the effect lookahead reads at a time. It reads only until the asking agent's next step
+shows, usually a few messages on, so a reader's full batch (5,000) would mostly be routed for
+nothing: on a 5,000-offset tail after a snapshot that doubled the routing (bench/snapshots.py)."""
+
 _NO_LIVE_STEPS = sys.maxsize
 """``OwnIndex.last_step`` of a replay: every recorded output is history (nothing here runs live)."""
 
@@ -147,7 +152,7 @@ class EffectLookahead:
         if self._batches is None:
             self._reader = self.backend.reader(self.topic)
             self._reader.assign(self.start)
-            self._batches = self._reader.batches()
+            self._batches = self._reader.batches(batch_size=LOOKAHEAD_BATCH)
         try:
             batch = next(self._batches)
         except StopIteration:
