@@ -83,7 +83,7 @@ if TYPE_CHECKING:
 
 # Every other public name is imported when first used (PEP 562): a command that needs no agent
 # API (``swarmlog replay``, ``swarmlog log``) must not pay for importing the determinism guard,
-# the runtime and the HTTP recorder at every start (bench/replay_swarm.py, ``cli_replay_3``).
+# the runtime and the HTTP recorder at every start (``cli_replay_3`` in bench/cli.py).
 _LAZY: dict[str, str] = {
     "Agent": ".agent",
     "Swarm": ".agent",

@@ -3,7 +3,7 @@
 Every ``swarmlog`` command starts by importing ``swarmlog``, so whatever the package's face
 imports, every command pays for at start-up: the determinism guard's tables alone take about a
 tenth of a second, and ``swarmlog replay`` of a short log runs none of it (``cli_replay_3`` in
-bench/replay_swarm.py). A face lists its heavy names here instead; the first lookup imports the
+bench/cli.py). A face lists its heavy names here instead; the first lookup imports the
 module and binds the name in the face, so every later lookup is a plain attribute read.
 """
 
