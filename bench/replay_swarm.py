@@ -1,5 +1,5 @@
 """Replay of a swarm's code (``replay --swarm``, the debugger's engine) beside the plain replay of
-the same log, and a replay of a 3-event topic as the CLI runs it.
+the same log.
 
 Subject ``replay_swarm.swarmlog``: :func:`swarmlog.replay.replay_swarm` of ``bench.swarm:ring``
 over the log of a real run of that ring (five agents, ``BENCH_SWARM_CHAINS`` chains of
@@ -13,18 +13,12 @@ Baseline, same run, same log, repetitions interleaved: ``replay_swarm.plain_repl
 :func:`swarmlog.replay.replay` (consume, hash, decode, fold into the ``Ledger``): the same
 log read once with no swarm code, the ceiling a swarm replay can approach.
 
-``replay_swarm.cli_tiny``: ``swarmlog replay --topic T --json`` as a process on a topic of
-three events, beside ``replay_swarm.cli_import`` (a process that only imports
-``swarmlog.cli``) and ``replay_swarm.python_start`` (``python -c pass``): what is left of a
-short replay once the end-of-log wait is gone is start-up.
+A short replay's start-up (``swarmlog replay`` of a 3-event topic as a process) is measured
+apart, by ``bench/cli.py`` (``--only cli``).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 from time import perf_counter
 from typing import Any
 
@@ -33,9 +27,7 @@ from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
 from . import swarm
-from .common import Run, fresh_topic, interleave, log, make_stream, populate, reps, row
-
-REPO = Path(__file__).resolve().parent.parent
+from .common import Run, fresh_topic, interleave, log, reps, row
 
 
 def swarm_replay(s: Settings, registry: SchemaRegistry, topic: str, n: int) -> float:
@@ -60,15 +52,6 @@ def plain_replay(s: Settings, registry: SchemaRegistry, topic: str, n: int) -> f
     return seconds
 
 
-def _process(argv: list[str], env: dict[str, str]) -> float:
-    t0 = perf_counter()
-    cp = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
-    seconds = perf_counter() - t0
-    if cp.returncode != 0:
-        raise RuntimeError(f"{argv} exited {cp.returncode}: {cp.stderr[-2000:]}")
-    return seconds
-
-
 def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
     topic = fresh_topic(s, "replay-swarm")
     log(f"replay_swarm: running the ring live on {topic} ({swarm.CHAINS} chains x {swarm.HOPS} hops)")
@@ -90,20 +73,4 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
                step(base, lambda: plain_replay(s, registry, topic, n)))
     rows = [row(sub, base, target=">= 50000 ev/s", headline=True)]
 
-    tiny = fresh_topic(s, "replay-tiny")
-    populate(s, registry, make_stream(registry), tiny, 3)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "platform"), str(REPO / "connectors"),
-                                                        os.environ.get("PYTHONPATH", "")]))
-    cli = Run("replay_swarm.cli_tiny", 3)
-    imp = Run("replay_swarm.cli_import", 3)
-    py = Run("replay_swarm.python_start", 3)
-    interleave(reps(5),
-               lambda r: cli.add(_process([sys.executable, "-m", "swarmlog.cli", "replay", "--topic", tiny, "--json"],
-                                          env)),
-               lambda r: imp.add(_process([sys.executable, "-c", "import swarmlog.cli"], env)),
-               lambda r: py.add(_process([sys.executable, "-c", "pass"], env)))
-    log(f"replay_swarm.cli_tiny: {cli.seconds:.3f} s (import {imp.seconds:.3f} s, python {py.seconds:.3f} s)")
-    rows.append(row(cli, imp, target="< 0.4 s (seconds)", unit="process",
-                    note="one `swarmlog replay` process of a 3-event topic; baseline: importing swarmlog.cli"))
-    rows.append(row(imp, py, unit="process", note="start-up: importing swarmlog.cli beside `python -c pass`"))
     return rows

@@ -9,66 +9,153 @@ a debugger at a step, snapshots, forks); ``swarmlog.testing`` the simulator and 
 swarms are tested with. ``tests/unit/test_layout.py`` pins this list.
 """
 
-from .agent import Agent, Swarm, on, on_message, on_timer
-from .context import Context
-from .errors import (
-    AgentFenced,
-    AppendFailed,
-    AppendIncomplete,
-    ConfigurationError,
-    CopyFailed,
-    DatabasePermissionDenied,
-    EffectDiverged,
-    EffectFailed,
-    EventFate,
-    EventNotFound,
-    ForkPointInsideStep,
-    GroupHasActiveMembers,
-    GroupNotAtStart,
-    GroupResetFailed,
-    HashSeedMismatch,
-    HistoryIncomplete,
-    InvalidEvent,
-    InvalidSetting,
-    InvalidToken,
-    KafkaHandshakeFailed,
-    KafkaOperationFailed,
-    MirrorMigrationFailed,
-    MirrorNotMigrated,
-    MissingDependency,
-    NondeterminismError,
-    NoRunStarted,
-    OutsideStep,
-    ReadFailed,
-    RoutingHeaderMismatch,
-    RunAlreadyRecorded,
-    RunNotStarted,
-    ScheduleMismatch,
-    SchemaClash,
-    SchemaError,
-    SchemaNotFound,
-    ServiceUnavailable,
-    SignatureUnchecked,
-    StateDiverged,
-    StateNotSerialisable,
-    SwarmlogError,
-    TopicCreateFailed,
-    TopicExists,
-    TopicNotFound,
-    TopicNotSinglePartition,
-    TransactionAborted,
-    UndecodableMessage,
-    UnknownEventType,
-    UnmodelledEffect,
-    UsageError,
-)
-from .events import Event
-from .http import HTTPRequestDiverged
-from .log.append import EventLog
-from .log.memory import InMemoryLog
-from .replay import Divergence, ReplayResult, SwarmReplayResult, replay, replay_swarm
-from .runtime import run_agents, start_run
-from .settings import Settings
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._lazy import exports
+
+# ``replay`` is both a submodule and the function this face exports: importing the submodule
+# binds the attribute to the module, so the function is bound here, before anyone can.
+from .replay import replay
+
+if TYPE_CHECKING:
+    from .agent import Agent, Swarm, on, on_message, on_timer
+    from .context import Context
+    from .errors import (
+        AgentFenced,
+        AppendFailed,
+        AppendIncomplete,
+        ConfigurationError,
+        CopyFailed,
+        DatabasePermissionDenied,
+        EffectDiverged,
+        EffectFailed,
+        EventFate,
+        EventNotFound,
+        ForkPointInsideStep,
+        GroupHasActiveMembers,
+        GroupNotAtStart,
+        GroupResetFailed,
+        HashSeedMismatch,
+        HistoryIncomplete,
+        InvalidEvent,
+        InvalidSetting,
+        InvalidToken,
+        KafkaHandshakeFailed,
+        KafkaOperationFailed,
+        MirrorMigrationFailed,
+        MirrorNotMigrated,
+        MissingDependency,
+        NondeterminismError,
+        NoRunStarted,
+        OutsideStep,
+        ReadFailed,
+        RoutingHeaderMismatch,
+        RunAlreadyRecorded,
+        RunNotStarted,
+        ScheduleMismatch,
+        SchemaClash,
+        SchemaError,
+        SchemaNotFound,
+        ServiceUnavailable,
+        SignatureUnchecked,
+        StateDiverged,
+        StateNotSerialisable,
+        SwarmlogError,
+        TopicCreateFailed,
+        TopicExists,
+        TopicNotFound,
+        TopicNotSinglePartition,
+        TransactionAborted,
+        UndecodableMessage,
+        UnknownEventType,
+        UnmodelledEffect,
+        UsageError,
+    )
+    from .events import Event
+    from .http import HTTPRequestDiverged
+    from .log.append import EventLog
+    from .log.memory import InMemoryLog
+    from .replay import Divergence, ReplayResult, SwarmReplayResult, replay_swarm
+    from .runtime import run_agents, start_run
+    from .settings import Settings
+
+# Every other public name is imported when first used (PEP 562): a command that needs no agent
+# API (``swarmlog replay``, ``swarmlog log``) must not pay for importing the determinism guard,
+# the runtime and the HTTP recorder at every start (``cli_replay_3`` in bench/cli.py).
+_LAZY: dict[str, str] = {
+    "Agent": ".agent",
+    "Swarm": ".agent",
+    "on": ".agent",
+    "on_message": ".agent",
+    "on_timer": ".agent",
+    "Context": ".context",
+    "AgentFenced": ".errors",
+    "AppendFailed": ".errors",
+    "AppendIncomplete": ".errors",
+    "ConfigurationError": ".errors",
+    "CopyFailed": ".errors",
+    "DatabasePermissionDenied": ".errors",
+    "EffectDiverged": ".errors",
+    "EffectFailed": ".errors",
+    "EventFate": ".errors",
+    "EventNotFound": ".errors",
+    "ForkPointInsideStep": ".errors",
+    "GroupHasActiveMembers": ".errors",
+    "GroupNotAtStart": ".errors",
+    "GroupResetFailed": ".errors",
+    "HashSeedMismatch": ".errors",
+    "HistoryIncomplete": ".errors",
+    "InvalidEvent": ".errors",
+    "InvalidSetting": ".errors",
+    "InvalidToken": ".errors",
+    "KafkaHandshakeFailed": ".errors",
+    "KafkaOperationFailed": ".errors",
+    "MirrorMigrationFailed": ".errors",
+    "MirrorNotMigrated": ".errors",
+    "MissingDependency": ".errors",
+    "NondeterminismError": ".errors",
+    "NoRunStarted": ".errors",
+    "OutsideStep": ".errors",
+    "ReadFailed": ".errors",
+    "RoutingHeaderMismatch": ".errors",
+    "RunAlreadyRecorded": ".errors",
+    "RunNotStarted": ".errors",
+    "ScheduleMismatch": ".errors",
+    "SchemaClash": ".errors",
+    "SchemaError": ".errors",
+    "SchemaNotFound": ".errors",
+    "ServiceUnavailable": ".errors",
+    "SignatureUnchecked": ".errors",
+    "StateDiverged": ".errors",
+    "StateNotSerialisable": ".errors",
+    "SwarmlogError": ".errors",
+    "TopicCreateFailed": ".errors",
+    "TopicExists": ".errors",
+    "TopicNotFound": ".errors",
+    "TopicNotSinglePartition": ".errors",
+    "TransactionAborted": ".errors",
+    "UndecodableMessage": ".errors",
+    "UnknownEventType": ".errors",
+    "UnmodelledEffect": ".errors",
+    "UsageError": ".errors",
+    "Event": ".events",
+    "HTTPRequestDiverged": ".http",
+    "EventLog": ".log.append",
+    "InMemoryLog": ".log.memory",
+    "Divergence": ".replay",
+    "ReplayResult": ".replay",
+    "SwarmReplayResult": ".replay",
+    "replay_swarm": ".replay",
+    "run_agents": ".runtime",
+    "start_run": ".runtime",
+    "Settings": ".settings",
+}
+
+
+__getattr__ = exports(globals(), _LAZY)
+
 
 __all__ = [
     "Agent",

@@ -28,21 +28,33 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from .agent import Swarm
+from ._lazy import exports
 from .errors import UsageError
 from .fold import Fold, Reducer, ReplayResult, Undecodable
 from .kafka.backend import backend_for
 from .log.base import LogBackend, read_from_log_start, require_complete_history
 from .protocol import agent_group, replay_group
-from .runtime import Divergence, LiveStates, SwarmReplayResult, replay_swarm_log
 from .schema.registry import SchemaRegistry
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .agent import Swarm
+    from .runtime import Divergence, LiveStates, SwarmReplayResult
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Divergence", "Fold", "LiveStates", "ReplayResult", "SwarmReplayResult", "Undecodable", "replay",
            "replay_swarm"]
+
+_RUNTIME = ("Divergence", "LiveStates", "SwarmReplayResult")
+"""The swarm replay's names, imported from the runtime when first used: the plain replay (``swarmlog
+replay`` without ``--swarm``) runs no agent code and must not pay for importing the runtime and the
+determinism guard at every start."""
+
+
+__getattr__ = exports(globals(), dict.fromkeys(_RUNTIME, ".runtime"))
 
 
 def replay(
@@ -74,14 +86,14 @@ def replay(
     backend = backend_for(settings, backend)
     fold = Fold(registry=registry, reducer=reducer)
     with backend.reader(topic, group=group) as reader:
+        low, high = backend.watermarks(topic)
         if from_log_start:
-            history = backend.history(topic)
-            if not history.complete:
+            if low != 0:
+                history = backend.history(topic)
                 logger.warning("topic %r starts at offset %d, not 0 (%s): replaying what is left, which is not "
                                "the whole run", topic, history.log_start, history.describe())
         else:
-            require_complete_history(backend, topic)
-        low, high = backend.watermarks(topic)
+            require_complete_history(backend, topic, log_start=low)
         total = (min(high, to) if to is not None else high) - low
         read_from_log_start(backend, reader, topic=topic, group=group, low=low, reset=reset)
         for batch in reader.batches(end=to):
@@ -123,6 +135,8 @@ def replay_swarm(
     can give the live one (else the two digests). ``strict=True`` raises
     :class:`~swarmlog.errors.NondeterminismError` at the first divergence instead.
     """
+    from .runtime import replay_swarm_log
+
     topic = topic or settings.topic
     if group is not None:
         for name in swarm.agent_names:

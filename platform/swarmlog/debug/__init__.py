@@ -24,15 +24,49 @@ The machinery is private: ``_fold`` (the fold, from zero or a snapshot, effects 
 ahead), ``_debugger`` (the handler trap and the debugger hook).
 """
 
-from ._debugger import Stop
-from ._fold import SnapshotStale, Step
-from .breakpoints import Breakpoint
-from .diff import Change, StateDiff
+from typing import TYPE_CHECKING
+
+from .._lazy import exports
+
+# ``fork`` is both a submodule and the function this face exports: importing the submodule binds
+# the attribute to the module, so the function is bound here, before anyone can (swarmlog._lazy).
 from .fork import Forked, fork
-from .logview import CausalGraph, Explained, LoggedEvent, LogView
-from .session import AgentState, Cursor, Replayed, Session, SnapshotsTaken
-from .snapshots import Ignored, SnapshotInfo, SnapshotStore
-from .stepper import Hit, Stepper
+
+if TYPE_CHECKING:
+    from ._debugger import Stop
+    from ._fold import SnapshotStale, Step
+    from .breakpoints import Breakpoint
+    from .diff import Change, StateDiff
+    from .logview import CausalGraph, Explained, LoggedEvent, LogView
+    from .session import AgentState, Cursor, Replayed, Session, SnapshotsTaken
+    from .snapshots import Ignored, SnapshotInfo, SnapshotStore
+    from .stepper import Hit, Stepper
+
+# Every name is imported when first used (swarmlog._lazy): the CLI's parser imports
+# ``swarmlog.debug.command`` for every command, and the fold, the session and the views bring the
+# runtime and the determinism guard along.
+__getattr__ = exports(globals(), {
+    "Stop": "._debugger",
+    "SnapshotStale": "._fold",
+    "Step": "._fold",
+    "Breakpoint": ".breakpoints",
+    "Change": ".diff",
+    "StateDiff": ".diff",
+    "CausalGraph": ".logview",
+    "Explained": ".logview",
+    "LoggedEvent": ".logview",
+    "LogView": ".logview",
+    "AgentState": ".session",
+    "Cursor": ".session",
+    "Replayed": ".session",
+    "Session": ".session",
+    "SnapshotsTaken": ".session",
+    "Ignored": ".snapshots",
+    "SnapshotInfo": ".snapshots",
+    "SnapshotStore": ".snapshots",
+    "Hit": ".stepper",
+    "Stepper": ".stepper",
+})
 
 __all__ = [
     "AgentState",

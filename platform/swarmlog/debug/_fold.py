@@ -41,6 +41,7 @@ from ..log.base import LogBackend
 from ..observe import tracing
 from ..protocol import (
     RECORDED_EFFECTS,
+    Route,
     agent_group,
     parse_step,
 )
@@ -60,6 +61,14 @@ class SnapshotStale(SwarmlogError):
         super().__init__(f"a snapshot of {topic!r} was taken after the message at offset {offset}, which the log no "
                          f"longer holds as it was: the topic was re-made; delete {topic}.snapshots")
 
+
+LOOKAHEAD_BATCH = 500
+"""Messages the effect lookahead reads at a time. It reads only until the asking agent's next step
+shows, usually a few messages on, so a reader's full batch (5,000) would mostly be routed for
+nothing: on a 5,000-offset tail after a snapshot that doubled the routing (bench/snapshots.py)."""
+
+ROUTES_KEPT = 50_000
+"""Routes the lookahead keeps for the fold (offset -> route), at most: see :attr:`EffectLookahead.routes`."""
 
 _NO_LIVE_STEPS = sys.maxsize
 """``OwnIndex.last_step`` of a replay: every recorded output is history (nothing here runs live)."""
@@ -124,6 +133,14 @@ class EffectLookahead:
         self.max_step = {a: -1 for a in agents}
         self.done = False
         self.read_to = start
+        self.routes: dict[int, Route] = {}
+        """Offset -> the route of a message read ahead, for the fold to take instead of routing it
+        again: the lookahead reads the tail the fold is about to read, and checking a message's
+        headers against its envelope was the larger part of both (bench/snapshots.py). The log is
+        immutable, so an offset's route is the same from either reader. Bounded (:data:`ROUTES_KEPT`):
+        past it, the fold routes for itself."""
+        self.fold_at = start
+        """Where the fold is (set by it): what lies before was folded, so its routes are not kept."""
         self._reader: Any = None
         self._batches: Iterator[list[Any]] | None = None
 
@@ -147,7 +164,7 @@ class EffectLookahead:
         if self._batches is None:
             self._reader = self.backend.reader(self.topic)
             self._reader.assign(self.start)
-            self._batches = self._reader.batches()
+            self._batches = self._reader.batches(batch_size=LOOKAHEAD_BATCH)
         try:
             batch = next(self._batches)
         except StopIteration:
@@ -156,10 +173,16 @@ class EffectLookahead:
             return
         max_step = self.max_step
         route = self.decoder.route
+        routes = self.routes
+        keep = len(routes) < ROUTES_KEPT
+        fold_at = self.fold_at
         for m in batch:
             # The envelope's route, headers checked against it (RoutingHeaderMismatch): a lying
             # sl.agent or sl.step would move where an agent's history ends.
-            etype, who, _, step = route(m)
+            r = route(m)
+            if keep and m.offset() >= fold_at:
+                routes[m.offset()] = r
+            etype, who, _, step = r
             if who not in max_step:
                 continue
             if step is not None and step > max_step[who]:
@@ -267,7 +290,12 @@ class SwarmFold:
     def apply(self, m: Any, *, observe: bool = False) -> list[Step]:
         """Fold one message into every agent that has reached it; with ``observe``, the steps it made."""
         off = m.offset()
-        r = self.decoder.route(m)  # from the envelope; a lying header raises RoutingHeaderMismatch
+        lookahead = self.lookahead
+        lookahead.fold_at = off
+        routes = lookahead.routes
+        r = routes.pop(off, None) if routes else None
+        if r is None:
+            r = self.decoder.route(m)  # from the envelope; a lying header raises RoutingHeaderMismatch
         steps: list[Step] = []
         resume = self.resume
         for name, core in self.cores.items():

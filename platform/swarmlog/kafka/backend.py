@@ -20,6 +20,8 @@ from .topic import create_topic, deletes_history, require_single_partition, topi
 logger = logging.getLogger(__name__)
 
 _warned: set[tuple[str, str]] = set()  # (bootstrap servers, topic): warn once per process about finite history
+IDLE_READERS = 4
+"""Readers a backend keeps for reuse once closed (see :meth:`KafkaBackend.reader`)."""
 
 
 class KafkaBackend:
@@ -31,6 +33,8 @@ class KafkaBackend:
         """librdkafka properties over swarmlog's producer tuning, for the appenders this makes."""
         self._admin: Any = None
         self._watermarks: Any = None  # one consumer for every watermark query (the quiet watcher asks often)
+        self._idle: list[LogReader] = []
+        self._closed_readers = False
         self._lock = threading.Lock()
 
     def _admin_client(self) -> Any:
@@ -39,7 +43,36 @@ class KafkaBackend:
         return self._admin
 
     def reader(self, topic: str, *, group: str | None = None) -> LogReader:
+        """A reader of ``topic``; one that reads no group's position comes back here when closed.
+
+        Why: a debugging session folds again and again (``state --at N`` per query, a step view's
+        every move), and each fold opens readers — the log's, the effect lookahead's, the snapshot
+        topic's. A new consumer costs a connection, its handshake and a metadata request before
+        its first fetch (tens of ms on a loaded machine, bench/snapshots.py); a closed one is
+        unassigned and kept (up to :data:`IDLE_READERS`), and the next reader of any topic
+        reuses it. Readers of a consumer group are never kept: their membership is the group's.
+        """
+        if group is None:
+            with self._lock:
+                reused = self._idle.pop() if self._idle else None
+            if reused is not None:
+                try:
+                    reused.reopen(topic)
+                except BaseException:
+                    if not self._keep(reused):  # e.g. no such topic: the consumer itself is fine
+                        reused._on_close = None
+                        reused.close()
+                    raise
+                return reused
+            return LogReader(settings=self.settings, topic=topic, on_close=self._keep)
         return LogReader(settings=self.settings, topic=topic, group=group)
+
+    def _keep(self, reader: LogReader) -> bool:
+        with self._lock:
+            if len(self._idle) < IDLE_READERS and not self._closed_readers:
+                self._idle.append(reader)
+                return True
+        return False
 
     def appender(self, topic: str) -> KafkaAppender:
         require_single_partition(self.settings, topic)
@@ -78,6 +111,11 @@ class KafkaBackend:
             if self._watermarks is not None:
                 self._watermarks.close()
                 self._watermarks = None
+            idle, self._idle = self._idle, []
+            self._closed_readers = True  # readers closed from now on close their consumers
+        for reader in idle:
+            reader._on_close = None
+            reader.close()
 
     def committed(self, group: str, topic: str) -> int | None:
         return committed_offset(self._admin_client(), group=group, topic=topic)

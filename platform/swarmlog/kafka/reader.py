@@ -15,7 +15,7 @@ a consumer-group reset).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -54,8 +54,12 @@ class LogReader:
     """
 
     def __init__(self, *, settings: Settings, topic: str | None = None, group: str | None = None,
-                 consumer_config: Mapping[str, object] | None = None, advisory: bool = False) -> None:
+                 consumer_config: Mapping[str, object] | None = None, advisory: bool = False,
+                 on_close: Callable[[LogReader], bool] | None = None) -> None:
+        """``on_close``: offered the reader when it is closed; True if it keeps it (for :meth:`reopen`),
+        and the consumer stays open (:class:`~swarmlog.kafka.KafkaBackend`'s idle readers)."""
         self.settings = settings
+        self._on_close = on_close
         self.topic = topic or settings.topic
         self.group = group
         # advisory: the reader reads where it is assigned, and only tells ``group`` where it got,
@@ -69,6 +73,15 @@ class LogReader:
         except BaseException:
             self.consumer.close()
             raise
+        self.position = ReadPosition(end_offset=0, reached_end_of_log=False)
+
+    def reopen(self, topic: str) -> None:
+        """Make a kept reader (``on_close``) a fresh reader of ``topic``: nothing assigned, at offset 0.
+
+        The consumer, and its connection to the cluster, are kept; the topic is checked as a new
+        reader's is (it may have been re-made since)."""
+        self.topic = topic
+        require_single_partition(self.settings, topic, client=self.consumer)
         self.position = ReadPosition(end_offset=0, reached_end_of_log=False)
 
     def assign(self, start: int) -> None:
@@ -93,6 +106,8 @@ class LogReader:
         consume = self.consumer.consume
         pos = self.position
         wait = timeout if follow else min(timeout, _TO_THE_END_POLL_S)
+        at = [TopicPartition(self.topic, 0)]
+        asks = end is not None or not follow  # a read that ends: see _stopped
         while True:
             if end is not None and pos.end_offset >= end:
                 return
@@ -102,6 +117,8 @@ class LogReader:
                 raise translate(exc, operation=f"reading {self.topic!r}", bootstrap=self.settings.bootstrap_servers,
                                 topic=self.topic) from None
             if not msgs:
+                if asks and self._stopped(at, end, follow):
+                    return
                 if follow:
                     yield []
                 continue
@@ -113,6 +130,8 @@ class LogReader:
                 pos.end_offset = last.offset() + 1
                 pos.reached_end_of_log = False
                 yield msgs
+                if asks and self._stopped(at, end, follow):
+                    return
                 continue
             batch: list[Any] = []
             hit_end = False
@@ -142,6 +161,38 @@ class LogReader:
                     pos.end_offset = end
                 return
 
+    def _stopped(self, at: list[TopicPartition], end: int | None, follow: bool) -> bool:
+        """Whether a read that ends has ended (at ``end``, or at the end of the log unless following);
+        if so, :attr:`position` says where.
+
+        Why it asks instead of waiting for the end-of-partition event: librdkafka raises that
+        event only on a *further* fetch, which the broker answers after ``fetch.wait.max.ms``
+        with nothing — a fixed wait at the end of every replay, fold and index pass. And a log
+        the runtime wrote ends with a transaction's commit marker, which a read_committed reader
+        never receives, so the last message it gets is short of the end. But the consumer's
+        position (the next offset it will hand out) moves past markers and aborted records as
+        librdkafka skips them, and every fetch response carries the high watermark, which the
+        client caches: position >= high watermark is the end of the log, known without waiting.
+        While a transaction is open the high watermark is past what read_committed may read (the
+        last stable offset): the position stays short of it, and the end-of-partition event (at
+        the last stable offset) ends the read as before. Both are local calls, no request to the
+        broker, made once per batch (test_a_read_to_the_end_stops_there_without_a_fetch_wait).
+        """
+        try:
+            position = int(self.consumer.position(at)[0].offset)
+            if end is not None and position >= end:
+                self.position.end_offset = end
+                return True
+            if not follow:
+                high = int(self.consumer.get_watermark_offsets(at[0], cached=True)[1])
+                if 0 <= high <= position:
+                    self.position.end_offset = max(self.position.end_offset, position)
+                    self.position.reached_end_of_log = True
+                    return True
+        except KafkaException:
+            pass  # no position yet: the next consume says more
+        return False
+
     def commit(self, next_offset: int) -> None:
         """Commit ``next_offset`` for the group (synchronously)."""
         try:
@@ -157,6 +208,14 @@ class LogReader:
         self._advisory.commit(self.consumer, {self.topic: next_offset})
 
     def close(self) -> None:
+        if self._on_close is not None:
+            try:
+                self.consumer.unassign()  # drops what was fetched: a reopened reader starts clean
+            except KafkaException:
+                pass
+            else:
+                if self._on_close(self):
+                    return
         self.consumer.close()
 
     def __enter__(self) -> LogReader:

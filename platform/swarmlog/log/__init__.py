@@ -6,8 +6,17 @@
 validated events through any of them.
 """
 
+from typing import TYPE_CHECKING
+
+from .._lazy import exports
 from .base import BATCH, AgentChannel, Appender, Delivered, History, LogBackend, Message, Reader, ReadPosition
-from .memory import InMemoryLog, MemoryMessage
+
+if TYPE_CHECKING:
+    from .memory import InMemoryLog, MemoryMessage
+
+# The in-memory backend brings the determinism guard along (its clock is read under ``allowed``):
+# imported when first used, so that what reads Kafka does not pay for it (swarmlog._lazy).
+__getattr__ = exports(globals(), {"InMemoryLog": ".memory", "MemoryMessage": ".memory"})
 
 __all__ = [
     "BATCH",

@@ -220,12 +220,20 @@ class LogBackend(Protocol):
         by the log as usual. Returns the offset the next append will get (``end`` or more)."""
 
 
-def require_complete_history(backend: LogBackend, topic: str) -> History:
-    """The topic's :class:`History`; :class:`~swarmlog.errors.HistoryIncomplete` unless it starts at 0."""
+def require_complete_history(backend: LogBackend, topic: str, *, log_start: int | None = None) -> None:
+    """:class:`~swarmlog.errors.HistoryIncomplete` unless the topic starts at offset 0.
+
+    ``log_start``: the first offset held, when the caller has just read the watermarks. Only a log
+    that lost its beginning is asked for its whole :class:`History` (what deletes it: a config
+    request), to say so in the error; a complete one costs no request at all.
+    """
+    if log_start is None:
+        log_start = backend.watermarks(topic)[0]
+    if log_start == 0:
+        return
     history = backend.history(topic)
     if not history.complete:
         raise HistoryIncomplete(topic=topic, log_start=history.log_start, retention=history.describe())
-    return history
 
 
 def read_from_log_start(backend: LogBackend, reader: Reader, *, topic: str, group: str | None, low: int,

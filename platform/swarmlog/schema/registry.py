@@ -62,10 +62,22 @@ class EventSchema:
     schema: dict[str, Any] = field(repr=False)
     parsed: Any = field(repr=False)
     fingerprint: bytes  # 8 bytes, little-endian, as written after the C3 01 marker
-    validator: TypeAdapter[Any] = field(repr=False, compare=False)
     defaults: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
     """Payload fields that have Avro defaults, with those defaults."""
     payload_fields: int = 0
+    _validator: TypeAdapter[Any] | None = field(default=None, repr=False, compare=False)
+    # Built on the first validation, not at load: a process that only reads the log (replay, the
+    # sink) validates nothing, and building a validator for every schema of every layer cost a
+    # short command's start a few tens of ms (bench/cli.py). fastavro has checked the schema at load.
+
+    @property
+    def validator(self) -> TypeAdapter[Any]:
+        """The strict pydantic validator of this version's payload."""
+        v = self._validator
+        if v is None:
+            v = payload_validator(self.payload_schema)
+            object.__setattr__(self, "_validator", v)  # frozen: a cache, not a change of value
+        return v
 
     @property
     def fingerprint_hex(self) -> str:
@@ -80,7 +92,8 @@ class EventSchema:
         try:
             # The TypeAdapter's own SchemaValidator, called directly: the same validation without
             # the wrapper's Python frame (a handler's ctx.send runs this under the guard's hook).
-            valid: dict[str, Any] = self.validator.validator.validate_python(payload)
+            v = self._validator  # not the property: no call on the hot path once built
+            valid: dict[str, Any] = (v if v is not None else self.validator).validator.validate_python(payload)
         except ValidationError as exc:
             err = exc.errors()[0]
             loc = ".".join(str(p) for p in err["loc"]) or "payload"
@@ -237,7 +250,6 @@ def load_schema_file(path: Path) -> EventSchema:
         schema=schema,
         parsed=parsed,
         fingerprint=fingerprint,
-        validator=payload_validator(payload),
         defaults={f["name"]: f["default"] for f in payload["fields"] if "default" in f},
         payload_fields=len(payload["fields"]),
     )

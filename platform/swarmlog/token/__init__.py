@@ -17,9 +17,11 @@ Machinery: ``_chain`` (the hash chain), ``_document`` (versions, signatures, fil
 ``_create``, ``_verify``, ``_v1``.
 """
 
+from typing import TYPE_CHECKING
+
+from .._lazy import exports
 from ..errors import InvalidToken, SignatureUnchecked
 from ._chain import DEFAULT_EVERY, Checkpoint
-from ._create import create_token
 from ._document import (
     TOKEN_VERSION,
     AnyToken,
@@ -30,7 +32,16 @@ from ._document import (
     signature_status,
 )
 from ._v1 import ReplayToken, mismatches, token_from
-from ._verify import FirstDifference, TokenCheck, verify_token
+
+if TYPE_CHECKING:
+    from ._create import create_token
+    from ._verify import FirstDifference, TokenCheck, verify_token
+
+# Creating and verifying a token replays the swarm's code: the runtime and the determinism guard,
+# imported when first used, so that reading a token (``replay --verify``'s first step) or a command
+# that only names the defaults (the CLI's parser) does not pay for them (swarmlog._lazy).
+__getattr__ = exports(globals(), {"create_token": "._create", "FirstDifference": "._verify",
+                                  "TokenCheck": "._verify", "verify_token": "._verify"})
 
 __all__ = [
     "DEFAULT_EVERY",
