@@ -360,17 +360,25 @@ def swarmlog_swarm(s: Settings, *, processes: bool, shape: Shape = RING,
     topic = topic or fresh_topic(s, "swarm")
     env = {**_env(shape), "SWARMLOG_TOPIC": topic, **(env_extra or {})}
     cmd = [sys.executable, "-m", "swarmlog.cli", "run", "bench.swarm:ring"]
-    if processes:
-        procs = [subprocess.Popen(cmd + ["--agent", a], env=env, cwd=REPO, stdout=subprocess.DEVNULL)
-                 for a in AGENTS]
-    else:
-        procs = [subprocess.Popen(cmd + ["--run-id", "bench", "--seed", "1"], env=env, cwd=REPO,
-                                  stdout=subprocess.DEVNULL)]
     cpu_before = _children_cpu_s()
+    procs: list[subprocess.Popen] = []
     try:
-        _wait_for_groups(s, [f"swarmlog.{topic}.{a}" for a in AGENTS], procs)
         if processes:
+            # An agent process joins its group only once the topic holds run.started (it waits for
+            # the run, as a pod started before the chart's run-start Job does). So the run is
+            # started first, the four agents that only answer join, and s0 — whose answer to
+            # run.started is the chains' first burst, where the measured span begins — comes last:
+            # nobody's start-up is inside the span.
             start_run(settings=s, swarm=ring, run_id="bench", seed=1, topic=topic)
+            first, rest = AGENTS[0], AGENTS[1:]
+            procs = [subprocess.Popen(cmd + ["--agent", a], env=env, cwd=REPO, stdout=subprocess.DEVNULL)
+                     for a in rest]
+            _wait_for_groups(s, [f"swarmlog.{topic}.{a}" for a in rest], procs)
+            procs.append(subprocess.Popen(cmd + ["--agent", first], env=env, cwd=REPO, stdout=subprocess.DEVNULL))
+        else:
+            procs = [subprocess.Popen(cmd + ["--run-id", "bench", "--seed", "1"], env=env, cwd=REPO,
+                                      stdout=subprocess.DEVNULL)]
+            _wait_for_groups(s, [f"swarmlog.{topic}.{a}" for a in AGENTS], procs)
         collected = _collect(s, topic, shape.outputs, procs)
     finally:
         _stop(procs)
