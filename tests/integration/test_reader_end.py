@@ -106,3 +106,24 @@ def test_a_closed_reader_is_reused_clean_for_another_topic(base_settings):
             assert [m.value() for batch in reader.batches() for m in batch] == [b"2", b"3"]
     finally:
         backend.close()
+
+
+def test_a_backend_that_goes_closes_the_readers_it_kept(base_settings):
+    # An entry point makes a backend, reads, and drops it: the consumer it kept is closed then, in
+    # that thread, not left to the cycle collector or the interpreter's teardown (a consumer
+    # destroyed there can hold a stopping agent past its SIGTERM grace).
+    topic = new_topic_name()
+    backend = KafkaBackend(base_settings)
+    backend.create_topic(topic)
+    with backend.reader(topic) as reader:
+        reader.assign(0)
+        assert list(reader.batches()) == []
+    consumer = reader.consumer
+    consumer.assignment()  # kept: still open
+    del backend, reader
+    try:
+        consumer.assignment()
+    except RuntimeError as exc:
+        assert "closed" in str(exc).lower()
+    else:
+        raise AssertionError("the kept consumer is still open after its backend went")

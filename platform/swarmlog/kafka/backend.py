@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -36,6 +37,14 @@ class KafkaBackend:
         self._idle: list[LogReader] = []
         self._closed_readers = False
         self._lock = threading.Lock()
+        # The kept readers' consumers are closed when the backend goes, by reference count (the
+        # end of the call that made it, as before readers were kept) or at exit, in that thread:
+        # never left to the cycle collector to destroy in whatever thread it runs, or to the
+        # interpreter's teardown. So a kept reader reaches its backend only through a weak
+        # reference, and nothing the backend holds refers back to it.
+        backend = weakref.ref(self)
+        self._keep_reader = lambda reader: (b := backend()) is not None and b._keep(reader)
+        weakref.finalize(self, _close_idle, self._idle)
 
     def _admin_client(self) -> Any:
         if self._admin is None:
@@ -64,7 +73,7 @@ class KafkaBackend:
                         reused.close()
                     raise
                 return reused
-            return LogReader(settings=self.settings, topic=topic, on_close=self._keep)
+            return LogReader(settings=self.settings, topic=topic, on_close=self._keep_reader)
         return LogReader(settings=self.settings, topic=topic, group=group)
 
     def _keep(self, reader: LogReader) -> bool:
@@ -111,11 +120,8 @@ class KafkaBackend:
             if self._watermarks is not None:
                 self._watermarks.close()
                 self._watermarks = None
-            idle, self._idle = self._idle, []
             self._closed_readers = True  # readers closed from now on close their consumers
-        for reader in idle:
-            reader._on_close = None
-            reader.close()
+        _close_idle(self._idle)
 
     def committed(self, group: str, topic: str) -> int | None:
         return committed_offset(self._admin_client(), group=group, topic=topic)
@@ -128,6 +134,17 @@ class KafkaBackend:
 
     def create_copy(self, topic: str, messages: Iterable[Any], *, end: int = 0) -> int:
         return create_copy(self.settings, topic, messages, end=end)
+
+
+def _close_idle(idle: list[LogReader]) -> None:
+    """Close every kept reader's consumer (a backend's close, or its finalizer)."""
+    while True:
+        try:
+            reader = idle.pop()
+        except IndexError:
+            return
+        reader._on_close = None
+        reader.close()
 
 
 def backend_for(settings: Settings, backend: LogBackend | None = None) -> LogBackend:
