@@ -102,13 +102,13 @@ class StreamHasher:
 
     def update(self, offset: int, value: bytes | None) -> None:
         value = value or b""
-        self._h.update(_FRAME.pack(offset, len(value)) + value)
+        self._h.update(FRAME.pack(offset, len(value)) + value)
         self.count += 1
 
     def update_batch(self, msgs: list[Any]) -> None:
         """:meth:`update` for each of a batch of messages, in order."""
         update = self._h.update
-        pack = _FRAME.pack
+        pack = FRAME.pack
         for m in msgs:
             value = m.value() or b""
             update(pack(m.offset(), len(value)) + value)
@@ -118,5 +118,12 @@ class StreamHasher:
         return self._h.hexdigest()
 
 
-_FRAME = struct.Struct(">QI")
-"""A message's frame in the stream hash: 8-byte big-endian offset, 4-byte big-endian length."""
+FRAME = struct.Struct(">QI")
+"""A message's frame wherever the log's bytes are hashed (the stream hash, a token's chain): 8-byte
+big-endian offset, 4-byte big-endian length, then the value's bytes."""
+
+
+def frame(offset: int, value: bytes | None) -> bytes:
+    """One message as :data:`FRAME` and its value (``None``, a tombstone, hashes as empty)."""
+    value = value or b""
+    return FRAME.pack(offset, len(value)) + value

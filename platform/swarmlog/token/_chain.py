@@ -25,22 +25,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..hashing import FRAME, frame
+
 DEFAULT_EVERY = 1000
 """Events per checkpoint: a token of a million events holds 1,000 checkpoints (about 90 kB),
 and a change is located to within 1,000 events without any other copy of the log."""
 
-_FRAME = struct.Struct(">QI")
 _GENESIS_TAG = b"swarmlog.chain.v1"
 
 
 def genesis(start_offset: int) -> str:
     """The link before the first segment of a chain that starts at ``start_offset``."""
     return hashlib.sha256(_GENESIS_TAG + struct.pack(">Q", start_offset)).hexdigest()
-
-
-def frame(offset: int, value: bytes | None) -> bytes:
-    value = value or b""
-    return _FRAME.pack(offset, len(value)) + value
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +80,7 @@ class ChainBuilder:
 
     def update_batch(self, msgs: Iterable[Any]) -> None:
         h = self._h
-        pack = _FRAME.pack
+        pack = FRAME.pack
         for m in msgs:
             value = m.value() or b""
             off = m.offset()
@@ -154,7 +150,7 @@ class ChainChecker:
         self._h = hashlib.sha256(bytes.fromhex(cp.link))  # the token's link: each segment stands alone
 
     def update_batch(self, msgs: Iterable[Any]) -> None:
-        pack = _FRAME.pack
+        pack = FRAME.pack
         for m in msgs:
             off = m.offset()
             while self._seg < len(self.checkpoints) and off >= self.checkpoints[self._seg].end_offset:
