@@ -22,6 +22,11 @@ group consumer, :mod:`swarmlog.kafka.channel`):
 6. **State in the record.** The digests of a batch's live steps are written last in
    its transaction (:mod:`._digests`); the rebuild of step 3 checks every recorded one.
    A clean stop, once caught up, records the final state's digest.
+7. **Reading everything, acting on little.** Every agent reads every message of the topic;
+   live, each is routed by its envelope alone (``Decoder.envelope_route``: no header is read,
+   so none can steer the agent), and an own output of a live step read back is not decoded.
+   The first pass of step 2 routes by the headers and checks every one against the envelope,
+   so a log with a lying header is refused at the next start (``RoutingHeaderMismatch``).
 
 SIGTERM (via ``stop``) finishes the current batch's transaction and returns.
 
@@ -304,7 +309,10 @@ class AgentWorker:
         if eof is not None:  # after the batch's messages: the end is known, up to its last marker
             self.eof_at = eof
             self._at_end = True
-        route = self.decoder.route  # from the envelope; a lying header raises RoutingHeaderMismatch
+        # By the envelope alone: a live agent routes by no header, so none can steer it, and it
+        # pays for each of the many messages that are not its business the least it can. (Its
+        # first pass, _index, routes by the headers, and checks every one against the envelope.)
+        route = self.decoder.envelope_route
         for m in msgs:
             core.process(m, route(m))
         read_to = max(core.position, self.eof_at)

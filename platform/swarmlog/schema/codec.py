@@ -29,7 +29,7 @@ from typing import Any
 import fastavro
 
 from ..errors import SchemaNotFound, UndecodableMessage
-from ..protocol import H_AGENT, H_TO, H_TYPE, H_VERSION, Headers, Route, checked_route, route
+from ..protocol import H_AGENT, H_TO, H_TYPE, H_VERSION, Headers, Route, checked_route, output_step, route
 from .registry import EventSchema, SchemaRegistry
 from .upcasting import upcasters_for
 
@@ -216,7 +216,7 @@ class Decoder:
         """Where a message goes, as its envelope says: type (the writer schema's), agent, recipient,
         step; its routing headers checked against that (:func:`swarmlog.protocol.checked_route`).
 
-        The hot path of every agent and of replay: only the envelope's first fields are read
+        The hot path of replay and of an agent's first pass: only the envelope's first fields are read
         (no payload decoding). A message that is not an event of a known schema gets the route
         its headers give; decoding it fails wherever it is decoded, and is reported there.
         """
@@ -233,6 +233,43 @@ class Decoder:
         except (IndexError, ValueError):
             return route(headers)
         return checked_route(headers, msg.offset(), kind[0], kind[1], kind[2], event_id, agent, to, self._expected)
+
+    def envelope_route(self, msg: Any) -> Route:
+        """Where a message goes as its envelope says (type, agent, recipient), its headers not
+        read: for a reader that routes by the envelope alone, whom a header cannot steer.
+
+        The live agent's path: every agent reads every message of its swarm and acts on few, so
+        what it pays for the rest is this and no more (``step`` is None: :meth:`step` reads it
+        for the messages that need it). Checking the headers is the business of the readers that
+        route by them (:meth:`route`). A message that is not an event of a known schema gets the
+        route its headers give, as in :meth:`route`: there is no envelope to go by.
+        """
+        value = msg.value()
+        if value is None or value[:2] != MAGIC:
+            return route(msg.headers())
+        fp = value[2:HEADER_LEN]
+        kind = self._kinds.get(fp) or self._kind(fp)
+        if kind is None:
+            return route(msg.headers())
+        try:
+            _, agent, to = _envelope_route(value)
+        except (IndexError, ValueError):
+            return route(msg.headers())
+        return Route(kind[0], agent.decode(), None if to is None else to.decode(), None)
+
+    @staticmethod
+    def step(msg: Any) -> int | None:
+        """The step the envelope's event id names (``agent@step#i``; None: it names none), read
+        without decoding the payload; None too for a message that is not an event."""
+        value = msg.value()
+        if value is None or value[:2] != MAGIC:
+            return None
+        try:
+            event_id, _, _ = _envelope_route(value)
+        except (IndexError, ValueError):
+            return None
+        step = output_step(event_id)
+        return None if step is None else int(step)
 
     def decode_checked(self, msg: Any) -> tuple[EventSchema, dict[str, Any]]:
         """:meth:`decode` a message and check its routing headers against the decoded envelope."""
