@@ -117,9 +117,9 @@ def checked_route(headers: Headers | None, offset: int, event_type: str, event_t
     missing from a message that carries routing headers (an absent ``sl.to`` means a
     broadcast). A message without any (written by another tool) is routed by its envelope.
 
-    Speed: a replay and an agent's first pass route every message. swarmlog's writers put the headers in one order
-    (``sl.type``, ``sl.v``, ``sl.agent``, ``sl.to`` if any, ``sl.step`` on runtime outputs), so
-    the common case is one list comparison with the headers such an envelope should have
+    Speed: a swarm replay and an agent's first pass route every message. swarmlog's writers put
+    the headers in one order (``sl.type``, ``sl.v``, ``sl.agent``, ``sl.to`` if any, ``sl.step``
+    on runtime outputs), so the common case is one list comparison with the headers such an envelope should have
     (kept in ``expected``, the caller's cache); anything else is checked header by header.
     """
     step = None
@@ -229,18 +229,12 @@ def wall_timer_id(agent: str, set_offset: int) -> str:
 def step_of(event_id: bytes) -> bytes | None:
     """The step of an ``agent@step#i`` id as the bytes of an ``sl.step`` header (None: no step);
     for a ``state.digest`` (``agent@state<step>``), the last step it digests."""
-    step = output_step(event_id)
-    if step is not None:
-        return step
-    _, sep, last = event_id.rpartition(_DIGEST_MARK_B)
-    return last if sep and last.isdigit() else None
-
-
-def output_step(event_id: bytes) -> bytes | None:
-    """The step of an output's ``agent@step#i`` id, as bytes of digits (None: not an output's id)."""
     _, _, tail = event_id.rpartition(_STEP_MARK_B)
     step, sep, index = tail.partition(_INDEX_MARK_B)
-    return step if sep and step.isdigit() and index.isdigit() else None
+    if sep:
+        return step if step.isdigit() and index.isdigit() else None
+    _, sep, last = event_id.rpartition(_DIGEST_MARK_B)
+    return last if sep and last.isdigit() else None
 
 
 def state_digest_id(agent: str, last_step: int) -> str:

@@ -133,7 +133,8 @@ def test_the_envelope_route_is_the_checked_route_without_the_step(registry, even
 @given(step=st.integers(0, 2**62), index=st.integers(0, 1000))
 def test_the_step_read_from_the_envelope_is_the_ids(registry, step, index):
     enc = Encoder(registry.latest(MESSAGE))
-    for event_id, want in ((f"a@{step}#{index}", step), (f"a@timer{step}", None), (f"a@state{step}", None)):
+    for event_id, want in ((f"a@{step}#{index}", step), (f"a@timer{step}", None), (f"a@state{step}", step),
+                           (f"a@stop{step}", None)):
         value = enc.encode_event(event_id, "run", "a", None, [], {"kind": "k", "body": "b"})
         assert Decoder.step(MemoryMessage(0, value, None, None, 0)) == want
     assert Decoder.step(MemoryMessage(0, b"not an event", None, None, 0)) is None

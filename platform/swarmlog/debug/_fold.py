@@ -172,19 +172,21 @@ class EffectLookahead:
             self.done = True
             return
         max_step = self.max_step
-        route = self.decoder.route
+        route = self.decoder.envelope_route
+        step_of = self.decoder.step
         routes = self.routes
         keep = len(routes) < ROUTES_KEPT
         fold_at = self.fold_at
         for m in batch:
-            # The envelope's route, headers checked against it (RoutingHeaderMismatch): a lying
-            # sl.agent or sl.step would move where an agent's history ends.
+            # By the envelope alone, the step too (from the event id): no header is read, so none
+            # can move where an agent's history ends.
             r = route(m)
             if keep and m.offset() >= fold_at:
                 routes[m.offset()] = r
-            etype, who, _, step = r
+            etype, who, _, _ = r
             if who not in max_step:
                 continue
+            step = step_of(m)
             if step is not None and step > max_step[who]:
                 max_step[who] = step
             if etype in RECORDED_EFFECTS:
@@ -295,7 +297,7 @@ class SwarmFold:
         routes = lookahead.routes
         r = routes.pop(off, None) if routes else None
         if r is None:
-            r = self.decoder.route(m)  # from the envelope; a lying header raises RoutingHeaderMismatch
+            r = self.decoder.envelope_route(m)  # by the envelope alone: no header can steer the fold
         steps: list[Step] = []
         resume = self.resume
         for name, core in self.cores.items():

@@ -29,7 +29,7 @@ from typing import Any
 import fastavro
 
 from ..errors import SchemaNotFound, UndecodableMessage
-from ..protocol import H_AGENT, H_TO, H_TYPE, H_VERSION, Headers, Route, checked_route, output_step, route
+from ..protocol import H_AGENT, H_TO, H_TYPE, H_VERSION, Headers, Route, checked_route, route, step_of
 from .registry import EventSchema, SchemaRegistry
 from .upcasting import upcasters_for
 
@@ -259,8 +259,9 @@ class Decoder:
 
     @staticmethod
     def step(msg: Any) -> int | None:
-        """The step the envelope's event id names (``agent@step#i``; None: it names none), read
-        without decoding the payload; None too for a message that is not an event."""
+        """The step the envelope's event id names, as an ``sl.step`` header would (``agent@step#i``;
+        a state digest's last step; None: it names none), read without decoding the payload; None
+        too for a message that is not an event."""
         value = msg.value()
         if value is None or value[:2] != MAGIC:
             return None
@@ -268,7 +269,7 @@ class Decoder:
             event_id, _, _ = _envelope_route(value)
         except (IndexError, ValueError):
             return None
-        step = output_step(event_id)
+        step = step_of(event_id)
         return None if step is None else int(step)
 
     def decode_checked(self, msg: Any) -> tuple[EventSchema, dict[str, Any]]:
