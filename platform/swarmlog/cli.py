@@ -57,8 +57,13 @@ def exit_code(exc: SwarmlogError) -> int:
     return EXIT_FAILED
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    return Settings.from_env(topic=getattr(args, "topic", None))
+def _settings(args: argparse.Namespace, *, postgres: bool = False) -> Settings:
+    """The settings, ``--topic`` over ``SWARMLOG_TOPIC``; ``postgres``: the command will use the mirror,
+    so its URL is checked now (a bad one is exit 2 before any work), not at its first connection."""
+    settings = Settings.from_env(topic=getattr(args, "topic", None))
+    if postgres:
+        settings.check_database_url()
+    return settings
 
 
 def _load_object(spec: str) -> Any:
@@ -115,7 +120,7 @@ def cmd_sink(args: argparse.Namespace) -> int:
         return _sink_pattern(args)
     if args.include_side_topics or args.metadata_refresh_ms is not None:
         raise UsageError("--include-side-topics and --metadata-refresh-ms go with --topics-pattern")
-    settings = _settings(args)
+    settings = _settings(args, postgres=True)
     sink = PostgresSink(settings=settings, group=args.group, give_up_after=args.give_up_after)
     sink.install_signal_handlers()
     server = None
@@ -145,6 +150,7 @@ def _sink_pattern(args: argparse.Namespace) -> int:
     if args.topic is not None:
         raise UsageError("--topic and --topics-pattern exclude each other: one topic, or every topic matching")
     settings = Settings.from_env()
+    settings.check_database_url()
     pattern = TopicPattern(pattern=args.topics_pattern, include_side_topics=args.include_side_topics)
     sink = PatternSink(settings=settings, pattern=pattern, group=args.group,
                        refresh_interval_ms=args.metadata_refresh_ms or 10_000)
@@ -175,7 +181,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     from swarmlog_connectors.postgres_migrations import SCHEMA_VERSION, migrate, schema_version
     from swarmlog_connectors.postgres_sink import connect
 
-    with connect(_settings(args)) as conn:
+    with connect(_settings(args, postgres=True)) as conn:
         if args.action == "status":
             found = schema_version(conn)
             print(json.dumps({"schema_version": found, "sink_needs": SCHEMA_VERSION,
@@ -200,7 +206,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if isinstance(token, ReplayTokenV2):
             return verify_v2(args, token, source=args.verify)
         expected = token
-    settings = _settings(args)
+    settings = _settings(args, postgres=args.publish)  # --publish: the report goes into the mirror
     if expected is not None:
         settings = verify_v1_settings(args, expected, settings)
     if args.publish and not args.swarm:
@@ -322,7 +328,7 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
 def _mirror_verify(args: argparse.Namespace) -> int:
     from swarmlog_connectors.mirror_verify import verify_mirror
 
-    settings = _settings(args)
+    settings = _settings(args, postgres=True)
     status = 0
     if args.token:
         from .token import ReplayTokenV2, check_signature, load_token, verify_token
@@ -430,7 +436,7 @@ def cmd_dev(argv: list[str]) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import main as demo_main
 
-    settings = _settings(args)
+    settings = _settings(args, postgres=True)  # the demo mirrors its run
     _pin_interpreter(args, None, new_run=True)  # the demo starts its runs in this process
     return demo_main(settings=settings, agents=args.agents, rounds=args.rounds)
 
