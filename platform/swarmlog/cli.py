@@ -197,11 +197,12 @@ def cmd_mirror(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from .replay import replay
-    from .token import ReplayTokenV2, load_token
-    from .token.command import backend_of, registry_of, verify_v1_result, verify_v1_settings, verify_v2
 
     expected = None
     if args.verify:
+        from .token import ReplayTokenV2, load_token
+        from .token.command import verify_v1_settings, verify_v2
+
         token = load_token(args.verify)
         if isinstance(token, ReplayTokenV2):
             return verify_v2(args, token, source=args.verify)
@@ -242,9 +243,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"stream hash {result.stream_hash}")
         status = EXIT_UNREADABLE if (args.strict and result.undecodable) else EXIT_OK
     if expected is not None:
+        from .token.command import verify_v1_result
+
         return verify_v1_result(args, expected, settings, result, reducer) or status
     if args.token_out:
         from .token import create_token
+        from .token.command import backend_of, registry_of
 
         token2 = create_token(backend=backend_of(settings), topic=settings.topic, registry=registry_of(settings),
                               to=result.end_offset, every=args.checkpoint_every,
