@@ -521,7 +521,36 @@ def _epilog() -> str:
             "command for `dev` and `schema`: swarmlog -v dev up).\n\nexit status:\n" + codes)
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unbuilt:
+    """The parser of a command that is not the one being parsed: what is added to it is dropped."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def set_defaults(self, **kwargs: Any) -> None:
+        pass
+
+
+class _OneCommand:
+    """argparse's subcommands, building only ``command``'s parser (see :func:`build_parser`)."""
+
+    def __init__(self, sub: Any, command: str) -> None:
+        self._sub = sub
+        self._command = command
+        self.choices = sub.choices
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        return self._sub.add_parser(name, **kwargs) if name == self._command else _Unbuilt()
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """swarmlog's argument parser; given ``command``, with that command's parser alone.
+
+    :func:`main` parses one command: building the parsers of all twenty (a hundred options)
+    took a short command longer than its own work before the first fetch (``cli_replay_3`` in
+    bench/cli.py). A ``command`` that is none of them gets the whole parser, whose error lists
+    them all; ``swarmlog --help`` and no command at all get it too.
+    """
     from .token.command import DEFAULT_CHECKPOINTS
     from .token.command import add_parsers as add_token_parsers
 
@@ -532,7 +561,8 @@ def build_parser() -> argparse.ArgumentParser:
     verbose = argparse.ArgumentParser(add_help=False)
     verbose.add_argument("-v", "--verbose", action="count", default=0,
                          help="-v: progress and librdkafka's log lines on stderr; -vv: debug")
-    sub = p.add_subparsers(dest="command", required=True)
+    subcommands = p.add_subparsers(dest="command", required=True)
+    sub: Any = subcommands if command is None else _OneCommand(subcommands, command)
 
     sub.add_parser("dev", help="local Kafka (1 or 3 brokers) + Postgres: up | down | status | env", add_help=False)
     sub.add_parser("schema", help="check | list the event schemas (compatibility across versions)", add_help=False)
@@ -636,9 +666,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .debug.command import add_parsers as add_debug_parsers
 
     add_debug_parsers(sub)  # log, show, state, debug, snapshot, fork
-    for name, command in sub.choices.items():
-        if name not in ("dev", "schema") and "-v" not in command._option_string_actions:
-            command.add_argument("-v", "--verbose", action="count", default=0,
+    for name, subparser in sub.choices.items():
+        if name not in ("dev", "schema") and "-v" not in subparser._option_string_actions:
+            subparser.add_argument("-v", "--verbose", action="count", default=0,
                                  help="-v: progress and librdkafka's log lines on stderr; -vv: debug")
 
     d = sub.add_parser("demo", help="run a small swarm, mirror it, replay it", parents=[verbose])
@@ -646,6 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--agents", type=int, default=3)
     d.add_argument("--rounds", type=int, default=200)
     d.set_defaults(func=cmd_demo)
+    if command is not None and command not in subcommands.choices:
+        return build_parser()
     return p
 
 
@@ -659,7 +691,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .schema.check import run as schema_run
 
             return schema_run(args_list[1:])
-        args = build_parser().parse_args(args_list)
+        args = build_parser(args_list[0] if args_list else None).parse_args(args_list)
         configure_logging(verbosity + getattr(args, "verbose", 0),
                           service=args.command in _SERVICES or bool(getattr(args, "publish", False)))
         # Only a process started as the command line may replace itself (swarmlog.interpreter).
