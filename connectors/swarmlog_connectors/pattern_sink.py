@@ -96,6 +96,7 @@ class PatternSink:
     def __init__(self, *, settings: Settings, pattern: TopicPattern, group: str | None = None,
                  registry: SchemaRegistry | None = None, poll_timeout: float = 0.02, batch_size: int = 5000,
                  transaction_size: int = 50_000, refresh_interval_ms: int = 10_000) -> None:
+        settings.check_database_url()  # a sink is nothing without its mirror: a bad URL is refused first
         self.settings = settings
         self.pattern = pattern
         self.group = group or sink_group()

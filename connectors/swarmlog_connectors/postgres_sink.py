@@ -130,12 +130,13 @@ def denied(conn: psycopg.Connection[Any], action: str, exc: psycopg.Error) -> Da
 
 def connect(settings: Settings, **kwargs: Any) -> psycopg.Connection[Any]:
     """A connection to the mirror, given up on after the connect timeout."""
+    conninfo = settings.database_conninfo()  # first: a URL libpq refuses is a bad setting (exit 2), not an outage
     # libpq's own connect_timeout (whole seconds, at least 2), unless the URL or the caller sets one.
     if "connect_timeout" not in kwargs and "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(
             settings.database_url):
         kwargs["connect_timeout"] = max(2, math.ceil(settings.connect_timeout))
     try:
-        return psycopg.connect(settings.database_conninfo(), autocommit=True, **kwargs)
+        return psycopg.connect(conninfo, autocommit=True, **kwargs)
     except psycopg.OperationalError as exc:
         raise ServiceUnavailable(service="Postgres", address=_redact(settings.database_url),
                                  detail=str(exc).strip()) from None
@@ -182,6 +183,7 @@ class PostgresSink:
     def __init__(self, *, settings: Settings, topic: str | None = None, registry: SchemaRegistry | None = None,
                  poll_timeout: float = 0.02, batch_size: int = 5000, transaction_size: int = 50_000,
                  group: str | None = None, give_up_after: float | None = None) -> None:
+        settings.check_database_url()  # a sink is nothing without its mirror: a bad URL is refused first
         self.settings = settings
         self.topic = topic or settings.topic
         self.group = group or sink_group(self.topic)

@@ -57,8 +57,13 @@ def exit_code(exc: SwarmlogError) -> int:
     return EXIT_FAILED
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    return Settings.from_env(topic=getattr(args, "topic", None))
+def _settings(args: argparse.Namespace, *, postgres: bool = False) -> Settings:
+    """The settings, ``--topic`` over ``SWARMLOG_TOPIC``; ``postgres``: the command will use the mirror,
+    so its URL is checked now (a bad one is exit 2 before any work), not at its first connection."""
+    settings = Settings.from_env(topic=getattr(args, "topic", None))
+    if postgres:
+        settings.check_database_url()
+    return settings
 
 
 def _load_object(spec: str) -> Any:
@@ -115,7 +120,7 @@ def cmd_sink(args: argparse.Namespace) -> int:
         return _sink_pattern(args)
     if args.include_side_topics or args.metadata_refresh_ms is not None:
         raise UsageError("--include-side-topics and --metadata-refresh-ms go with --topics-pattern")
-    settings = _settings(args)
+    settings = _settings(args, postgres=True)
     sink = PostgresSink(settings=settings, group=args.group, give_up_after=args.give_up_after)
     sink.install_signal_handlers()
     server = None
@@ -145,6 +150,7 @@ def _sink_pattern(args: argparse.Namespace) -> int:
     if args.topic is not None:
         raise UsageError("--topic and --topics-pattern exclude each other: one topic, or every topic matching")
     settings = Settings.from_env()
+    settings.check_database_url()
     pattern = TopicPattern(pattern=args.topics_pattern, include_side_topics=args.include_side_topics)
     sink = PatternSink(settings=settings, pattern=pattern, group=args.group,
                        refresh_interval_ms=args.metadata_refresh_ms or 10_000)
@@ -175,7 +181,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     from swarmlog_connectors.postgres_migrations import SCHEMA_VERSION, migrate, schema_version
     from swarmlog_connectors.postgres_sink import connect
 
-    with connect(_settings(args)) as conn:
+    with connect(_settings(args, postgres=True)) as conn:
         if args.action == "status":
             found = schema_version(conn)
             print(json.dumps({"schema_version": found, "sink_needs": SCHEMA_VERSION,
@@ -191,16 +197,17 @@ def cmd_mirror(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from .replay import replay
-    from .token import ReplayTokenV2, load_token
-    from .token.command import backend_of, registry_of, verify_v1_result, verify_v1_settings, verify_v2
 
     expected = None
     if args.verify:
+        from .token import ReplayTokenV2, load_token
+        from .token.command import verify_v1_settings, verify_v2
+
         token = load_token(args.verify)
         if isinstance(token, ReplayTokenV2):
             return verify_v2(args, token, source=args.verify)
         expected = token
-    settings = _settings(args)
+    settings = _settings(args, postgres=args.publish)  # --publish: the report goes into the mirror
     if expected is not None:
         settings = verify_v1_settings(args, expected, settings)
     if args.publish and not args.swarm:
@@ -236,9 +243,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"stream hash {result.stream_hash}")
         status = EXIT_UNREADABLE if (args.strict and result.undecodable) else EXIT_OK
     if expected is not None:
+        from .token.command import verify_v1_result
+
         return verify_v1_result(args, expected, settings, result, reducer) or status
     if args.token_out:
         from .token import create_token
+        from .token.command import backend_of, registry_of
 
         token2 = create_token(backend=backend_of(settings), topic=settings.topic, registry=registry_of(settings),
                               to=result.end_offset, every=args.checkpoint_every,
@@ -322,7 +332,7 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
 def _mirror_verify(args: argparse.Namespace) -> int:
     from swarmlog_connectors.mirror_verify import verify_mirror
 
-    settings = _settings(args)
+    settings = _settings(args, postgres=True)
     status = 0
     if args.token:
         from .token import ReplayTokenV2, check_signature, load_token, verify_token
@@ -430,7 +440,7 @@ def cmd_dev(argv: list[str]) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import main as demo_main
 
-    settings = _settings(args)
+    settings = _settings(args, postgres=True)  # the demo mirrors its run
     _pin_interpreter(args, None, new_run=True)  # the demo starts its runs in this process
     return demo_main(settings=settings, agents=args.agents, rounds=args.rounds)
 
@@ -511,7 +521,36 @@ def _epilog() -> str:
             "command for `dev` and `schema`: swarmlog -v dev up).\n\nexit status:\n" + codes)
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unbuilt:
+    """The parser of a command that is not the one being parsed: what is added to it is dropped."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def set_defaults(self, **kwargs: Any) -> None:
+        pass
+
+
+class _OneCommand:
+    """argparse's subcommands, building only ``command``'s parser (see :func:`build_parser`)."""
+
+    def __init__(self, sub: Any, command: str) -> None:
+        self._sub = sub
+        self._command = command
+        self.choices = sub.choices
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        return self._sub.add_parser(name, **kwargs) if name == self._command else _Unbuilt()
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """swarmlog's argument parser; given ``command``, with that command's parser alone.
+
+    :func:`main` parses one command: building the parsers of all twenty (a hundred options)
+    took a short command longer than its own work before the first fetch (``cli_replay_3`` in
+    bench/cli.py). A ``command`` that is none of them gets the whole parser, whose error lists
+    them all; ``swarmlog --help`` and no command at all get it too.
+    """
     from .token.command import DEFAULT_CHECKPOINTS
     from .token.command import add_parsers as add_token_parsers
 
@@ -522,7 +561,8 @@ def build_parser() -> argparse.ArgumentParser:
     verbose = argparse.ArgumentParser(add_help=False)
     verbose.add_argument("-v", "--verbose", action="count", default=0,
                          help="-v: progress and librdkafka's log lines on stderr; -vv: debug")
-    sub = p.add_subparsers(dest="command", required=True)
+    subcommands = p.add_subparsers(dest="command", required=True)
+    sub: Any = subcommands if command is None else _OneCommand(subcommands, command)
 
     sub.add_parser("dev", help="local Kafka (1 or 3 brokers) + Postgres: up | down | status | env", add_help=False)
     sub.add_parser("schema", help="check | list the event schemas (compatibility across versions)", add_help=False)
@@ -626,9 +666,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .debug.command import add_parsers as add_debug_parsers
 
     add_debug_parsers(sub)  # log, show, state, debug, snapshot, fork
-    for name, command in sub.choices.items():
-        if name not in ("dev", "schema") and "-v" not in command._option_string_actions:
-            command.add_argument("-v", "--verbose", action="count", default=0,
+    for name, subparser in sub.choices.items():
+        if name not in ("dev", "schema") and "-v" not in subparser._option_string_actions:
+            subparser.add_argument("-v", "--verbose", action="count", default=0,
                                  help="-v: progress and librdkafka's log lines on stderr; -vv: debug")
 
     d = sub.add_parser("demo", help="run a small swarm, mirror it, replay it", parents=[verbose])
@@ -636,6 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--agents", type=int, default=3)
     d.add_argument("--rounds", type=int, default=200)
     d.set_defaults(func=cmd_demo)
+    if command is not None and command not in subcommands.choices:
+        return build_parser()
     return p
 
 
@@ -649,7 +691,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .schema.check import run as schema_run
 
             return schema_run(args_list[1:])
-        args = build_parser().parse_args(args_list)
+        args = build_parser(args_list[0] if args_list else None).parse_args(args_list)
         configure_logging(verbosity + getattr(args, "verbose", 0),
                           service=args.command in _SERVICES or bool(getattr(args, "publish", False)))
         # Only a process started as the command line may replace itself (swarmlog.interpreter).

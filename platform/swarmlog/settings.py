@@ -9,7 +9,8 @@ Variables:
 
 ``SWARMLOG_BOOTSTRAP_SERVERS``   Kafka bootstrap servers.
 ``SWARMLOG_DATABASE_URL``        libpq URL of the Postgres mirror; a password in it is taken out into
-                                 ``database_password`` (the URL is then safe to show).
+                                 ``database_password`` (the URL is then safe to show). Checked by libpq
+                                 where Postgres is first used (:meth:`Settings.check_database_url`).
 ``SWARMLOG_DATABASE_PASSWORD``   the mirror's password, if not in the URL.
 ``SWARMLOG_TOPIC``               the swarm's topic (one single-partition topic per swarm).
 ``SWARMLOG_SCHEMA_PATH``         directories of your own event types, ``:``-separated, layered over
@@ -125,22 +126,21 @@ class Settings(BaseModel):
         return {k: SecretStr(v) if isinstance(v, str) and is_secret_kafka_property(k) else v
                 for k, v in kafka.items()}
 
-    @field_validator("database_url")
-    @classmethod
-    def _libpq_url(cls, url: str) -> str:
-        # Parsed by libpq's own parser (through psycopg), so what passes here is what
-        # psycopg.connect() will accept; ports are only checked by libpq at connect time.
-        from psycopg import ProgrammingError
-        from psycopg.conninfo import conninfo_to_dict
+    def check_database_url(self) -> None:
+        """Raise :class:`~swarmlog.errors.InvalidSetting` unless libpq accepts ``database_url``.
 
-        try:
-            info = conninfo_to_dict(url)
-        except ProgrammingError as exc:
-            raise ValueError(str(exc).strip()) from None
-        for port in str(info.get("port") or "").split(","):
-            if port and not port.isdigit():
-                raise ValueError(f"port {port!r} is not a number")
-        return url
+        The one check of the mirror's URL, made where Postgres is first used: by
+        :meth:`database_conninfo` (every connection to the mirror goes through it), and up front by
+        whatever will need Postgres before it does anything else (the sink, ``swarmlog mirror``,
+        ``replay --publish``, ...), so that a bad URL is one line and exit 2 before any Kafka work.
+        Not a validator of the settings: libpq's parser comes with psycopg, whose import costs a
+        short command a fifth of a second, and most commands (``replay``, ``log``, ``state``,
+        ``token verify``) never touch the mirror (``cli_replay_3`` in bench/cli.py).
+        """
+        problem = _libpq_problem(self.database_url)
+        if problem is not None:
+            raise InvalidSetting(variable="SWARMLOG_DATABASE_URL", value=None,  # a URL may hold a password
+                                 problem=problem, hint=_HINTS["SWARMLOG_DATABASE_URL"])
 
     def schema_dirs(self) -> tuple[Path, ...]:
         """Every schema layer, the built-ins first: what :meth:`SchemaRegistry.load` takes."""
@@ -206,13 +206,36 @@ class Settings(BaseModel):
         return config
 
     def database_conninfo(self) -> str:
-        """The libpq connection string with the password: for ``psycopg.connect`` and nothing else."""
+        """The libpq connection string with the password: for ``psycopg.connect`` and nothing else.
+
+        :class:`~swarmlog.errors.InvalidSetting` if libpq refuses the URL (:meth:`check_database_url`).
+        """
+        self.check_database_url()
         if self.database_password is None:
             return self.database_url
         from psycopg.conninfo import make_conninfo
 
         # The one place the database password is unwrapped.
         return make_conninfo(self.database_url, password=self.database_password.get_secret_value())
+
+
+def _libpq_problem(url: str) -> str | None:
+    """What libpq finds wrong with ``url``, or None.
+
+    Parsed by libpq's own parser (through psycopg), so what passes here is what psycopg.connect()
+    will accept; ports are only checked by libpq at connect time, so they are checked here.
+    """
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        info = conninfo_to_dict(url)
+    except ProgrammingError as exc:
+        return str(exc).strip()
+    for port in str(info.get("port") or "").split(","):
+        if port and not port.isdigit():
+            return f"port {port!r} is not a number"
+    return None
 
 
 def _invalid_setting(exc: ValidationError, env: Mapping[str, str], variables: Mapping[str, str],

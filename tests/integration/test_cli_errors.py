@@ -109,8 +109,18 @@ def test_a_failed_handshake_names_tls_or_sasl_and_what_to_check(settings, extra,
     assert not any(mark in proc.stderr for mark in LIBRDKAFKA_MARKS)
 
 
+BAD_DATABASE_URL = {"SWARMLOG_DATABASE_URL": "postgres:5432/swarmlog"}
+
+
 @pytest.mark.parametrize(("argv", "extra", "variable"), [
-    (["sink", "--until-end"], {"SWARMLOG_DATABASE_URL": "postgres:5432/swarmlog"}, "SWARMLOG_DATABASE_URL"),
+    (["sink", "--until-end"], BAD_DATABASE_URL, "SWARMLOG_DATABASE_URL"),
+    (["sink", "--until-end", "--topics-pattern", "^swarmlog\\..*"], BAD_DATABASE_URL, "SWARMLOG_DATABASE_URL"),
+    (["mirror", "status"], BAD_DATABASE_URL, "SWARMLOG_DATABASE_URL"),
+    (["mirror", "verify"], BAD_DATABASE_URL, "SWARMLOG_DATABASE_URL"),
+    (["replay", "--swarm", "swarmlog.examples.case_study:buggy", "--publish"], BAD_DATABASE_URL,
+     "SWARMLOG_DATABASE_URL"),
+    (["token", "list"], BAD_DATABASE_URL, "SWARMLOG_DATABASE_URL"),
+    (["token", "create", "--save"], BAD_DATABASE_URL, "SWARMLOG_DATABASE_URL"),
     (["topic", "create"], {"SWARMLOG_REPLICATION_FACTOR": "three"}, "SWARMLOG_REPLICATION_FACTOR"),
     (["replay"], {"SWARMLOG_KAFKA_SASL_PASSWRD": "hunter2"}, "SWARMLOG_KAFKA_SASL_PASSWRD"),
     (["replay"], {"SWARMLOG_KAFKA_SECURITY_PROTOCOL": "SASL_SSSL"}, "SWARMLOG_KAFKA_SECURITY_PROTOCOL"),
@@ -125,6 +135,32 @@ def test_a_bad_setting_is_one_line_with_a_hint_and_exit_2(settings, argv, extra,
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"swarmlog: error: {variable}"), proc.stderr
     assert "expected" in lines[0] and "Traceback" not in proc.stderr and "hunter2" not in proc.stderr
+
+
+def _three_events(settings: Settings) -> None:
+    from swarmlog.log.append import EventLog
+
+    with EventLog(settings=settings, run_id="cli-start") as log:
+        for agent in "abc":
+            log.produce("agent.message", {"kind": "k", "body": agent}, agent=agent)
+        log.flush()
+
+
+def test_a_replay_imports_nothing_of_psycopg_and_a_database_url_it_does_not_use_cannot_stop_it(settings):
+    # The mirror's URL is checked by libpq where Postgres is first used (Settings.check_database_url):
+    # a replay never uses it, so it neither pays psycopg's import (cli_replay_3 in bench/cli.py)
+    # nor fails on a URL that the sink would refuse.
+    _three_events(settings)
+    env = subprocess_env(settings)
+    for extra in ({}, BAD_DATABASE_URL):
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "swarmlog.cli", "replay", "--json"],
+                              env={**env, **extra}, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert json.loads(proc.stdout)["events"] == 3
+        imported = [line.rpartition("|")[2].strip() for line in proc.stderr.splitlines()
+                    if line.startswith("import time:")]
+        assert "swarmlog.replay" in imported and "confluent_kafka" in imported  # -X importtime did report
+        assert [m for m in imported if m.split(".")[0] in ("psycopg", "psycopg_binary", "psycopg_c")] == []
 
 
 def test_a_role_that_may_not_create_the_mirrors_tables_is_told_what_to_grant(settings, db, topic):

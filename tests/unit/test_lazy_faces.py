@@ -13,7 +13,7 @@ import pytest
 from ..conftest import REPO
 
 HEAVY = ("swarmlog.guard", "swarmlog.runtime", "swarmlog.context", "swarmlog.http", "swarmlog.debug.session",
-         "swarmlog.token._create", "psycopg", "textual", "opentelemetry")
+         "swarmlog.token._create", "psycopg", "textual", "opentelemetry", "swarmlog.observe._server", "http.server")
 
 
 def _modules_after(code: str) -> set[str]:
@@ -23,12 +23,15 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_starting_the_cli_and_building_its_parser_imports_no_agent_machinery():
-    loaded = _modules_after("import swarmlog.cli\nswarmlog.cli.build_parser()")
+    # What main() does before the command's own code: the parser, then tracing (off: no OTEL_* set).
+    loaded = _modules_after("import swarmlog.cli\nswarmlog.cli.build_parser()\n"
+                            "from swarmlog.observe import tracing\ntracing.configure_from_env()")
     assert {m for m in loaded for h in HEAVY if m == h or m.startswith(h + ".")} == set()
     assert "swarmlog.replay" in loaded and "confluent_kafka" in loaded  # what a plain replay does need
 
 
-@pytest.mark.parametrize("module", ["swarmlog", "swarmlog.replay", "swarmlog.log", "swarmlog.token", "swarmlog.debug"])
+@pytest.mark.parametrize("module", ["swarmlog", "swarmlog.replay", "swarmlog.log", "swarmlog.token", "swarmlog.debug",
+                                    "swarmlog.observe"])
 def test_a_lazy_face_gives_each_public_name_as_the_object_itself_even_after_its_submodules_load(module):
     face = importlib.import_module(module)
     for name in face.__all__:

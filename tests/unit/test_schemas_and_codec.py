@@ -49,6 +49,22 @@ def test_fingerprint_is_the_avro_spec_crc64_of_the_canonical_form(registry):
         assert len(s.fingerprint) == 8
 
 
+def test_the_registrys_own_crc64_gives_fastavros_fingerprint_of_every_schema(registry):
+    # swarmlog computes the fingerprint itself (fastavro rebuilds its table on every call): the
+    # same bytes as fastavro's, on Avro's test vectors, on every built-in schema, on non-ASCII text.
+    from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+    from swarmlog.schema.registry import crc64_avro
+
+    assert crc64_avro('"int"') == (8247732601305521295).to_bytes(8, "little")
+    assert crc64_avro('"null"') == (7195948357588979594).to_bytes(8, "little")
+    canonicals = [to_parsing_canonical_form(s.parsed) for s in registry]
+    canonicals += ['{"type":"enum","name":"é","symbols":["ü"]}', ""]
+    for canonical in canonicals:
+        assert crc64_avro(canonical).hex() == fingerprint(canonical, "CRC-64-AVRO"), canonical
+    assert {s.fingerprint for s in registry} == {crc64_avro(c) for c in canonicals[:len(registry)]}
+
+
 def test_decode_round_trip_resolves_writer_by_fingerprint(registry):
     schema = registry.get("agent.message", 1)
     value = Encoder(schema).encode(_record(kind="k", body="b"))

@@ -38,22 +38,56 @@ from ..conftest import REPO
     ({"SWARMLOG_MIN_INSYNC_REPLICAS": "0"}, "SWARMLOG_MIN_INSYNC_REPLICAS", "greater than or equal to 1"),
     ({"SWARMLOG_CONNECT_TIMEOUT": "soon"}, "SWARMLOG_CONNECT_TIMEOUT", "valid number"),
     ({"SWARMLOG_CONNECT_TIMEOUT": "-1"}, "SWARMLOG_CONNECT_TIMEOUT", "greater than 0"),
-    ({"SWARMLOG_DATABASE_URL": "db.example.com/swarmlog"}, "SWARMLOG_DATABASE_URL", 'missing "="'),
-    ({"SWARMLOG_DATABASE_URL": "postgresql://u@db:fivefour/x"}, "SWARMLOG_DATABASE_URL", "port 'fivefour'"),
-    ({"SWARMLOG_DATABASE_URL": "postgresql://u@db/x?sslmod=require"}, "SWARMLOG_DATABASE_URL", "sslmod"),
 ])
 def test_a_bad_setting_is_an_invalid_setting_naming_the_variable_with_a_hint(env, variable, says):
     with pytest.raises(InvalidSetting) as caught:
         Settings.from_env(env)
-    err = caught.value
+    _assert_names_the_variable_with_a_hint(caught.value, variable, says)
+
+
+def _assert_names_the_variable_with_a_hint(err: InvalidSetting, variable: str, says: str) -> None:
     assert isinstance(err, ConfigurationError)
     assert err.variable == variable and says in err.problem and err.hint
     assert str(err).startswith(variable) and "expected" in str(err)
 
 
+BAD_DATABASE_URLS = [
+    ("db.example.com/swarmlog", 'missing "="'),
+    ("postgresql://u@db:fivefour/x", "port 'fivefour'"),
+    ("postgresql://u@db/x?sslmod=require", "sslmod"),
+]
+
+
+@pytest.mark.parametrize(("url", "says"), BAD_DATABASE_URLS)
+def test_a_bad_database_url_is_an_invalid_setting_where_postgres_is_first_used(url, says):
+    settings = Settings.from_env({"SWARMLOG_DATABASE_URL": url})  # read, not yet checked: see below
+    for first_use in (settings.check_database_url, settings.database_conninfo):
+        with pytest.raises(InvalidSetting) as caught:
+            first_use()
+        _assert_names_the_variable_with_a_hint(caught.value, "SWARMLOG_DATABASE_URL", says)
+
+
+def test_reading_the_settings_does_not_import_psycopg_however_the_database_url_looks():
+    # libpq's parser comes with psycopg (a fifth of a second): a command that never touches the
+    # mirror (replay, log, state) must not pay it, nor fail on a URL it does not use.
+    code = ("import sys\nfrom swarmlog.settings import Settings\n"
+            "for url in ('postgresql://u@db:5432/x', 'postgresql://u:pw@db/x', 'db.example.com/swarmlog'):\n"
+            "    Settings.from_env({'SWARMLOG_DATABASE_URL': url})\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('psycopg', 'psycopg_binary')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_good_database_url_passes_the_check():
+    settings = Settings.from_env({"SWARMLOG_DATABASE_URL": "postgresql://u:pw@db:5432/x?sslmode=require"})
+    settings.check_database_url()
+    assert "password=pw" in settings.database_conninfo()
+
+
 def test_a_bad_database_url_is_reported_without_its_password():
+    settings = Settings.from_env({"SWARMLOG_DATABASE_URL": "postgresql://swarm:hunter2@db:5432/x?bogus=1"})
     with pytest.raises(InvalidSetting) as caught:
-        Settings.from_env({"SWARMLOG_DATABASE_URL": "postgresql://swarm:hunter2@db:5432/x?bogus=1"})
+        settings.check_database_url()
     assert caught.value.value is None and "hunter2" not in str(caught.value)
 
 

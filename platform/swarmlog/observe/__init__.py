@@ -12,9 +12,27 @@ one trace per run, one span per step, configured by the standard ``OTEL_*`` vari
 (``pip install 'swarmlog[otel]'``).
 """
 
-from ._health import Health
-from ._metrics import Family, LatencyHistogram, Metrics
-from ._process import serve_process
-from ._server import ObservabilityServer, serve
+from typing import TYPE_CHECKING
+
+from .._lazy import exports
+
+if TYPE_CHECKING:
+    from ._health import Health
+    from ._metrics import Family, LatencyHistogram, Metrics
+    from ._process import serve_process
+    from ._server import ObservabilityServer, serve
+
+# Every name is imported when first used (swarmlog._lazy): every command imports
+# ``swarmlog.observe.tracing``, which imports this face first, and the probes' HTTP server
+# (``http.server``, ``email``) is for the services alone (``cli_replay_3`` in bench/cli.py).
+__getattr__ = exports(globals(), {
+    "Health": "._health",
+    "Family": "._metrics",
+    "LatencyHistogram": "._metrics",
+    "Metrics": "._metrics",
+    "serve_process": "._process",
+    "ObservabilityServer": "._server",
+    "serve": "._server",
+})
 
 __all__ = ["Family", "Health", "LatencyHistogram", "Metrics", "ObservabilityServer", "serve", "serve_process"]

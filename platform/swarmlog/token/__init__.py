@@ -21,27 +21,44 @@ from typing import TYPE_CHECKING
 
 from .._lazy import exports
 from ..errors import InvalidToken, SignatureUnchecked
-from ._chain import DEFAULT_EVERY, Checkpoint
-from ._document import (
-    TOKEN_VERSION,
-    AnyToken,
-    ReplayTokenV2,
-    check_signature,
-    load_token,
-    parse_token,
-    signature_status,
-)
-from ._v1 import ReplayToken, mismatches, token_from
 
 if TYPE_CHECKING:
+    from ._chain import DEFAULT_EVERY, Checkpoint
     from ._create import create_token
+    from ._document import (
+        TOKEN_VERSION,
+        AnyToken,
+        ReplayTokenV2,
+        check_signature,
+        load_token,
+        parse_token,
+        signature_status,
+    )
+    from ._v1 import ReplayToken, mismatches, token_from
     from ._verify import FirstDifference, TokenCheck, verify_token
 
-# Creating and verifying a token replays the swarm's code: the runtime and the determinism guard,
-# imported when first used, so that reading a token (``replay --verify``'s first step) or a command
-# that only names the defaults (the CLI's parser) does not pay for them (swarmlog._lazy).
-__getattr__ = exports(globals(), {"create_token": "._create", "FirstDifference": "._verify",
-                                  "TokenCheck": "._verify", "verify_token": "._verify"})
+# Every name is imported when first used (swarmlog._lazy). Creating and verifying a token replays
+# the swarm's code: the runtime and the determinism guard; and a plain ``swarmlog replay``, whose
+# parser names the checkpoint default (``--checkpoint-every``), reads no token at all
+# (``cli_replay_3`` in bench/cli.py).
+__getattr__ = exports(globals(), {
+    "DEFAULT_EVERY": "._chain",
+    "Checkpoint": "._chain",
+    "create_token": "._create",
+    "TOKEN_VERSION": "._document",
+    "AnyToken": "._document",
+    "ReplayTokenV2": "._document",
+    "check_signature": "._document",
+    "load_token": "._document",
+    "parse_token": "._document",
+    "signature_status": "._document",
+    "ReplayToken": "._v1",
+    "mismatches": "._v1",
+    "token_from": "._v1",
+    "FirstDifference": "._verify",
+    "TokenCheck": "._verify",
+    "verify_token": "._verify",
+})
 
 __all__ = [
     "DEFAULT_EVERY",

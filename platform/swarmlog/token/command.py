@@ -119,6 +119,8 @@ def cmd_token(args: argparse.Namespace) -> int:
     from . import load_token
 
     settings = _settings(args)
+    if args.action == "list" or args.saved or args.save:
+        settings.check_database_url()  # tokens kept in the mirror: a bad URL is exit 2 before any work
     if args.action == "create":
         return _token_create(args, settings)
     if args.action == "list":

@@ -1,0 +1,52 @@
+"""The CLI builds the parser of the one command it runs (``cli_replay_3`` in bench/cli.py), and that
+parser is the very one the whole parser holds: same options, defaults, help, and what it parses."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from swarmlog import cli
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+WHOLE = _commands(cli.build_parser())
+
+
+def test_the_whole_parser_has_every_command():
+    assert {"replay", "run", "sink", "mirror", "token", "log", "state", "timeline", "fork", "demo"} <= set(WHOLE)
+
+
+@pytest.mark.parametrize("name", sorted(WHOLE))
+def test_a_commands_parser_built_alone_is_the_one_the_whole_parser_holds(name):
+    alone = _commands(cli.build_parser(name))
+    assert list(alone) == [name]
+    assert alone[name].format_help() == WHOLE[name].format_help()
+    assert alone[name]._defaults == WHOLE[name]._defaults  # the command's function
+    assert [(a.dest, a.option_strings, a.default, a.nargs, a.choices) for a in alone[name]._actions] == \
+           [(a.dest, a.option_strings, a.default, a.nargs, a.choices) for a in WHOLE[name]._actions]
+
+
+@pytest.mark.parametrize("argv", [
+    ["replay", "--json", "--to", "5", "-v"],
+    ["replay", "--swarm", "m:s", "--publish", "--group", "g"],
+    ["token", "create", "--save", "--checkpoint-every", "7"],
+    ["state", "a", "--at", "3", "--diff", "1", "2"],
+    ["sink", "--until-end", "--topics-pattern", "^s\\..*"],
+])
+def test_a_command_line_parses_the_same_with_the_command_alone(argv):
+    assert vars(cli.build_parser(argv[0]).parse_args(argv)) == vars(cli.build_parser().parse_args(argv))
+
+
+def test_an_unknown_command_gets_the_whole_parser_and_its_error_lists_every_command(capsys):
+    assert set(_commands(cli.build_parser("rplay"))) == set(WHOLE)
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["rplay"])
+    assert caught.value.code == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "invalid choice: 'rplay'" in err and "replay" in err and "timeline" in err
