@@ -14,7 +14,9 @@ Routing fields also travel as Kafka headers (:mod:`swarmlog.protocol`: ``sl.type
 a consumer can skip an event it does not care about without decoding it. swarmlog's own
 readers never take them on trust: :meth:`Decoder.route` reads the route from the
 envelope itself — its first fields, by hand, without decoding the payload — and checks
-the headers against it; :meth:`Decoder.decode_checked` does the same for a decoded event.
+the headers against it; :meth:`Decoder.decode_checked` does the same for a decoded event,
+and :meth:`Decoder.decode_fields` (the Postgres sink's) for an envelope read by hand, its
+strings kept as bytes, with fastavro reading only the payload.
 
 Hot path: an :class:`Encoder` and the decoder's plan per fingerprint are built
 once; per event there is one buffer write and one fastavro call.
@@ -58,11 +60,7 @@ class Encoder:
         # encode_event: the envelope's fields are fixed (schemas._check_envelope), so they are
         # written here; the payload record, whatever its schema, goes through fastavro.
         self._type_version = _avro_string(schema.event_type) + _avro_long(schema.version)
-        payload = schema.payload_schema
-        namespace = schema.schema.get("namespace")
-        if namespace and "namespace" not in payload and "." not in payload["name"]:
-            payload = {**payload, "namespace": namespace}  # as nested in the envelope
-        self._payload_parsed = fastavro.parse_schema(payload, named_schemas={})
+        self._payload_parsed = _payload_parsed(schema)
         self._strings: dict[str, bytes] = {}
         self._out = _Capture()
 
