@@ -125,8 +125,8 @@ class RowBuilder:
         self._row_prefix = struct.pack(">h", len(EVENT_COLUMNS)) + _text_field(topic)
         # event type -> its payload's JSON encoder
         self._encoders: dict[str, Any] = {} if like is None else like._encoders
-        # run id / agent name -> its COPY text field
-        self._names: dict[str, bytes] = {} if like is None else like._names
+        # run id / agent name (UTF-8) -> its COPY text field
+        self._names: dict[bytes, bytes] = {} if like is None else like._names
         # writer fingerprint -> (its event_type and schema_version fields, payload -> JSON bytes)
         self._writers: dict[bytes, tuple[bytes, Callable[[Any], bytes]]] = {} if like is None else like._writers
 
@@ -177,7 +177,9 @@ class RowBuilder:
         serializer's bytes as they come; ``logged_at`` is integer arithmetic, not a datetime.
         """
         topic = self.topic
-        decode = self.decoder.decode_checked  # a routing header that lies is a dead letter too
+        # The envelope's strings as bytes, routing headers checked (a header that lies is a
+        # dead letter too): nothing decoded to str only to be encoded again here.
+        decode = self.decoder.decode_fields
         writers = self._writers
         names = self._names
         prefix = self._row_prefix
@@ -189,15 +191,12 @@ class RowBuilder:
         for m in msgs:
             off = m.offset()
             try:
-                writer, rec = decode(m)
+                writer, event_id, run_id, agent_id, to, causes, payload_rec = decode(m)
                 w = writers.get(writer.fingerprint) or self._writer_fields(writer)
-                payload = w[1](rec["payload"])
-                event_id = rec["event_id"].encode()
-                run = names.get(rec["run_id"]) or self._name(rec["run_id"])
-                agent = names.get(rec["agent_id"]) or self._name(rec["agent_id"])
-                to = rec["to"]
+                payload = w[1](payload_rec)
+                run = names.get(run_id) or self._name(run_id)
+                agent = names.get(agent_id) or self._name(agent_id)
                 recipient = _NULL_FIELD if to is None else names.get(to) or self._name(to)
-                causes = rec["causes"]
                 causes_f = _int8_array_field(causes) if causes else _EMPTY_INT8_ARRAY_FIELD
             # UnicodeEncodeError and pydantic-core's serialization error are ValueErrors; struct.error:
             # an integer out of its column's range.
@@ -220,10 +219,10 @@ class RowBuilder:
         self._writers[writer.fingerprint] = fields
         return fields
 
-    def _name(self, name: str) -> bytes:
+    def _name(self, name: bytes) -> bytes:
         if len(self._names) >= _NAMES_MAX:  # names repeat; anything else must not grow this forever
             self._names.clear()
-        field = self._names[name] = _text_field(name)
+        field = self._names[name] = _pack_i32(len(name)) + name
         return field
 
 
