@@ -132,8 +132,7 @@ def connect(settings: Settings, **kwargs: Any) -> psycopg.Connection[Any]:
     """A connection to the mirror, given up on after the connect timeout."""
     conninfo = settings.database_conninfo()  # first: a URL libpq refuses is a bad setting (exit 2), not an outage
     # libpq's own connect_timeout (whole seconds, at least 2), unless the URL or the caller sets one.
-    if "connect_timeout" not in kwargs and "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(
-            settings.database_url):
+    if "connect_timeout" not in kwargs and "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(conninfo):
         kwargs["connect_timeout"] = max(2, math.ceil(settings.connect_timeout))
     try:
         return psycopg.connect(conninfo, autocommit=True, **kwargs)

@@ -120,7 +120,7 @@ def cmd_sink(args: argparse.Namespace) -> int:
         return _sink_pattern(args)
     if args.include_side_topics or args.metadata_refresh_ms is not None:
         raise UsageError("--include-side-topics and --metadata-refresh-ms go with --topics-pattern")
-    settings = _settings(args, postgres=True)
+    settings = _settings(args)  # the sink checks its mirror's URL first thing
     sink = PostgresSink(settings=settings, group=args.group, give_up_after=args.give_up_after)
     sink.install_signal_handlers()
     server = None
@@ -149,8 +149,7 @@ def _sink_pattern(args: argparse.Namespace) -> int:
 
     if args.topic is not None:
         raise UsageError("--topic and --topics-pattern exclude each other: one topic, or every topic matching")
-    settings = Settings.from_env()
-    settings.check_database_url()
+    settings = Settings.from_env()  # the sink checks its mirror's URL first thing
     pattern = TopicPattern(pattern=args.topics_pattern, include_side_topics=args.include_side_topics)
     sink = PatternSink(settings=settings, pattern=pattern, group=args.group,
                        refresh_interval_ms=args.metadata_refresh_ms or 10_000)

@@ -101,8 +101,7 @@ class StreamHasher:
         self.count = 0
 
     def update(self, offset: int, value: bytes | None) -> None:
-        value = value or b""
-        self._h.update(FRAME.pack(offset, len(value)) + value)
+        self._h.update(frame(offset, value))
         self.count += 1
 
     def update_batch(self, msgs: list[Any]) -> None:

@@ -119,8 +119,9 @@ def checked_route(headers: Headers | None, offset: int, event_type: str, event_t
 
     Speed: a swarm replay and an agent's first pass route every message. swarmlog's writers put
     the headers in one order (``sl.type``, ``sl.v``, ``sl.agent``, ``sl.to`` if any, ``sl.step``
-    on runtime outputs), so the common case is one list comparison with the headers such an envelope should have
-    (kept in ``expected``, the caller's cache); anything else is checked header by header.
+    on runtime outputs), so the common case is one list comparison with the headers such an
+    envelope should have (kept in ``expected``, the caller's cache); anything else is checked
+    header by header.
     """
     step = None
     if headers:
