@@ -7,9 +7,14 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic
 
+from swarmlog.errors import TopicNotSinglePartition
+from swarmlog.kafka import reader as reader_module
 from swarmlog.kafka.backend import KafkaBackend
+from swarmlog.kafka.config import admin_client
 from swarmlog.kafka.reader import LogReader, watermarks
 from swarmlog.settings import Settings
 
@@ -127,3 +132,36 @@ def test_a_backend_that_goes_closes_the_readers_it_kept(base_settings):
         assert "closed" in str(exc).lower()
     else:
         raise AssertionError("the kept consumer is still open after its backend went")
+
+
+def test_a_kept_reader_checks_a_topic_only_if_its_backend_has_not(base_settings, monkeypatch):
+    # A debugging session opens three readers a query (bench/snapshots.py): checking each topic's
+    # partitions again on every reuse was a metadata request each, 1-25 ms. A topic the backend
+    # has not checked is still checked, and refused, by a reused consumer.
+    checked: list[str] = []
+    real = reader_module.require_single_partition
+
+    def counting(settings, topic, **kw):
+        checked.append(topic)
+        return real(settings, topic, **kw)
+
+    monkeypatch.setattr(reader_module, "require_single_partition", counting)
+    backend = KafkaBackend(base_settings)
+    one, three = new_topic_name(), new_topic_name("three")
+    backend.create_topic(one)
+    admin = admin_client(base_settings)
+    admin.create_topics([NewTopic(three, num_partitions=3, replication_factor=1)])[three].result(30)
+    try:
+        with backend.reader(one) as reader:
+            kept = reader
+        for _ in range(3):
+            with backend.reader(one) as reader:
+                assert reader is kept
+                reader.assign(0)
+                assert list(reader.batches()) == []
+        assert checked == [one]
+        with pytest.raises(TopicNotSinglePartition):
+            backend.reader(three)
+        assert checked == [one, three]
+    finally:
+        backend.close()

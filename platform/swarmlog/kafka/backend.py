@@ -11,7 +11,7 @@ from typing import Any
 from ..log.base import History, LogBackend
 from ..settings import Settings
 from .channel import KafkaAgentChannel
-from .config import admin_client, watermark_consumer
+from .config import SHORT_READ_TUNING, admin_client, watermark_consumer
 from .copy import create_copy
 from .groups import committed_offset, reset_group
 from .producer import KafkaAppender
@@ -23,18 +23,24 @@ logger = logging.getLogger(__name__)
 _warned: set[tuple[str, str]] = set()  # (bootstrap servers, topic): warn once per process about finite history
 IDLE_READERS = 4
 """Readers a backend keeps for reuse once closed (see :meth:`KafkaBackend.reader`)."""
+_CHECKED_KEPT = 1024
+"""Topics a backend remembers having checked, at most (a sink of many topics reads no kept readers)."""
 
 
 class KafkaBackend:
     """The topics of the Kafka cluster that ``settings`` point at."""
 
-    def __init__(self, settings: Settings, *, producer_config: Mapping[str, object] | None = None) -> None:
+    def __init__(self, settings: Settings, *, producer_config: Mapping[str, object] | None = None,
+                 reader_config: Mapping[str, object] | None = None) -> None:
         self.settings = settings
         self.producer_config = dict(producer_config or {})
         """librdkafka properties over swarmlog's producer tuning, for the appenders this makes."""
+        self.reader_config = dict(reader_config or {})
+        """librdkafka properties over the consumer tuning, for the readers of no group this makes."""
         self._admin: Any = None
         self._watermarks: Any = None  # one consumer for every watermark query (the quiet watcher asks often)
         self._idle: list[LogReader] = []
+        self._checked: set[str] = set()  # topics a reader of this backend found single-partition
         self._closed_readers = False
         self._lock = threading.Lock()
         # The kept readers' consumers are closed when the backend goes, by reference count (the
@@ -60,21 +66,39 @@ class KafkaBackend:
         its first fetch (tens of ms on a loaded machine, bench/snapshots.py); a closed one is
         unassigned and kept (up to :data:`IDLE_READERS`), and the next reader of any topic
         reuses it. Readers of a consumer group are never kept: their membership is the group's.
+
+        A topic is checked (it exists, it has one partition) by the first reader of it this
+        backend makes, not again by the readers that reuse a kept consumer: that check is a
+        metadata request, 1-25 ms each on the dev cluster, and a fold of ``state --at N`` opens
+        three readers per query. A topic deleted and made again meanwhile under the same name is
+        another log: a fold from a snapshot refuses it by the snapshot's last message
+        (``SnapshotStale``); a new backend checks it again.
         """
         if group is None:
             with self._lock:
                 reused = self._idle.pop() if self._idle else None
+                checked = topic in self._checked
             if reused is not None:
                 try:
-                    reused.reopen(topic)
+                    reused.reopen(topic, checked=checked)
                 except BaseException:
                     if not self._keep(reused):  # e.g. no such topic: the consumer itself is fine
                         reused._on_close = None
                         reused.close()
                     raise
+                self._remember_checked(topic)
                 return reused
-            return LogReader(settings=self.settings, topic=topic, on_close=self._keep_reader)
+            reader = LogReader(settings=self.settings, topic=topic, on_close=self._keep_reader,
+                               consumer_config=self.reader_config or None)
+            self._remember_checked(topic)
+            return reader
         return LogReader(settings=self.settings, topic=topic, group=group)
+
+    def _remember_checked(self, topic: str) -> None:
+        with self._lock:
+            if len(self._checked) >= _CHECKED_KEPT:
+                self._checked.clear()
+            self._checked.add(topic)
 
     def _keep(self, reader: LogReader) -> bool:
         with self._lock:
@@ -147,6 +171,11 @@ def _close_idle(idle: list[LogReader]) -> None:
         reader.close()
 
 
-def backend_for(settings: Settings, backend: LogBackend | None = None) -> LogBackend:
-    """``backend`` if given, else the Kafka cluster ``settings`` point at: every entry point's default."""
-    return backend if backend is not None else KafkaBackend(settings)
+def backend_for(settings: Settings, backend: LogBackend | None = None, *, short_reads: bool = False) -> LogBackend:
+    """``backend`` if given, else the Kafka cluster ``settings`` point at: every entry point's default.
+
+    ``short_reads``: its readers mostly read a short way from an offset and stop (the debugger's
+    folds), so they fetch in small responses (:data:`~swarmlog.kafka.config.SHORT_READ_TUNING`)."""
+    if backend is not None:
+        return backend
+    return KafkaBackend(settings, reader_config=SHORT_READ_TUNING if short_reads else None)

@@ -75,13 +75,14 @@ class LogReader:
             raise
         self.position = ReadPosition(end_offset=0, reached_end_of_log=False)
 
-    def reopen(self, topic: str) -> None:
+    def reopen(self, topic: str, *, checked: bool = False) -> None:
         """Make a kept reader (``on_close``) a fresh reader of ``topic``: nothing assigned, at offset 0.
 
         The consumer, and its connection to the cluster, are kept; the topic is checked as a new
-        reader's is (it may have been re-made since)."""
+        reader's is, unless ``checked`` (its owner checked this topic already)."""
         self.topic = topic
-        require_single_partition(self.settings, topic, client=self.consumer)
+        if not checked:
+            require_single_partition(self.settings, topic, client=self.consumer)
         self.position = ReadPosition(end_offset=0, reached_end_of_log=False)
 
     def assign(self, start: int) -> None:
