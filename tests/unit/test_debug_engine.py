@@ -251,3 +251,94 @@ def test_the_cursor_goes_back_to_any_point_it_read_and_keeps_what_each_message_m
         cursor.goto(123)  # one checkpoint restored, not 700 single steps back
         assert cursor.states() == {a: s.state for a, s in session.states(at=123).items()}
         assert dict(cursor.folded) == {o: steps for o, steps in made.items() if o < 123}
+
+
+class _CountingBackend:
+    """The in-memory log, counting the messages its readers hand out, by topic."""
+
+    def __init__(self, inner: InMemoryLog) -> None:
+        self.inner = inner
+        self.read: dict[str, int] = {}
+        self.readers: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def reader(self, topic: str, *, group: str | None = None) -> Any:
+        inner = self.inner.reader(topic, group=group)
+        self.readers[topic] = self.readers.get(topic, 0) + 1
+        counts = self.read
+
+        class Counted:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(inner, name)
+
+            def batches(self, **kw: Any) -> Any:
+                for batch in inner.batches(**kw):
+                    counts[topic] = counts.get(topic, 0) + len(batch)
+                    yield batch
+
+            def __enter__(self) -> Any:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                inner.close()
+
+        return Counted()
+
+
+def test_a_fold_reads_the_log_once_though_its_handlers_look_ahead_for_effects(long_log, registry):
+    # The lookahead's reads ahead are the fold's own reader reading on: what it reads waits for the
+    # fold, so the tail is read once, by one reader (it was read twice, by two, bench/snapshots.py).
+    backend, settings = long_log
+    counting = _CountingBackend(backend)
+    end = backend.watermarks(settings.topic)[1]
+    at = end // 2
+    session = Session(settings=settings, swarm=swarms.relay_long, backend=counting, registry=registry,  # type: ignore[arg-type]
+                      snapshots=False)
+    got = session.state("r2", at=at)
+    plain = Session(settings=settings, swarm=swarms.relay_long, backend=backend, registry=registry, snapshots=False)
+    assert got.state == plain.state("r2", at=at).state
+    assert counting.readers[settings.topic] == 1
+    before = sum(1 for m in backend.messages(settings.topic) if m.offset() < at)
+    assert before <= counting.read[settings.topic] < 2 * before
+
+
+def test_a_lookahead_past_its_bound_reads_on_alone_and_every_state_is_the_same(long_log, registry, monkeypatch):
+    # Past AHEAD_KEPT messages held for the fold, the lookahead reads on with a reader of its own
+    # and keeps nothing: the answers must not change, whichever reader saw a record first.
+    from swarmlog.debug import _fold
+
+    backend, settings = long_log
+    end = backend.watermarks(settings.topic)[1]
+    offsets = list(range(0, end + 3, 89)) + [end]
+    expected = oracle_states(backend, settings, registry, offsets)
+    monkeypatch.setattr(_fold, "AHEAD_KEPT", 2)
+    monkeypatch.setattr(_fold, "SCAN_CHUNK", 3)
+    counting = _CountingBackend(backend)
+    session = Session(settings=settings, swarm=swarms.relay_long, backend=counting, registry=registry,  # type: ignore[arg-type]
+                      snapshots=False)
+    for n in offsets:
+        assert session.state("r3", at=n).state == expected[n]["r3"], n
+    assert counting.readers[settings.topic] > len(offsets)  # the lookahead's own readers did read
+
+
+def test_a_session_sees_snapshots_written_after_its_first_look(long_log, registry):
+    # A session keeps the snapshot records it has read and reads only what was written since:
+    # snapshots taken meanwhile (by another session, another process) are used by its next query.
+    backend, settings = long_log
+    copy = InMemoryLog()  # snapshots of its own, not the module's log's
+    copy.create_copy(settings.topic, backend.messages(settings.topic))
+    end = copy.watermarks(settings.topic)[1]
+    reader = Session(settings=settings, swarm=swarms.relay_long, backend=copy, registry=registry)
+    assert reader.state("r1", at=end // 2).from_snapshot is None  # none yet
+    writer = Session(settings=settings, swarm=swarms.relay_long, backend=copy, registry=registry)
+    taken = writer.snapshot(every=200, to=end // 3)
+    assert taken.offsets
+    later = reader.state("r1", at=end // 2)
+    assert later.from_snapshot == taken.offsets[-1]
+    taken2 = writer.snapshot(every=200)
+    again = reader.state("r1", at=end // 2)
+    assert again.from_snapshot == max(o for o in taken2.offsets if o <= end // 2)
+    plain = Session(settings=settings, swarm=swarms.relay_long, backend=copy, registry=registry, snapshots=False)
+    assert again.state == plain.state("r1", at=end // 2).state

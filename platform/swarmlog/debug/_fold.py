@@ -10,12 +10,14 @@ the log and every output checked against it. Three things differ:
   --at N`` folds the reviewer alone, from its latest snapshot at or before N.
 * **Effects are looked up ahead, not indexed first.** A replayed step needs its
   recorded effects while its handler runs, and they come after its input in the log.
-  The replayer indexes the whole log first; this fold runs a second reader ahead of
-  itself only when a handler asks for an effect it has not seen, and only until the
-  question is settled — the record is found, or the agent's next step shows it was
-  never written (an agent's transactions commit in order, so its records come in step
-  order), or the log ends. ``state --at N`` then costs the tail after the snapshot,
-  not the whole log.
+  The replayer indexes the whole log first; this fold reads the log once, and every
+  message is scanned for the lookahead as it is read (its route, a folded agent's
+  recorded step, a recorded effect). When a handler asks for an effect not seen yet, the
+  fold's reader reads on — the messages it reads ahead are kept for the fold, not read
+  again — only until the question is settled: the record is found, or the agent's next
+  step shows it was never written (an agent's transactions commit in order, so its
+  records come in step order), or the log ends. ``state --at N`` then costs the tail
+  after the snapshot, read once, not the whole log.
 * **Steps are observed.** Each agent's outputs pass through a tap, and the fold can
   report every step it makes (input, state before and after, outputs, divergences)
   for a stepping view.
@@ -62,13 +64,23 @@ class SnapshotStale(SwarmlogError):
                          f"longer holds as it was: the topic was re-made; delete {topic}.snapshots")
 
 
-LOOKAHEAD_BATCH = 500
-"""Messages the effect lookahead reads at a time. It reads only until the asking agent's next step
-shows, usually a few messages on, so a reader's full batch (5,000) would mostly be routed for
-nothing: on a 5,000-offset tail after a snapshot that doubled the routing (bench/snapshots.py)."""
+AHEAD_KEPT = 50_000
+"""Messages read ahead of the fold for the lookahead and kept for the fold, at most. Past it (a
+handler asking for an effect whose answer lies far on, or never comes), the lookahead reads on
+with a reader of its own, :data:`LOOKAHEAD_BATCH` at a time, keeping nothing for the fold."""
 
-ROUTES_KEPT = 50_000
-"""Routes the lookahead keeps for the fold (offset -> route), at most: see :attr:`EffectLookahead.routes`."""
+TAIL_BATCH = 100
+"""Messages the fold's reader asks for at a time. ``consume(n, timeout)`` returns before its timeout
+only once n messages are there, and a fresh reader's first fetch brings a few thousand of them: with
+5,000 (the replay's batch) every fold's first reads waited out their timeouts, tens of ms a query
+of ``state --at N`` (bench/snapshots.py); the fold spends ~30 µs a message, a call's overhead is noise."""
+
+SCAN_CHUNK = 500
+"""Messages the fold's reader scans for the lookahead at a time (see :class:`_Tail`)."""
+
+LOOKAHEAD_BATCH = 500
+"""Messages the lookahead's own reader reads at a time: it reads only until the asking agent's next
+step shows, so a full batch (5,000) would mostly be routed for nothing."""
 
 _NO_LIVE_STEPS = sys.maxsize
 """``OwnIndex.last_step`` of a replay: every recorded output is history (nothing here runs live)."""
@@ -133,14 +145,12 @@ class EffectLookahead:
         self.max_step = {a: -1 for a in agents}
         self.done = False
         self.read_to = start
+        """Every message before this offset has been scanned."""
         self.routes: dict[int, Route] = {}
-        """Offset -> the route of a message read ahead, for the fold to take instead of routing it
-        again: the lookahead reads the tail the fold is about to read, and checking a message's
-        headers against its envelope was the larger part of both (bench/snapshots.py). The log is
-        immutable, so an offset's route is the same from either reader. Bounded (:data:`ROUTES_KEPT`):
-        past it, the fold routes for itself."""
-        self.fold_at = start
-        """Where the fold is (set by it): what lies before was folded, so its routes are not kept."""
+        """Offset -> the route of a message read and not folded yet, for the fold to take instead of
+        routing it again. The log is immutable, so an offset's route is the same whoever reads it."""
+        self.tail: _Tail | None = None
+        """The fold's reader (set by the fold when it opens the log): reading ahead is reading it on."""
         self._reader: Any = None
         self._batches: Iterator[list[Any]] | None = None
 
@@ -160,28 +170,21 @@ class EffectLookahead:
         """The agent's highest recorded step seen so far."""
         return self.max_step.get(agent, -1)
 
-    def _read_batch(self) -> None:
-        if self._batches is None:
-            self._reader = self.backend.reader(self.topic)
-            self._reader.assign(self.start)
-            self._batches = self._reader.batches(batch_size=LOOKAHEAD_BATCH)
-        try:
-            batch = next(self._batches)
-        except StopIteration:
-            self.close()
-            self.done = True
+    def scan(self, batch: list[Any], *, keep: bool = True) -> None:
+        """See each message of ``batch`` (read in offset order, by the fold's reader or the own one):
+        its route (kept for the fold with ``keep``), a folded agent's step, a recorded effect.
+        Scanning a message again changes nothing."""
+        if not batch:
             return
         max_step = self.max_step
         route = self.decoder.envelope_route
         step_of = self.decoder.step
         routes = self.routes
-        keep = len(routes) < ROUTES_KEPT
-        fold_at = self.fold_at
         for m in batch:
             # By the envelope alone, the step too (from the event id): no header is read, so none
             # can move where an agent's history ends.
             r = route(m)
-            if keep and m.offset() >= fold_at:
+            if keep:
                 routes[m.offset()] = r
             etype, who, _, _ = r
             if who not in max_step:
@@ -196,7 +199,27 @@ class EffectLookahead:
                     continue  # not an event: the fold reports it where it reads it
                 if parse_step(rec["event_id"]) is not None:
                     self.effects[rec["event_id"]] = Event.from_message(m, writer, rec)
-        self.read_to = self._reader.position.end_offset
+        self.read_to = max(self.read_to, batch[-1].offset() + 1)
+
+    def _read_batch(self, *, keep: bool = True) -> None:
+        """Read on by one batch: the fold's reader while what it holds ahead is short of
+        :data:`AHEAD_KEPT` (and ``keep``), else a reader of its own from where scanning got."""
+        tail = self.tail
+        if keep and tail is not None and self._batches is None and len(tail) < AHEAD_KEPT:
+            if not tail.scan_more():
+                self.done = True
+            return
+        if self._batches is None:
+            self._reader = self.backend.reader(self.topic)
+            self._reader.assign(self.read_to)
+            self._batches = self._reader.batches(batch_size=LOOKAHEAD_BATCH)
+        try:
+            batch = next(self._batches)
+        except StopIteration:
+            self.close()
+            self.done = True
+            return
+        self.scan(batch, keep=False)
 
     def close(self) -> None:
         if self._reader is not None:
@@ -262,7 +285,7 @@ class SwarmFold:
         self._resumed_after = last
         self._check = last
         self._reach_known: set[str] = set()
-        self._feed: _Feed | None = None
+        self._feed: _Tail | None = None
         self._last_json: dict[str, str] = {}
 
     def _core(self, agent: Agent) -> AgentCore:
@@ -292,9 +315,7 @@ class SwarmFold:
     def apply(self, m: Any, *, observe: bool = False) -> list[Step]:
         """Fold one message into every agent that has reached it; with ``observe``, the steps it made."""
         off = m.offset()
-        lookahead = self.lookahead
-        lookahead.fold_at = off
-        routes = lookahead.routes
+        routes = self.lookahead.routes
         r = routes.pop(off, None) if routes else None
         if r is None:
             r = self.decoder.envelope_route(m)  # by the envelope alone: no header can steer the fold
@@ -340,10 +361,12 @@ class SwarmFold:
             return self._resumed_after
         return m.offset(), zlib.crc32(m.value() or b"")
 
-    def _opened_feed(self) -> _Feed:
+    def _opened_feed(self) -> _Tail:
         if self._feed is None:
             check = self._check
-            self._feed = _Feed(self.backend, self.topic, check[0] if check is not None else self.position)
+            self._feed = _Tail(self.backend, self.topic, check[0] if check is not None else self.position,
+                               scan=self.lookahead.scan)
+            self.lookahead.tail = self._feed
             if check is not None:
                 first = self._feed.peek()
                 if first is None or first.offset() != check[0] or zlib.crc32(first.value() or b"") != check[1]:
@@ -384,7 +407,7 @@ class SwarmFold:
     def finish(self) -> None:
         """The end of the log: outputs still waiting for their record were never written."""
         while not self.lookahead.done:  # how far each live agent got decides what a pending output means
-            self.lookahead._read_batch()
+            self.lookahead._read_batch(keep=False)
         for core in self.cores.values():
             self._learn_reach(core.name)
             core.finish()
@@ -403,6 +426,7 @@ class SwarmFold:
         if self._feed is not None:
             self._feed.close()
             self._feed = None
+        self.lookahead.tail = None
         self.lookahead.close()
         if self._tracing is not None and self._replay is not None:
             replay, self._replay = self._replay, None
@@ -415,30 +439,56 @@ class SwarmFold:
         self.close()
 
 
-class _Feed:
-    """One reader's messages, one at a time, with a look at the next."""
+class _Tail:
+    """The fold's reader: the log's messages from its start, one at a time, with a look at the next.
 
-    def __init__(self, backend: LogBackend, topic: str, start: int) -> None:
+    Messages are scanned for the lookahead (``scan``) in order, a chunk at a time, just before the
+    fold takes them — or sooner, when the lookahead reads ahead for an effect's record: then they
+    wait here for the fold, scanned, and the tail is read from Kafka once. Scanning by chunks, not
+    by the reader's batches, leaves unrouted what a fold that stops at an offset never takes."""
+
+    def __init__(self, backend: LogBackend, topic: str, start: int, *,
+                 scan: Callable[[list[Any]], None]) -> None:
         self._reader: Any = backend.reader(topic)
         self._reader.assign(start)
-        self._batches = self._reader.batches()
-        self._buf: deque[Any] = deque()
-        self._done = False
+        self._batches = self._reader.batches(batch_size=TAIL_BATCH)
+        self._scanned: deque[Any] = deque()
+        self._unscanned: deque[Any] = deque()
+        self._scan = scan
+        self.done = False
+        """The reader has read to the end of the log."""
 
     @property
     def end_offset(self) -> int:
         return int(self._reader.position.end_offset)
 
-    def peek(self) -> Any:
-        while not self._buf and not self._done:
+    def __len__(self) -> int:
+        return len(self._scanned) + len(self._unscanned)
+
+    def scan_more(self) -> bool:
+        """Scan the next chunk of what has been read, reading on first if all of it is (False: every
+        message of the log has been scanned)."""
+        todo = self._unscanned
+        if not todo:
+            if self.done:
+                return False
             try:
-                self._buf.extend(next(self._batches))
+                todo.extend(next(self._batches))
             except StopIteration:
-                self._done = True
-        return self._buf[0] if self._buf else None
+                self.done = True
+                return False
+        chunk = [todo.popleft() for _ in range(min(SCAN_CHUNK, len(todo)))]
+        self._scan(chunk)
+        self._scanned.extend(chunk)
+        return True
+
+    def peek(self) -> Any:
+        while not self._scanned and self.scan_more():
+            pass
+        return self._scanned[0] if self._scanned else None
 
     def pop(self) -> Any:
-        return self._buf.popleft()
+        return self._scanned.popleft()
 
     def close(self) -> None:
         self._reader.close()

@@ -112,7 +112,7 @@ class Session:
         self.swarm = swarm
         self.topic = topic or settings.topic
         self.registry = registry or SchemaRegistry.load(settings.schema_dirs())
-        self.backend = backend_for(settings, backend)
+        self.backend = backend_for(settings, backend, short_reads=True)
         self.decoder = Decoder(self.registry)
         self.code_version = code_version(swarm)
         self.log = LogView(settings=settings, topic=self.topic, registry=self.registry, backend=self.backend)

@@ -52,6 +52,10 @@ DEFAULT_EVERY = 10_000
 """Offsets between two snapshots of an agent when none is asked for."""
 
 
+VALUES_KEPT_BYTES = 64 << 20
+"""Snapshot bytes a store keeps in memory between looks, at most; a record past it is read again when chosen."""
+
+
 def schema_digest(registry: SchemaRegistry) -> str:
     """What the schemas make of the log: each event type's newest version and its fingerprint."""
     lines = [f"{t}:{registry.latest(t).version}:{registry.latest(t).fingerprint_hex}" for t in registry.event_types()]
@@ -103,17 +107,46 @@ class SnapshotStore:
         self.snapshot_topic = snapshot_topic(topic)
         self.code_version = code_version
         self.schemas = schema_digest(registry)
+        self._seen: list[tuple[SnapshotInfo, bytes | None]] = []
+        """Every record read so far, in topic order, with its value (None past :data:`VALUES_KEPT_BYTES`)."""
+        self._read_to = 0
+        self._kept_bytes = 0
+        self._exists = False
 
     # -- reading ------------------------------------------------------------------------------
 
     def _records(self, agents: set[str] | None) -> list[tuple[SnapshotInfo, bytes]]:
+        self._read_new()
         out: list[tuple[SnapshotInfo, bytes]] = []
+        for info, value in self._seen:
+            if agents is None or info.agent in agents:
+                out.append((info, value if value is not None else self._read_value(info)))
+        return out
+
+    def _read_new(self) -> None:
+        """Read the records written since the last look (all of them, the first time).
+
+        A session asks on every query (``state --at N``, each move of a stepping view), and the
+        topic only grows: reading it whole each time cost a reader and every record's bytes per
+        query (tens of ms with a few hundred snapshots, bench/snapshots.py). So what was read is
+        kept, and a look first asks the topic's end, a watermark request, and reads only past
+        what it has. A topic that now ends before that was made again: read from the start.
+        """
+        if self._exists:
+            _, high = self.backend.watermarks(self.snapshot_topic)
+            if high == self._read_to:
+                return
+            if high < self._read_to:
+                self._forget()
         try:
             reader = self.backend.reader(self.snapshot_topic)
         except TopicNotFound:
-            return out
+            self._exists = False
+            self._forget()
+            return
+        self._exists = True
         with reader:
-            reader.assign(0)
+            reader.assign(self._read_to)
             for batch in reader.batches():
                 for m in batch:
                     h = dict(m.headers() or ())
@@ -124,9 +157,25 @@ class SnapshotStore:
                         logger.warning("%s: the record at offset %d is not a snapshot; skipped", self.snapshot_topic,
                                        m.offset())
                         continue
-                    if agents is None or info.agent in agents:
-                        out.append((info, m.value() or b""))
-        return out
+                    value = m.value() or b""
+                    if self._kept_bytes + len(value) <= VALUES_KEPT_BYTES:
+                        self._kept_bytes += len(value)
+                        self._seen.append((info, value))
+                    else:
+                        self._seen.append((info, None))  # read again if chosen
+            self._read_to = max(self._read_to, reader.position.end_offset)
+
+    def _forget(self) -> None:
+        self._seen, self._read_to, self._kept_bytes = [], 0, 0
+
+    def _read_value(self, info: SnapshotInfo) -> bytes:
+        with self.backend.reader(self.snapshot_topic) as reader:
+            reader.assign(info.record_offset)
+            for batch in reader.batches(end=info.record_offset + 1):
+                for m in batch:
+                    if m.offset() == info.record_offset:
+                        return m.value() or b""
+        return b""  # gone: "not JSON", so not used
 
     def kept(self) -> list[SnapshotInfo]:
         """Every snapshot kept, of every code version, in the order they were written."""

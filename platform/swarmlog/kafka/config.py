@@ -102,6 +102,25 @@ CONSUMER_TUNING: dict[str, object] = {
     "auto.offset.reset": "earliest",
 }
 
+SHORT_READ_TUNING: dict[str, object] = {
+    # The debugger's readers start at an offset, read a tail of a few thousand messages and stop
+    # (``state --at N`` from a snapshot, once per query), and the next query's reader is the same
+    # consumer, assigned elsewhere. Measured on the dev cluster (bench/snapshots.py, /tmp-style
+    # probes in its README section): with the replay's tuning, a reader's first message came
+    # 10 ms (up to 50) after its assign, and each query burnt ~23 ms of CPU in librdkafka's
+    # threads fetching ahead of a fold that stops (up to queued.min.messages, 200k) — a
+    # fetch still under way, or held at the log's end, delays the next assign's first fetch.
+    # With these: 2.7 ms (max 8) and 5 ms of CPU.
+    # The first response arrives whole before its first message: 64 KiB, ~200 messages.
+    "max.partition.fetch.bytes": 64 * 1024,
+    # Fetch ahead only a few thousand messages (the fold spends ~30 µs of Python on each, so
+    # that is ~60 ms of work queued) ...
+    "queued.min.messages": 2000,
+    # ... and resume fetching soon once the fold has taken them (librdkafka waits 1 s by
+    # default once its queue is over that threshold).
+    "fetch.queue.backoff.ms": 5,
+}
+
 TRANSACTION_TIMEOUT_MS = 60_000
 """How long the broker lets an agent's transaction stay open before aborting it itself."""
 
