@@ -66,6 +66,9 @@ def _lookup(chain: int, ttl: int) -> dict[str, int]:
 
 
 class Hopper(Agent):
+    ttl = TTL
+    """Hops per chain."""
+
     def initial_state(self) -> dict[str, Any]:
         return {"hops": 0, "total": 0, "last": [], "ticks": 0, "lookups": 0}
 
@@ -74,7 +77,7 @@ class Hopper(Agent):
         ctx.timer("tick", after_events=5000)
         if self.name == AGENTS[0]:
             for chain in range(CHAINS):
-                ctx.send(ctx.choice(AGENTS[1:]), "hop", {"c": chain, "ttl": TTL})
+                ctx.send(ctx.choice(AGENTS[1:]), "hop", {"c": chain, "ttl": self.ttl})
 
     @on_message("hop")
     def hop(self, ctx, event):
@@ -97,9 +100,24 @@ class Hopper(Agent):
 
 swarm = Swarm(name="bench-snapshots", agents=lambda: [Hopper(a) for a in AGENTS], code_version="bench-snapshots-1")
 
+RING_TTL = 40
+"""The ring's hops per chain (bench/swarm.py: 1,000 chains of 40 hops)."""
 
-def _make_log(s: Settings, registry: SchemaRegistry) -> tuple[Settings, int, float]:
-    """The swarm's run in a fresh topic: ``BENCH_SNAPSHOT_LOG=memory`` (default) or ``live``; see the module."""
+
+class RingHopper(Hopper):
+    """The same agent on the ring's scale: its log is the size of the swarm benchmark's (bench/timetravel.py)."""
+
+    ttl = RING_TTL
+
+
+ring_swarm = Swarm(name="bench-snapshots-ring", agents=lambda: [RingHopper(a) for a in AGENTS],
+                   code_version="bench-snapshots-ring-1")
+
+
+def _make_log(s: Settings, registry: SchemaRegistry, *, of: Swarm = swarm) -> tuple[Settings, int, float]:
+    """The run of ``of`` in a fresh topic: ``BENCH_SNAPSHOT_LOG=memory`` (default) or ``live``; see the module."""
+    swarm = of
+    hops = CHAINS * of.agents()[0].ttl  # type: ignore[attr-defined]
     how = os.environ.get("BENCH_SNAPSHOT_LOG", "memory")
     t0 = perf_counter()
     if how == "live":
@@ -127,8 +145,8 @@ def _make_log(s: Settings, registry: SchemaRegistry) -> tuple[Settings, int, flo
     else:
         raise RuntimeError(f"BENCH_SNAPSHOT_LOG={how!r}: 'memory' or 'live'")
     seconds = perf_counter() - t0
-    if end < CHAINS * TTL:
-        raise RuntimeError(f"the run stopped at {end:,} offsets, short of its {CHAINS * TTL:,} hops")
+    if end < hops:
+        raise RuntimeError(f"the run stopped at {end:,} offsets, short of its {hops:,} hops")
     track_topic(snapshot_topic(ts.topic))
     return ts, end, seconds
 

@@ -105,8 +105,8 @@ CONSUMER_TUNING: dict[str, object] = {
 SHORT_READ_TUNING: dict[str, object] = {
     # The debugger's readers start at an offset, read a tail of a few thousand messages and stop
     # (``state --at N`` from a snapshot, once per query), and the next query's reader is the same
-    # consumer, assigned elsewhere. Measured on the dev cluster (bench/snapshots.py, /tmp-style
-    # probes in its README section): with the replay's tuning, a reader's first message came
+    # consumer, assigned elsewhere. Measured on the dev cluster (bench/README.md, "Time travel
+    # with snapshots"): with the replay's tuning, a reader's first message came
     # 10 ms (up to 50) after its assign, and each query burnt ~23 ms of CPU in librdkafka's
     # threads fetching ahead of a fold that stops (up to queued.min.messages, 200k) — a
     # fetch still under way, or held at the log's end, delays the next assign's first fetch.
