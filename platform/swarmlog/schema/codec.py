@@ -46,7 +46,7 @@ class Encoder:
     """Encodes records of one schema version; reuse one per (type, version)."""
 
     __slots__ = ("schema", "_prefix", "_parsed", "_buf", "_type_headers", "_type_version", "_payload_parsed",
-                 "_strings", "_out")
+                 "_strings", "_out", "_headers")
 
     def __init__(self, schema: EventSchema) -> None:
         self.schema = schema
@@ -63,6 +63,7 @@ class Encoder:
         self._payload_parsed = _payload_parsed(schema)
         self._strings: dict[str, bytes] = {}
         self._out = _Capture()
+        self._headers: dict[tuple[bytes, bytes | None], Headers] = {}
 
     def encode(self, record: dict[str, Any]) -> bytes:
         buf = self._buf
@@ -100,9 +101,25 @@ class Encoder:
                          out.take()))
 
     def headers(self, agent: bytes, to: bytes | None) -> Headers:
+        """The routing headers of this type's event from ``agent`` to ``to`` (None: a broadcast).
+
+        One list per (agent, to) pair, built once and **shared**: the same pairs repeat on
+        every event, and building the list cost more than finding it. Never mutate it (a
+        caller that adds a header, the runtime's ``sl.step``, makes a new list); the producer
+        only reads it.
+        """
+        h = self._headers.get((agent, to))
+        if h is None:
+            h = self._new_headers(agent, to)
+        return h
+
+    def _new_headers(self, agent: bytes, to: bytes | None) -> Headers:
+        if len(self._headers) >= 4096:  # pairs repeat; anything else must not grow this forever
+            self._headers.clear()
         h = self._type_headers + [(H_AGENT, agent)]
         if to is not None:
             h.append((H_TO, to))
+        self._headers[(agent, to)] = h
         return h
 
     def _remember(self, s: str) -> bytes:
