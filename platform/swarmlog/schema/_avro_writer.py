@@ -74,7 +74,7 @@ def avro_long(n: int) -> bytes:
 
 
 _LENGTHS_CACHED = 8192
-_lengths: list[bytes] = []
+_lengths: list[bytes] | None = None
 
 
 def _length_table() -> list[bytes]:
@@ -84,10 +84,13 @@ def _length_table() -> list[bytes]:
     cost more than the rest of a short payload's writing. Built on the first compile (about
     300 kB, a few ms), not at import: a process that only reads never pays for it.
     """
-    if not _lengths:
-        _lengths.extend([SMALL[z] for z in range(0, 0x80, 2)])
-        _lengths.extend([bytes(((z & 0x7F) | 0x80, z >> 7)) for z in range(0x80, _LENGTHS_CACHED << 1, 2)])
-    return _lengths
+    global _lengths
+    table = _lengths
+    if table is None:  # built whole, then published: a thread never sees half a table
+        table = [SMALL[z] for z in range(0, 0x80, 2)]
+        table += [bytes(((z & 0x7F) | 0x80, z >> 7)) for z in range(0x80, _LENGTHS_CACHED << 1, 2)]
+        _lengths = table
+    return table
 
 
 def avro_string(s: str) -> bytes:
