@@ -122,7 +122,7 @@ def test_the_envelope_route_is_the_checked_route_without_the_step(registry, even
     value = enc.encode_event(event_id, "run", agent, to, [1], {"kind": "k", "body": "b"})
     headers = enc.headers(agent.encode(), None if to is None else to.encode())
     if step is not None and event_id.endswith(f"@{step}#0"):
-        headers.append((H_STEP, str(step).encode()))
+        headers = [*headers, (H_STEP, str(step).encode())]  # a new list: the encoder's is shared
     m = MemoryMessage(5, value, None, headers, 0)
     dec = Decoder(registry)
     checked = dec.route(m)

@@ -111,7 +111,7 @@ class _LiveSink:
         headers = enc.headers(self.agent_b, None if out.to is None else out.to.encode())
         step = parse_step(out.event_id)
         if step is not None:
-            headers.append((H_STEP, str(step[0]).encode()))
+            headers = [*headers, (H_STEP, str(step[0]).encode())]  # a new list: the encoder's is shared
         if locate:
             # Swarmlog's own I/O, inside the handler's guard: waiting for the offset serves the
             # client's callbacks on this thread (librdkafka's error and log events, which read the
@@ -135,7 +135,7 @@ class _LiveSink:
         headers = enc.headers(self.agent_b, self.agent_b)
         if record.steps:
             # The next life's first pass counts these steps as history: checked, never recorded twice.
-            headers.append((H_STEP, str(record.steps[-1]).encode()))
+            headers = [*headers, (H_STEP, str(record.steps[-1]).encode())]  # the encoder's list is shared
         self.channel.send(value, self.agent_b, headers)
 
     def recorded(self, event_id: str) -> Event | None:
