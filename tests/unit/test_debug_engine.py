@@ -314,7 +314,7 @@ def test_a_lookahead_past_its_bound_reads_on_alone_and_every_state_is_the_same(l
     offsets = list(range(0, end + 3, 89)) + [end]
     expected = oracle_states(backend, settings, registry, offsets)
     monkeypatch.setattr(_fold, "AHEAD_KEPT", 2)
-    monkeypatch.setattr(_fold, "SCAN_CHUNK", 3)
+    monkeypatch.setattr(_fold, "TAIL_BATCH", 3)
     counting = _CountingBackend(backend)
     session = Session(settings=settings, swarm=swarms.relay_long, backend=counting, registry=registry,  # type: ignore[arg-type]
                       snapshots=False)

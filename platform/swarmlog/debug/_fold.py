@@ -70,13 +70,12 @@ handler asking for an effect whose answer lies far on, or never comes), the look
 with a reader of its own, :data:`LOOKAHEAD_BATCH` at a time, keeping nothing for the fold."""
 
 TAIL_BATCH = 100
-"""Messages the fold's reader asks for at a time. ``consume(n, timeout)`` returns before its timeout
-only once n messages are there, and a fresh reader's first fetch brings a few thousand of them: with
-5,000 (the replay's batch) every fold's first reads waited out their timeouts, tens of ms a query
-of ``state --at N`` (bench/snapshots.py); the fold spends ~30 µs a message, a call's overhead is noise."""
-
-SCAN_CHUNK = 500
-"""Messages the fold's reader scans for the lookahead at a time (see :class:`_Tail`)."""
+"""Messages the fold's reader asks for, and scans, at a time. ``consume(n, timeout)`` returns before
+its timeout only once n messages are queued, and one fetch response of the debugger's readers
+(``SHORT_READ_TUNING``, 64 KiB) holds ~200: with the replay's 5,000 a fold's reads waited out their
+timeouts, tens of ms a query of ``state --at N`` (bench/README.md, "Time travel with snapshots").
+Small batches also leave unrouted what a fold that stops at N never takes; the fold spends ~30 µs
+a message, so a call's overhead is noise."""
 
 LOOKAHEAD_BATCH = 500
 """Messages the lookahead's own reader reads at a time: it reads only until the asking agent's next
@@ -442,10 +441,10 @@ class SwarmFold:
 class _Tail:
     """The fold's reader: the log's messages from its start, one at a time, with a look at the next.
 
-    Messages are scanned for the lookahead (``scan``) in order, a chunk at a time, just before the
-    fold takes them — or sooner, when the lookahead reads ahead for an effect's record: then they
-    wait here for the fold, scanned, and the tail is read from Kafka once. Scanning by chunks, not
-    by the reader's batches, leaves unrouted what a fold that stops at an offset never takes."""
+    Messages are scanned for the lookahead (``scan``) in order, a read batch (:data:`TAIL_BATCH`)
+    at a time, just before the fold takes them — or sooner, when the lookahead reads ahead for an
+    effect's record: then they wait here for the fold, scanned, and the tail is read from Kafka
+    once. Small batches leave unrouted what a fold that stops at an offset never takes."""
 
     def __init__(self, backend: LogBackend, topic: str, start: int, *,
                  scan: Callable[[list[Any]], None]) -> None:
@@ -453,7 +452,6 @@ class _Tail:
         self._reader.assign(start)
         self._batches = self._reader.batches(batch_size=TAIL_BATCH)
         self._scanned: deque[Any] = deque()
-        self._unscanned: deque[Any] = deque()
         self._scan = scan
         self.done = False
         """The reader has read to the end of the log."""
@@ -463,23 +461,19 @@ class _Tail:
         return int(self._reader.position.end_offset)
 
     def __len__(self) -> int:
-        return len(self._scanned) + len(self._unscanned)
+        return len(self._scanned)
 
     def scan_more(self) -> bool:
-        """Scan the next chunk of what has been read, reading on first if all of it is (False: every
-        message of the log has been scanned)."""
-        todo = self._unscanned
-        if not todo:
-            if self.done:
-                return False
-            try:
-                todo.extend(next(self._batches))
-            except StopIteration:
-                self.done = True
-                return False
-        chunk = [todo.popleft() for _ in range(min(SCAN_CHUNK, len(todo)))]
-        self._scan(chunk)
-        self._scanned.extend(chunk)
+        """Read and scan the next batch (False: every message of the log has been scanned)."""
+        if self.done:
+            return False
+        try:
+            batch = next(self._batches)
+        except StopIteration:
+            self.done = True
+            return False
+        self._scan(batch)
+        self._scanned.extend(batch)
         return True
 
     def peek(self) -> Any:
