@@ -151,6 +151,17 @@ def _make_log(s: Settings, registry: SchemaRegistry, *, of: Swarm = swarm) -> tu
     return ts, end, seconds
 
 
+def take_snapshots(session: Session, every: int, *, label: str) -> tuple[Any, float]:
+    """``session.snapshot(every=...)``, timed; every agent's snapshots written, or the benchmark fails."""
+    t0 = perf_counter()
+    taken = session.snapshot(every=every)
+    take_s = perf_counter() - t0
+    if taken.skipped:
+        raise RuntimeError(f"snapshots not written: {taken.skipped}")
+    log(f"{label}: {taken.records} snapshot records at {len(taken.offsets)} offsets in {take_s:.1f} s")
+    return taken, take_s
+
+
 def _cli(ts: Settings, at: int, *extra: str) -> float:
     env = dict(os.environ, SWARMLOG_TOPIC=ts.topic,
                PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
@@ -170,12 +181,7 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
     log(f"snapshots: the run's log of {end:,} offsets is in {ts.topic} after {gen_s:.0f} s")
     every = env_int("BENCH_SNAPSHOT_EVERY", 10_000, scale=False)
     with_snap = Session(settings=ts, swarm=swarm, registry=registry)
-    t0 = perf_counter()
-    taken = with_snap.snapshot(every=every)
-    take_s = perf_counter() - t0
-    if taken.skipped:
-        raise RuntimeError(f"snapshots not written: {taken.skipped}")
-    log(f"snapshots: {taken.records} snapshot records at {len(taken.offsets)} offsets in {take_s:.1f} s")
+    taken, take_s = take_snapshots(with_snap, every, label="snapshots")
     take = Run("snapshots.take", end)
     take.add(take_s)
 

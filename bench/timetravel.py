@@ -38,12 +38,7 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
     ts, end, gen_s = sn._make_log(s, registry, of=sn.ring_swarm)
     log(f"timetravel: the ring-sized run's log of {end:,} offsets is in {ts.topic} after {gen_s:.0f} s")
     session = Session(settings=ts, swarm=sn.ring_swarm, registry=registry)
-    t0 = perf_counter()
-    taken = session.snapshot(every=EVERY)
-    take_s = perf_counter() - t0
-    if taken.skipped:
-        raise RuntimeError(f"snapshots not written: {taken.skipped}")
-    log(f"timetravel: {taken.records} snapshot records at {len(taken.offsets)} offsets in {take_s:.1f} s")
+    taken, _ = sn.take_snapshots(session, EVERY, label="timetravel")
     from_zero = Session(settings=ts, swarm=sn.ring_swarm, registry=registry, snapshots=False)
     queries = [int(end * (0.40 + 0.02 * i)) for i in range(11)]
     t0 = perf_counter()
