@@ -139,7 +139,6 @@ class EffectLookahead:
         self.backend = backend
         self.topic = topic
         self.decoder = decoder
-        self.start = start
         self.effects: dict[str, Event] = {}
         self.max_step = {a: -1 for a in agents}
         self.done = False
