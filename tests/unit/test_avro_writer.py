@@ -258,6 +258,9 @@ def _one(field_type: Any) -> Any:
     (["null", "int", "long"], 2**40),  # not an int: the long branch
     (["float", "double"], 0.1),  # the double, though float comes first
     ({"type": "array", "items": ["null", "string"]}, [None, "a", None]),
+    ({"type": "array", "items": {"type": "fixed", "name": "F", "size": 2}}, [b"ab", bytearray(b"cd")]),
+    ({"type": "array", "items": {"type": "fixed", "name": "F", "size": 2}}, []),
+    ({"type": "array", "items": "long"}, [2**20, -(2**20) - 1, 2**27, -(2**27) - 1, 2**62]),
 ])
 def test_edge_cases_write_fastavros_bytes(field_type, value):
     schema = _one(field_type)
@@ -280,6 +283,8 @@ def test_edge_cases_write_fastavros_bytes(field_type, value):
     ("bytes", "text"),
     ({"type": "enum", "name": "E", "symbols": ["A"]}, "B"),
     ({"type": "fixed", "name": "F", "size": 2}, b"abc"),
+    ({"type": "array", "items": {"type": "fixed", "name": "F", "size": 2}}, [b"ab", b"c"]),
+    ({"type": "array", "items": {"type": "fixed", "name": "F", "size": 2}}, [b"ab", "cd"]),
     (["null", "string"], 5),
     ("double", 2**1100),
 ])
@@ -341,7 +346,7 @@ def test_what_is_not_covered_is_written_by_fastavro(field_type):
     assert write(datum) == _fastavro(schema, datum) == fastavro_writer(schema)(datum)
 
 
-@given(st.integers(*INT64) | st.integers(-(2**15), 2**15))
+@given(st.integers(*INT64) | st.integers(-(2**15), 2**15) | st.integers(-(2**28), 2**28))
 def test_avro_long_is_fastavros_long(n):
     assert avro_long(n) == _fastavro(_one("long"), {"f": n})
 
