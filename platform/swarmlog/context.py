@@ -313,24 +313,29 @@ class Context:
         sink = self._sink
         if sink is None:
             raise OutsideStep(agent=self.agent)
-        payload = self.registry.latest(event_type).validate_payload(payload)
-        if event_id is None:
-            event_id = output_id(self.agent, self._step, self._index)
-        self._index += 1
+        try:
+            schema = self.registry.newest[event_type]  # a subscript: no call for the hook to see
+        except (KeyError, TypeError):
+            schema = self.registry.latest(event_type)  # raises UnknownEventType
+        payload = schema.validate_payload(payload)
         causes = [self._step, *self._effects] if self._step >= 0 else list(self._effects)
         # What the handler handed over is plain data from here on — the payload as strict validation
         # rebuilt it (exact str, int, dict... never the handler's own subclass), the names as exact
         # strings — so writing it runs none of the handler's code. The write is swarmlog's own
-        # recorded I/O (encoding it, sending it in the step's transaction, or, on replay, checking it
-        # against the record), and runs with the hook off: it was about 50 hooked calls of every
-        # ring step, a fifth of the step's CPU (bench/README.md, "Where a ring step's time goes").
+        # recorded I/O (naming it, encoding it, sending it in the step's transaction, or, on replay,
+        # checking it against the record), and runs with the hook off: it was about 50 hooked calls
+        # of every ring step, a fifth of the step's CPU (bench/README.md, "Where a ring step's time
+        # goes").
         if type(event_type) is not str:
             event_type = str.__str__(event_type)
         if to is not None and type(to) is not str and isinstance(to, str):
             to = str.__str__(to)
-        out = Output(event_id, event_type, payload, to, causes)
+        index = self._index
+        self._index = index + 1
         with allowed():
-            offset = sink.write(out, locate=locate)
+            if event_id is None:
+                event_id = output_id(self.agent, self._step, index)
+            offset = sink.write(Output(event_id, event_type, payload, to, causes), locate=locate)
         return -1 if offset is None else offset
 
     def output_timer_fired(self, *, name: str, set_offset: int, clock: str, causes: list[int]) -> None:

@@ -105,3 +105,28 @@ def test_the_hook_is_back_on_after_the_write(registry):
         _step(registry, "then the clock", channel)
     assert refused.value.call == "time.time"
     assert _types(channel) == [MESSAGE.encode()] and channel.hooked_at_send == [False]  # written, unhooked
+
+
+class _TrickyType(Agent):
+    @on_message("hop")
+    def hop(self, ctx: Any, event: Any) -> None:
+        ctx.emit(_Tricky(MESSAGE), {"kind": "hop", "body": "x"}, to="b")
+
+
+def test_the_schema_lookup_of_a_handlers_own_event_type_runs_under_the_hook(registry):
+    # The event type's schema is looked up by subscript (no call for the hook), but the handler's
+    # own str subclass still hashes under the hook: its clock read is refused, nothing is written.
+    channel = _Channel()
+    decoder = Decoder(registry)
+    sink = _LiveSink(channel=channel, registry=registry, agent="a")  # type: ignore[arg-type]
+    core = AgentCore(agent=_TrickyType("a"), decoder=decoder, index=OwnIndex(), live_sink=sink)
+    sink.core = core
+    core.ctx.set_run(run_id="r", seed=1)
+    enc = Encoder(registry.latest(MESSAGE))
+    value = enc.encode_event("z@0#0", "r", "z", "a", [0], {"kind": "hop", "body": "b"})
+    m = MemoryMessage(0, value, b"z", enc.headers(b"z", b"a"), 0)
+    CALLS.clear()
+    with pytest.raises(ForbiddenCall) as refused:
+        core.process(m, decoder.envelope_route(m))
+    assert refused.value.call == "time.time"
+    assert CALLS[:1] == ["hash"] and channel.sent == []

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import fastavro
@@ -135,6 +136,9 @@ class SchemaRegistry:
                 raise SchemaError(
                     f"{event_type} has versions {[v.version for v in versions]}; versions must be 1..N with no gaps"
                 )
+        self.newest: Mapping[str, EventSchema] = MappingProxyType(self._latest)
+        """Event type -> its latest schema, read-only: :meth:`latest` as a subscript (``ctx.send``
+        looks its schema up under the guard's profile hook, where a subscript is not a call)."""
 
     @classmethod
     def load(cls, directories: Path | str | Sequence[Path | str]) -> SchemaRegistry:
