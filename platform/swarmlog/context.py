@@ -21,7 +21,6 @@ each input, which outputs an earlier life of the agent already wrote.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid as _uuid
 from collections.abc import Callable, Sequence
@@ -30,7 +29,7 @@ from typing import Any, NamedTuple, Protocol
 from .errors import ConfigurationError, EffectDiverged, EffectFailed, NoRunStarted, OutsideStep
 from .events import Event
 from .guard import allowed
-from .hashing import canonical
+from .hashing import canonical, short_sha256
 from .protocol import (
     EFFECT_RECORDED,
     LLM_CALL,
@@ -137,7 +136,8 @@ class Context:
             raise NoRunStarted(agent=self.agent, offset=self._step)
         i = self._rand_index
         self._rand_index = i + 1
-        return hashlib.sha256(self._rand_prefix + domain + f"{self._step}\x1f{i}".encode()).digest()
+        # A few dozen bytes (seed, agent, domain, step, index): CPython's own sha256, not OpenSSL's.
+        return short_sha256(self._rand_prefix + domain + f"{self._step}\x1f{i}".encode()).digest()
 
     def random(self) -> float:
         """A float in [0, 1) derived from (seed, agent, offset, call index)."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarmlog.hashing import _reference_encode, canonical, state_hash
+from swarmlog.hashing import _reference_encode, canonical, sha256_digest, short_sha256, state_hash
 from swarmlog.protocol import STATE_DIGEST, parse_step, state_digest_id, stop_digest_id
 from swarmlog.runtime import diff_states
 from swarmlog.runtime._digests import DigestRecord, DigestRecorder, RecordedDigests, state_digest
@@ -101,3 +103,10 @@ def test_a_circular_state_is_refused_as_the_reference_encoder_refuses_it():
         canonical(loop)
     with pytest.raises(ValueError):
         _reference_encode(loop)
+
+
+@given(st.binary(max_size=600) | st.sampled_from([b"", b"x" * 255, b"x" * 256, b"x" * 257, b"\x00" * 4096]))
+def test_a_digest_is_sha256_whichever_implementation_hashes_it(data):
+    # Short inputs go to CPython's own sha256, long ones to OpenSSL's: the same 32 bytes.
+    assert sha256_digest(data) == hashlib.sha256(data).digest()
+    assert short_sha256(data).digest() == hashlib.sha256(data).digest()

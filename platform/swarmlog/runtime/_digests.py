@@ -32,13 +32,12 @@ its step's handler: a strict replay or a restart raises at the step itself.
 
 from __future__ import annotations
 
-import hashlib
 from array import array
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StateNotSerialisable
-from ..hashing import canonical_json
+from ..hashing import canonical_json, sha256_digest
 
 DIGEST_SIZE = 32
 
@@ -50,7 +49,7 @@ def state_digest(state: Any, *, agent: str = "", offset: int = -1) -> bytes:
         text = canonical_json(state)
     except (TypeError, ValueError) as exc:  # not JSON, or a circular reference
         raise StateNotSerialisable(agent=agent, offset=offset, detail=str(exc)) from None
-    return hashlib.sha256(text).digest()
+    return sha256_digest(text)
 
 
 @dataclass(frozen=True, slots=True)
