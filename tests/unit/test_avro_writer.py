@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import math
 import struct
-from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -23,21 +22,11 @@ from swarmlog.schema._avro_writer import (
     payload_writer,
 )
 from swarmlog.schema.codec import Decoder, Encoder, _payload_parsed
-from swarmlog.schema.registry import SchemaRegistry
 
-REPO_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
-REGISTRY = SchemaRegistry.load(REPO_SCHEMAS)
-EVERY_VERSION = [s for s in REGISTRY]
-IDS = [f"{s.event_type}-v{s.version}" for s in EVERY_VERSION]
-
-INT32 = (-(2**31), 2**31 - 1)
-INT64 = (-(2**63), 2**63 - 1)
-
-
-def _fastavro(parsed: Any, datum: Any) -> bytes:
-    buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, parsed, datum)
-    return buf.getvalue()
+from .avro_cases import EVERY_VERSION, IDS, INT32, INT64, REGISTRY
+from .avro_cases import fastavro_bytes as _fastavro
+from .avro_cases import same as _same
+from .avro_cases import strategy as _strategy
 
 
 def _outcome(write: Any, datum: Any) -> bytes | type:
@@ -45,57 +34,6 @@ def _outcome(write: Any, datum: Any) -> bytes | type:
         return write(datum)  # type: ignore[no-any-return]
     except Exception as exc:  # noqa: BLE001 - the outcome is the point
         return type(exc)
-
-
-def _strategy(schema: Any, named: dict[str, Any], *, omit_defaults: bool = True) -> st.SearchStrategy[Any]:
-    """Valid datums of a parsed Avro schema (what the strict pydantic validator accepts)."""
-    if isinstance(schema, str):
-        prim = {
-            "null": st.none(),
-            "boolean": st.booleans(),
-            "int": st.integers(*INT32),
-            "long": st.integers(*INT64) | st.sampled_from(INT64),
-            "float": st.floats(width=32) | st.floats(),
-            "double": st.floats(allow_nan=True) | st.sampled_from([0.0, -0.0, math.inf, -math.inf, math.nan]),
-            "string": st.text(max_size=80) | st.sampled_from(["", "é" * 40, "😀" * 20, "x" * 64]),
-            "bytes": st.binary(max_size=80),
-        }
-        if schema in prim:
-            return prim[schema]
-        return st.deferred(lambda: _strategy(named[schema], named, omit_defaults=omit_defaults))
-    if isinstance(schema, list):
-        return st.one_of([_strategy(b, named, omit_defaults=omit_defaults) for b in schema])
-    kind = schema["type"]
-    if kind in ("enum", "fixed", "record"):
-        named[schema["name"]] = schema
-    if kind == "enum":
-        return st.sampled_from(schema["symbols"])
-    if kind == "fixed":
-        return st.binary(min_size=schema["size"], max_size=schema["size"])
-    if kind == "array":
-        return st.lists(_strategy(schema["items"], named, omit_defaults=omit_defaults), max_size=4)
-    if kind == "map":
-        return st.dictionaries(st.text(max_size=10), _strategy(schema["values"], named, omit_defaults=omit_defaults),
-                               max_size=4)
-    if kind == "record":
-        required = {}
-        optional = {}
-        for f in schema["fields"]:
-            s = _strategy(f["type"], named, omit_defaults=omit_defaults)
-            (optional if omit_defaults and "default" in f else required)[f["name"]] = s
-        return st.fixed_dictionaries(required, optional=optional)
-    return _strategy(kind, named, omit_defaults=omit_defaults)
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equality with NaN equal to NaN (and -0.0 told from 0.0)."""
-    if isinstance(a, float) and isinstance(b, float):
-        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and a == b
 
 
 def test_every_schema_in_schemas_is_compiled_not_left_to_fastavro():
