@@ -16,11 +16,13 @@ readers never take them on trust: :meth:`Decoder.route` reads the route from the
 envelope itself — its first fields, by hand, without decoding the payload — and checks
 the headers against it; :meth:`Decoder.decode_checked` does the same for a decoded event,
 and :meth:`Decoder.decode_fields` (the Postgres sink's) for an envelope read by hand, its
-strings kept as bytes, with fastavro reading only the payload.
+strings kept as bytes, and the payload read on its own.
 
 Hot path: an :class:`Encoder` (with its payload writer compiled from the schema,
 :mod:`._avro_writer`) and the decoder's plan per fingerprint are built once; per event
-the encoder makes one join of the envelope's bytes and the payload's, no fastavro call.
+the encoder makes one join of the envelope's bytes and the payload's, no fastavro call,
+and the decoder one call of a reader compiled from the writer schema (:mod:`._avro_reader`;
+fastavro only where one version is resolved into another).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import fastavro
 
 from ..errors import SchemaNotFound, UndecodableMessage
 from ..protocol import H_AGENT, H_TO, H_TYPE, H_VERSION, Headers, Route, checked_route, route, step_of
+from ._avro_reader import Reader, fastavro_reader, payload_reader, read_length, read_long
 from ._avro_writer import Writer, avro_long, avro_string, payload_writer
 from .registry import EventSchema, SchemaRegistry
 from .upcasting import upcasters_for
@@ -132,10 +135,29 @@ class Encoder:
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-class _Plan:
-    """How to turn bytes written with one schema into the newest version's dict."""
+_READERS: dict[tuple[bytes, bool], Reader] = {}
+"""(fingerprint, payload only) -> the reader compiled for it, shared by every Decoder of the
+process (compiling one costs a few ms; one Parsing Canonical Form reads one way)."""
 
-    __slots__ = ("writer", "reader", "writer_parsed", "reader_parsed", "steps")
+
+def _compiled(schema: EventSchema, *, payload: bool) -> Reader:
+    key = (schema.fingerprint, payload)
+    read = _READERS.get(key)
+    if read is None:  # two threads may both compile it: the same reader, the last one kept
+        read = _READERS[key] = payload_reader(_payload_parsed(schema) if payload else schema.parsed)
+    return read
+
+
+class _Plan:
+    """How to turn bytes written with one schema into the newest version's dict.
+
+    ``read(value, HEADER_LEN)`` reads the body: a reader compiled from the writer schema
+    (:mod:`._avro_reader`, fastavro's datum in a third of its time) when the read resolves
+    nothing (the writer is the version read into, or the first upcaster's), fastavro where
+    Avro resolution is needed; the upcaster ``steps`` follow.
+    """
+
+    __slots__ = ("writer", "reader", "writer_parsed", "reader_parsed", "steps", "read")
 
     def __init__(self, writer: EventSchema, reader: EventSchema, steps: list[Upcaster], reader_parsed: Any) -> None:
         self.writer = writer
@@ -143,12 +165,14 @@ class _Plan:
         self.writer_parsed = writer.parsed
         self.reader_parsed = reader_parsed
         self.steps = steps
+        self.read: Reader = (_compiled(writer, payload=False) if reader_parsed is None
+                             else fastavro_reader(writer.parsed, reader_parsed))
 
 
 class _PayloadPlan:
     """How :meth:`Decoder.decode_fields` reads one writer's payload record on its own."""
 
-    __slots__ = ("writer", "writer_parsed", "reader_parsed", "kind")
+    __slots__ = ("writer", "writer_parsed", "reader_parsed", "kind", "read")
 
     def __init__(self, writer: EventSchema, writer_parsed: Any, reader_parsed: Any,
                  kind: tuple[str, bytes, bytes]) -> None:
@@ -156,6 +180,9 @@ class _PayloadPlan:
         self.writer_parsed = writer_parsed
         self.reader_parsed = reader_parsed
         self.kind = kind
+        # read(value, index of the payload): compiled when nothing is resolved, as _Plan.read
+        self.read: Reader = (_compiled(writer, payload=True) if reader_parsed is None
+                             else fastavro_reader(writer_parsed, reader_parsed))
 
 
 _UNPLANNED: Any = object()
@@ -217,14 +244,12 @@ class Decoder:
         if plan is None:
             plan = self._plan(fp, offset)
         try:
-            record = fastavro.schemaless_reader(
-                io.BytesIO(value[HEADER_LEN:]), plan.writer_parsed, plan.reader_parsed
-            )
-        except Exception as exc:  # fastavro raises EOFError, ValueError, UnicodeDecodeError...
+            record = plan.read(value, HEADER_LEN)
+        except Exception as exc:  # EOFError, IndexError, ValueError, UnicodeDecodeError, struct.error...
             raise UndecodableMessage(offset=offset, reason=f"Avro body does not match its schema: {exc!r}") from None
         for step in plan.steps:
-            record = step(record)  # type: ignore[arg-type]
-        return plan.writer, record  # type: ignore[return-value]
+            record = step(record)
+        return plan.writer, record
 
     def route(self, msg: Any) -> Route:
         """Where a message goes, as its envelope says: type (the writer schema's), agent, recipient,
@@ -306,12 +331,12 @@ class Decoder:
 
         For a consumer that writes the envelope out as bytes again (the Postgres sink's binary
         COPY). The same checks and errors as :meth:`decode_checked`: the routing headers against
-        the envelope, every string of it valid UTF-8, the payload read (and resolved) by fastavro.
+        the envelope, every string of it valid UTF-8, the payload read (and resolved) as :meth:`decode` reads it.
 
         Speed: the envelope's layout is the same in every schema (registry.ENVELOPE_FIELDS), so
-        it is read by hand and fastavro reads only the payload record: fastavro spends about
-        6 us a message on the seven envelope fields and 2 us on a three-field payload. A writer
-        whose reading needs an upcaster is read whole (:meth:`decode_checked`).
+        it is read by hand, its strings kept as bytes, and the payload record alone by the
+        reader compiled from its schema (fastavro where a version is resolved into another). A
+        writer whose reading needs an upcaster is read whole (:meth:`decode_checked`).
         """
         value = msg.value()
         offset = msg.offset()
@@ -330,7 +355,7 @@ class Decoder:
             if run_id not in utf8 or agent not in utf8 or event_type not in utf8 or (
                     to is not None and to not in utf8):
                 _check_utf8(utf8, run_id, agent, event_type, to)
-            payload = fastavro.schemaless_reader(io.BytesIO(value[end:]), plan.writer_parsed, plan.reader_parsed)
+            payload = plan.read(value, end)
         except Exception as exc:  # as decode: IndexError/ValueError (truncated), UnicodeDecodeError, EOFError...
             raise UndecodableMessage(offset=offset, reason=f"Avro body does not match its schema: {exc!r}") from None
         headers = msg.headers()
@@ -375,22 +400,6 @@ class Decoder:
         return plan
 
 
-def _read_long(b: bytes, i: int) -> tuple[int, int]:
-    """An Avro int/long at ``b[i]`` (zigzag varint): (value, index after it)."""
-    x = b[i]
-    if x < 0x80:
-        return (x >> 1) ^ -(x & 1), i + 1
-    n = x & 0x7F
-    shift = 7
-    while True:
-        i += 1
-        x = b[i]
-        n |= (x & 0x7F) << shift
-        if x < 0x80:
-            return (n >> 1) ^ -(n & 1), i + 1
-        shift += 7
-
-
 def _envelope_route(value: bytes) -> tuple[bytes, bytes, bytes | None]:
     """The envelope's ``event_id``, ``agent_id`` and ``to`` as bytes, read by hand.
 
@@ -404,7 +413,7 @@ def _envelope_route(value: bytes) -> tuple[bytes, bytes, bytes | None]:
     n = value[HEADER_LEN]
     i = HEADER_LEN + 1
     if n >= 0x80 or n & 1:
-        n, i = _read_length(value, HEADER_LEN)
+        n, i = read_length(value, HEADER_LEN)
     else:
         n >>= 1
     event_id = value[i:i + n]
@@ -413,7 +422,7 @@ def _envelope_route(value: bytes) -> tuple[bytes, bytes, bytes | None]:
     i += (n >> 1) + 1 if n < 0x80 and not n & 1 else _skip_string(value, i)
     n = value[i]
     if n >= 0x80 or n & 1:
-        n, i = _read_length(value, i)
+        n, i = read_length(value, i)
     else:
         n >>= 1
         i += 1
@@ -421,7 +430,7 @@ def _envelope_route(value: bytes) -> tuple[bytes, bytes, bytes | None]:
     i += n
     n = value[i]  # event_type: skipped
     i += (n >> 1) + 1 if n < 0x80 and not n & 1 else _skip_string(value, i)
-    _, i = _read_long(value, i)  # schema_version
+    _, i = read_long(value, i)  # schema_version
     branch = value[i]
     if branch == 0:
         if i >= len(value):
@@ -431,7 +440,7 @@ def _envelope_route(value: bytes) -> tuple[bytes, bytes, bytes | None]:
         raise ValueError("bad union branch for `to`")
     n = value[i + 1]
     if n >= 0x80 or n & 1:
-        n, i = _read_length(value, i + 1)
+        n, i = read_length(value, i + 1)
     else:
         n >>= 1
         i += 2
@@ -478,7 +487,7 @@ def _envelope_fields(value: bytes) -> tuple[bytes, bytes, bytes, bytes, bytes | 
     else:
         event_type, i = _read_bytes(value, i)
     n = value[i]  # schema_version
-    i = i + 1 if n < 0x80 else _read_long(value, i)[1]
+    i = i + 1 if n < 0x80 else read_long(value, i)[1]
     branch = value[i]
     if branch == 0:
         to = None
@@ -490,14 +499,14 @@ def _envelope_fields(value: bytes) -> tuple[bytes, bytes, bytes, bytes, bytes | 
     causes: list[int] = []
     if value[i]:
         while True:  # an Avro array: blocks of (count, items), the last of count 0
-            count, i = _read_long(value, i)
+            count, i = read_long(value, i)
             if count == 0:
                 break
             if count < 0:  # a block that also gives its size in bytes
                 count = -count
-                _, i = _read_long(value, i)
+                _, i = read_long(value, i)
             for _ in range(count):
-                item, i = _read_long(value, i)
+                item, i = read_long(value, i)
                 causes.append(item)
     else:
         i += 1
@@ -508,20 +517,13 @@ def _envelope_fields(value: bytes) -> tuple[bytes, bytes, bytes, bytes, bytes | 
 
 def _read_bytes(b: bytes, i: int) -> tuple[bytes, int]:
     """An Avro string's bytes at ``b[i]``: (bytes, index after them)."""
-    n, i = _read_length(b, i)
+    n, i = read_length(b, i)
     return b[i:i + n], i + n
-
-
-def _read_length(b: bytes, i: int) -> tuple[int, int]:
-    n, i = _read_long(b, i)
-    if n < 0 or i + n > len(b):
-        raise ValueError("truncated envelope")
-    return n, i
 
 
 def _skip_string(b: bytes, i: int) -> int:
     """How far past ``b[i]`` a string ends (its length and bytes)."""
-    n, j = _read_length(b, i)
+    n, j = read_length(b, i)
     return j - i + n
 
 
