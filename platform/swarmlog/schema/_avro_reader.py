@@ -127,7 +127,8 @@ _unpack_double = struct.Struct("<d").unpack_from
 
 
 class _Compiler:
-    """Walks one parsed schema; every record becomes a generated function in ``self.ns``."""
+    """Walks one parsed schema into one generated function in ``self.ns`` (nested records
+    inline; each recursive record a function of its own, which its references call)."""
 
     def __init__(self) -> None:
         self.ns: dict[str, Any] = {"_long": read_long, "_str": _read_string, "_bytes": _read_bytes,

@@ -133,7 +133,8 @@ def _avro_null(v: Any) -> bytes:
 
 
 class Unsupported(Exception):
-    """The schema uses something :func:`compile_writer` does not cover (see the module doc)."""
+    """The schema uses something :func:`compile_writer` (or ``_avro_reader.compile_reader``)
+    does not cover (see the module docs)."""
 
 
 # fastavro's union-branch validation (fastavro._validation), for the branches compiled here.
