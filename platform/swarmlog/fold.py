@@ -8,14 +8,13 @@ the log alone, and hashes it beside the stream.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .errors import SwarmlogError
 from .events import Event
-from .hashing import StreamHasher, state_hash
-from .ledger import Ledger, LedgerRow
+from .hashing import StreamHasher, frame, state_hash
+from .ledger import Ledger
 from .schema.codec import Decoder
 from .schema.registry import SchemaRegistry
 
@@ -71,41 +70,43 @@ class Fold:
         self.undecodable: list[Undecodable] = []
 
     def apply_batch(self, msgs: list[Any]) -> None:
-        self.hasher.update_batch(msgs)
+        """Hash, decode and fold a batch of messages (in offset order), in one pass over it.
+
+        One pass, not a hashing loop and then a decoding one: per event, the loop's own cost
+        is a good part of what a replay does beyond consuming and decoding (bench/README.md,
+        Replay). A message that does not decode is hashed all the same (the stream hash covers
+        every message's bytes) and reported in :attr:`undecodable` with its offset.
+        """
         reducer = self.reducer
+        frames = self.hasher.sink(len(msgs))
         undecodable = len(self.undecodable)
         if type(reducer) is Ledger:
-            # The default ledger takes rows, not one Event per event, and takes them as they
-            # are decoded: a batch's 5,000 decoded records never live at once (holding them
-            # cost more than decoding them one by one into the same few freed blocks).
-            # Exactly Ledger: a subclass may override apply(), and like any other reducer
-            # it is given Events.
-            reducer.fold_rows(self.states, self._rows(msgs))
+            # The default ledger folds the raw messages itself, as they are decoded: no Event
+            # per event, no row handed between loops, and a batch's 5,000 decoded records
+            # never live at once (holding them cost more than decoding them one by one into
+            # the same few freed blocks). Exactly Ledger: a subclass may override apply(), and
+            # like any other reducer it is given Events.
+            reducer.fold_messages(self.states, msgs, decode=self.decoder.decode, frames=frames,
+                                  undecodable=self._undecodable)
         else:
             decode = self.decoder.decode
             apply = reducer.apply
             states = self.states
             from_message = Event.from_message
             for m in msgs:
+                value = m.value()
                 off = m.offset()
+                frames(frame(off, value))
                 try:
-                    writer, record = decode(m.value(), off)
+                    writer, record = decode(value, off)
                 except SwarmlogError as exc:
-                    self.undecodable.append(Undecodable(offset=off, error=str(exc)))
+                    self._undecodable(off, exc)
                     continue
                 apply(states, from_message(m, writer, record))
         self.events += len(msgs) - (len(self.undecodable) - undecodable)
 
-    def _rows(self, msgs: list[Any]) -> Iterator[LedgerRow]:
-        decode = self.decoder.decode
-        for m in msgs:
-            off = m.offset()
-            try:
-                writer, record = decode(m.value(), off)
-            except SwarmlogError as exc:
-                self.undecodable.append(Undecodable(offset=off, error=str(exc)))
-                continue
-            yield off, writer.event_type, record["agent_id"], record["to"], record["payload"]
+    def _undecodable(self, offset: int, exc: SwarmlogError) -> None:
+        self.undecodable.append(Undecodable(offset=offset, error=str(exc)))
 
     def result(self, end_offset: int, *, start_offset: int = 0) -> ReplayResult:
         return ReplayResult(

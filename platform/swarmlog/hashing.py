@@ -136,6 +136,17 @@ class StreamHasher:
             update(pack(m.offset(), len(value)) + value)
         self.count += len(msgs)
 
+    def sink(self, n: int) -> Callable[[bytes], None]:
+        """The hash's own ``update``, for a loop that hashes ``n`` messages itself, counted here.
+
+        For a per-message loop that does other work too (the plain replay's
+        :meth:`~swarmlog.ledger.Ledger.fold_messages` decodes and folds in the same pass): it
+        must write each message as :func:`frame` does — :data:`FRAME`, then the value's bytes,
+        ``None`` as empty — in offset order, so that the digest is :meth:`update`'s.
+        """
+        self.count += n
+        return self._h.update
+
     def hexdigest(self) -> str:
         return self._h.hexdigest()
 
