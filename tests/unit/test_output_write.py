@@ -68,11 +68,12 @@ class _Sender(Agent):
             time.time()  # after the write: the hook must be back on
 
 
-def _step(registry: Any, body: str, channel: _Channel | None = None) -> tuple[_Channel, Decoder]:
+def _step(registry: Any, body: str, channel: _Channel | None = None,
+          agent: type[Agent] = _Sender) -> tuple[_Channel, Decoder]:
     channel = channel or _Channel()
     decoder = Decoder(registry)
     sink = _LiveSink(channel=channel, registry=registry, agent="a")  # type: ignore[arg-type]
-    core = AgentCore(agent=_Sender("a"), decoder=decoder, index=OwnIndex(), live_sink=sink)
+    core = AgentCore(agent=agent("a"), decoder=decoder, index=OwnIndex(), live_sink=sink)
     sink.core = core
     core.ctx.set_run(run_id="r", seed=1)
     enc = Encoder(registry.latest(MESSAGE))
@@ -117,16 +118,8 @@ def test_the_schema_lookup_of_a_handlers_own_event_type_runs_under_the_hook(regi
     # The event type's schema is looked up by subscript (no call for the hook), but the handler's
     # own str subclass still hashes under the hook: its clock read is refused, nothing is written.
     channel = _Channel()
-    decoder = Decoder(registry)
-    sink = _LiveSink(channel=channel, registry=registry, agent="a")  # type: ignore[arg-type]
-    core = AgentCore(agent=_TrickyType("a"), decoder=decoder, index=OwnIndex(), live_sink=sink)
-    sink.core = core
-    core.ctx.set_run(run_id="r", seed=1)
-    enc = Encoder(registry.latest(MESSAGE))
-    value = enc.encode_event("z@0#0", "r", "z", "a", [0], {"kind": "hop", "body": "b"})
-    m = MemoryMessage(0, value, b"z", enc.headers(b"z", b"a"), 0)
     CALLS.clear()
     with pytest.raises(ForbiddenCall) as refused:
-        core.process(m, decoder.envelope_route(m))
+        _step(registry, "b", channel, agent=_TrickyType)
     assert refused.value.call == "time.time"
     assert CALLS[:1] == ["hash"] and channel.sent == []
