@@ -157,13 +157,11 @@ class _Plan:
     Avro resolution is needed; the upcaster ``steps`` follow.
     """
 
-    __slots__ = ("writer", "reader", "writer_parsed", "reader_parsed", "steps", "read")
+    __slots__ = ("writer", "reader", "steps", "read")
 
     def __init__(self, writer: EventSchema, reader: EventSchema, steps: list[Upcaster], reader_parsed: Any) -> None:
         self.writer = writer
         self.reader = reader
-        self.writer_parsed = writer.parsed
-        self.reader_parsed = reader_parsed
         self.steps = steps
         self.read: Reader = (_compiled(writer, payload=False) if reader_parsed is None
                              else fastavro_reader(writer.parsed, reader_parsed))
@@ -172,13 +170,11 @@ class _Plan:
 class _PayloadPlan:
     """How :meth:`Decoder.decode_fields` reads one writer's payload record on its own."""
 
-    __slots__ = ("writer", "writer_parsed", "reader_parsed", "kind", "read")
+    __slots__ = ("writer", "kind", "read")
 
     def __init__(self, writer: EventSchema, writer_parsed: Any, reader_parsed: Any,
                  kind: tuple[str, bytes, bytes]) -> None:
         self.writer = writer
-        self.writer_parsed = writer_parsed
-        self.reader_parsed = reader_parsed
         self.kind = kind
         # read(value, index of the payload): compiled when nothing is resolved, as _Plan.read
         self.read: Reader = (_compiled(writer, payload=True) if reader_parsed is None
