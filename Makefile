@@ -21,7 +21,9 @@ help:
 	@echo "make bench  benchmarks beside their baselines -> bench/results.{json,md}"
 	@echo "make bench-peers  LangGraph and Kafka Connect beside swarmlog -> bench/results-peers.{json,md}"
 
-$(STAMP): pyproject.toml
+# The editable install also compiles the guard's C profile hook in place (optional: without a
+# compiler swarmlog installs with the Python hook), so a change to its source reinstalls.
+$(STAMP): pyproject.toml platform/swarmlog/guard/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics,tui,otel]'

@@ -33,6 +33,11 @@ Variables:
                                  ``SWARMLOG_KAFKA_SASL_MECHANISM=SCRAM-SHA-512``,
                                  ``SWARMLOG_KAFKA_SSL_CA_LOCATION=/etc/kafka/ca.pem``.
 
+Read by the module they concern, for the whole process rather than for one :class:`Settings`:
+``PYTHONHASHSEED`` (:mod:`swarmlog.interpreter`), ``OTEL_*`` (:mod:`swarmlog.observe.tracing`) and
+``SWARMLOG_GUARD_HOOK`` (``python``: the determinism guard's Python profile hook instead of its C one;
+:mod:`swarmlog.guard._hook`, read when the guard is imported).
+
 Secrets (the database password, ``sasl.password`` and the other secret librdkafka
 properties, the token key) are ``SecretStr``: ``repr(settings)`` shows them
 masked, and they are unwrapped only where a client is built

@@ -38,6 +38,12 @@ tracebacks reading source lines, a first import, a garbage-collector callback, a
 own timing behind ``ctx.http()``, a debugger setting itself up. Each has a narrow rule
 (:mod:`swarmlog.guard._exemptions`), tested on both sides; no module is exempt as a whole.
 
+The hook's common path — a C call to a function known to be harmless, a Python function whose
+name no row has, every return — is a C profile function where swarmlog was built with a compiler
+(:mod:`swarmlog.guard._native`, CPython 3.11); it hands every other event to the Python hook, which
+keeps every rule and cache. :func:`hook_in_use` says which one this process installs
+(``SWARMLOG_GUARD_HOOK=python`` asks for the Python one).
+
 ``sys.setprofile`` affects only the calling thread, so a timer thread or a Kafka client's
 callback thread keeps working while a handler runs; outside handlers no hook is installed and
 nothing costs anything. An audit hook (``sys.addaudithook``) was not used: it can never be
@@ -58,10 +64,11 @@ call — is listed in the README; per-step state digests catch their effects.
 from __future__ import annotations
 
 from ._exemptions import DEBUGGER_MODULES, TRUSTED_LIBRARIES, trust_library
+from ._hook import GuardHook, hook_in_use
 from ._rules import resolve
 from ._scope import allowed, guarded, is_guarded
 from .errors import ForbiddenCall
 from .table import COVERAGE, DENY_LIST, KINDS, Row
 
-__all__ = ["COVERAGE", "DEBUGGER_MODULES", "DENY_LIST", "KINDS", "ForbiddenCall", "Row", "TRUSTED_LIBRARIES", "allowed",
-           "guarded", "is_guarded", "resolve", "trust_library"]
+__all__ = ["COVERAGE", "DEBUGGER_MODULES", "DENY_LIST", "KINDS", "ForbiddenCall", "GuardHook", "Row",
+           "TRUSTED_LIBRARIES", "allowed", "guarded", "hook_in_use", "is_guarded", "resolve", "trust_library"]

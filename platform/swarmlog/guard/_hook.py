@@ -10,13 +10,24 @@ profile function stands in (below): logging's own reads cost no lookups and no s
 CPython uninstalls a profile function that raises. Until the next line, exception or call
 reinstalls it, a one-shot trace function stands in (see :mod:`swarmlog.guard`). A frame's own
 trace function (a debugger's, coverage's) is wrapped, not replaced, and gets its event.
+
+Where it is built, the common path runs in C (:mod:`swarmlog.guard._native`, below): a profile
+function that answers the common events itself from the same tables and hands every other one
+to :func:`hook`, as CPython hands every event to a Python profile function. Either way
+:func:`install` puts the guard in place, ``sys.getprofile()`` returns :func:`hook`, and
+``sys.setprofile(None)`` takes it away.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
+from ..errors import InvalidSetting
 from ._callsite import CallSite
 from ._exemptions import EXCEPTION_TEXT, LOG, MESSAGE, exemption
 from ._rules import (
@@ -35,7 +46,7 @@ from ._state import ThreadState, innermost_guard, thread_state
 from .errors import ForbiddenCall
 from .table import Row
 
-__all__ = ["apply", "hook", "setprofile"]
+__all__ = ["GuardHook", "HOOK_ENV", "apply", "hook", "hook_in_use", "install", "setprofile"]
 
 _PACKAGE = __name__.rpartition(".")[0]
 setprofile = sys.setprofile
@@ -181,8 +192,10 @@ def apply(st: ThreadState) -> None:
         return
     want = bool(st.stack) and st.stack[-1].guards
     st.scope_hooks = None
-    if want or st.hooked:
-        setprofile(hook if want else None)
+    if want:
+        install()
+    elif st.hooked:
+        setprofile(None)
     st.hooked = want
 
 
@@ -227,10 +240,10 @@ def _enter_logger_call(top: types.FrameType) -> None:
                 _render(st, frame, logger_call)
             elif code is _GUARD_ENTER_CODE:
                 st.scope_hooks = None
-                setprofile(hook)
+                install()
         elif event == "return" and frame is top:
             st.scope_hooks = None
-            setprofile(hook)
+            install()
 
     st.scope_hooks = (logger_call,)
     setprofile(logger_call)
@@ -316,3 +329,78 @@ def _rearm_global(frame: types.FrameType, event: str, arg: object) -> object:
     if previous is not None:
         return previous(frame, event, arg)  # type: ignore[operator]
     return None
+
+
+# --- which profile function a guard installs: the C one, or `hook` itself ---------------------
+#
+# Decided once, at import, for the whole process: the C profile function where it is built (on
+# CPython 3.11, with a compiler at install time), else `hook` as a Python profile function.
+# SWARMLOG_GUARD_HOOK=python asks for the Python one (to compare them, or to rule the C one out);
+# =native insists on the C one (an error where it is not built). Read here, not in
+# swarmlog.settings: the guard is chosen when it is imported, before any Settings exists, and for
+# every caller of `guarded()` (library callers pass no Settings), as the interpreter's hash seed
+# is read by swarmlog.interpreter.
+
+HOOK_ENV = "SWARMLOG_GUARD_HOOK"
+
+
+@dataclass(frozen=True, slots=True)
+class GuardHook:
+    """Which profile function a guard installs in this process (``native``: the C one), and why."""
+
+    native: bool
+    why: str
+
+    def __str__(self) -> str:
+        return f"{'native' if self.native else 'Python'} profile hook ({self.why})"
+
+
+try:
+    from . import _native
+except ImportError as exc:  # not built here: no compiler at install time, or not CPython 3.11
+    _native = None  # type: ignore[assignment]
+    _NOT_BUILT = f"swarmlog.guard._native is not built: {exc}"
+else:
+    _native.bind(hook, _functions, BY_TYPE, CODES)
+    _NOT_BUILT = ""
+
+
+# install() makes the chosen hook this thread's profile function. Either installer is a C callable:
+# no Python frame, so no profile event under a Python profile function (a Logger call's, above)
+# when it puts the full hook back.
+install: Callable[[], object]
+_in_use: GuardHook
+
+
+def _select(chosen: GuardHook) -> None:
+    """Install the C profile function from now on (``chosen.native``), or ``hook`` itself."""
+    global install, _in_use
+    if chosen.native and _native is None:
+        raise InvalidSetting(variable=HOOK_ENV, value="native", problem=_NOT_BUILT,
+                             hint="python, or a C compiler when swarmlog is installed (then native is the default)")
+    install = _native.install if chosen.native else functools.partial(setprofile, hook)
+    _in_use = chosen
+
+
+def _choose(environ: Mapping[str, str] | None = None) -> GuardHook:
+    """The profile function the environment asks for (default: the C one where it is built)."""
+    env = os.environ if environ is None else environ
+    asked = env.get(HOOK_ENV, "").strip().lower()
+    if asked == "python":
+        return GuardHook(native=False, why=f"{HOOK_ENV}=python")
+    if asked == "native":
+        return GuardHook(native=True, why=f"C, swarmlog.guard._native; {HOOK_ENV}=native")  # _select checks it
+    if asked:
+        raise InvalidSetting(variable=HOOK_ENV, value=env[HOOK_ENV], problem="not a profile hook the guard has",
+                             hint="native (the default where it is built) or python")
+    if _native is None:
+        return GuardHook(native=False, why=_NOT_BUILT)
+    return GuardHook(native=True, why="C, swarmlog.guard._native")
+
+
+def hook_in_use() -> GuardHook:
+    """Which profile function a guard installs in this process, and why (for logs, tests, benchmarks)."""
+    return _in_use
+
+
+_select(_choose())

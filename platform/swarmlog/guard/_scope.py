@@ -57,7 +57,7 @@ class guarded:
         if not st.hooked and not st.yielded:
             profiler = _hook.getprofile()
             if profiler is None:
-                _hook.setprofile(_hook.hook)
+                _hook.install()
                 st.hooked = True
             else:
                 st.yielded = True
@@ -112,7 +112,7 @@ class allowed:
         else:
             stack.remove(self)
         if stack and stack[-1].guards and not st.yielded:
-            _hook.setprofile(_hook.hook)
+            _hook.install()
             st.hooked = True
 
 
