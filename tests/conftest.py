@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,23 @@ def subprocess_env(settings: Settings) -> dict[str, str]:
     if settings.database_password is not None:  # taken out of the URL by Settings
         env["SWARMLOG_DATABASE_PASSWORD"] = settings.database_password.get_secret_value()
     return env
+
+
+GUARD_HOOKS = ("native", "python")
+"""The determinism guard's two profile hooks (swarmlog.guard._hook): the C one and the Python one."""
+
+
+@pytest.fixture(params=GUARD_HOOKS)
+def guard_hook(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The test runs once under each of the guard's profile hooks (the native one is skipped where
+    it is not built; tests/unit/test_guard_native.py fails if a compiler was there to build it)."""
+    from swarmlog.guard import _hook
+
+    if request.param == "native" and _hook._native is None:
+        pytest.skip(_hook._NOT_BUILT)
+    before = _hook.hook_in_use()
+    _hook._select(_hook.GuardHook(native=request.param == "native", why=f"tests: {request.param}"))
+    try:
+        yield request.param
+    finally:
+        _hook._select(before)

@@ -1,7 +1,8 @@
 """The guard on the real broker: a row of each kind of the guard's table (swarmlog.guard.COVERAGE)
 refused in a live handler of an agent running on Kafka, as tests/unit/test_guard_table.py refuses
 every row on the in-memory log — the same runtime, with Kafka's clients, transactions and threads
-in the process (their own calls must stay allowed while the handler's are refused)."""
+in the process (their own calls must stay allowed while the handler's are refused); under each of
+the guard's profile hooks (the C one and the Python one)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ def test_the_table_has_a_row_of_every_kind_to_try():
     assert len(ROWS) == len({row.kind for row in COVERAGE if row.refused})
 
 
+@pytest.mark.usefixtures("guard_hook")
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r.kind}:{r.case}")
 def test_a_row_of_each_kind_is_refused_in_a_live_handler_on_kafka(row: Row, env: Env, base_settings, registry):
     settings = base_settings.model_copy(update={"topic": new_topic_name("guard")})

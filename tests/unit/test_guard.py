@@ -42,6 +42,9 @@ from swarmlog import guard
 from swarmlog.errors import NondeterminismError
 from swarmlog.guard import ForbiddenCall, allowed, guarded, is_guarded, trust_library
 
+# Every test here runs under each of the guard's profile hooks, the C one and the Python one.
+pytestmark = pytest.mark.usefixtures("guard_hook")
+
 STASHED = {"clock": time, "today": datetime.date.today}  # references captured at import time
 
 

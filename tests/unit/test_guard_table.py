@@ -3,9 +3,9 @@
 Every refused row is refused inside a handler of a real runtime run on the in-memory log
 (``run_agents`` on ``InMemoryLog``: the same worker, context and guard as on Kafka, no broker),
 with a ForbiddenCall naming the row, the agent, the offset and the ``ctx`` method to use; every
-allowed row runs there. Each refused case also works outside a handler, so a case cannot pass
-by being broken. And the README's summary of the guard names only rows of this table, with
-their verdict.
+allowed row runs there; both under each of the guard's profile hooks (the C one and the Python
+one). Each refused case also works outside a handler, so a case cannot pass by being broken.
+And the README's summary of the guard names only rows of this table, with their verdict.
 """
 
 from __future__ import annotations
@@ -145,6 +145,7 @@ def test_the_rows_this_platform_must_have_are_present() -> None:
 # --- refused rows --------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("guard_hook")
 @pytest.mark.parametrize("row", REFUSED_ROWS, ids=lambda r: r.case)
 def test_each_refused_row_is_refused_in_a_live_handler(row: Row, shared_env: Env, backend, run_settings,
                                                        registry) -> None:
@@ -169,6 +170,7 @@ def test_each_refused_case_works_outside_a_handler(row: Row, env: Env) -> None:
 # --- allowed rows -----------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("guard_hook")
 def test_every_allowed_row_runs_in_a_live_handler(env: Env, backend, run_settings, registry) -> None:
     _, result = _live(backend, run_settings, registry, _Sender("sender"), _AllowedRows("allowed", env))
     failed = [rec["payload"] for _, t, rec in events(backend, run_settings.topic, registry) if t == HANDLER_FAILED]

@@ -14,6 +14,9 @@ from swarmlog.protocol import MESSAGE
 from swarmlog.runtime._worker import _LiveSink
 from swarmlog.schema.registry import SchemaRegistry
 
+# Every test here runs under each of the guard's profile hooks, the C one and the Python one.
+pytestmark = pytest.mark.usefixtures("guard_hook")
+
 
 class _ClockReadingChannel:
     """A channel whose located send does what librdkafka's callbacks do while a broker is down."""

@@ -25,6 +25,9 @@ from swarmlog.runtime._index import OwnIndex
 from swarmlog.runtime._worker import _LiveSink
 from swarmlog.schema.codec import Decoder, Encoder
 
+# Every test here runs under each of the guard's profile hooks, the C one and the Python one.
+pytestmark = pytest.mark.usefixtures("guard_hook")
+
 CALLS: list[str] = []
 
 
