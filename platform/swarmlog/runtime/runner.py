@@ -26,6 +26,7 @@ from typing import Any
 from .. import interpreter
 from ..agent import Swarm
 from ..errors import ConfigurationError, RunAlreadyRecorded, RunNotStarted, TransactionAborted
+from ..guard import hook_in_use
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
 from ..observe import tracing
@@ -276,6 +277,8 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
     backend = backend_for(settings, backend)
     workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic, backend=backend)
                for n in names]
+    # What every handler of this process runs under: an operator comparing agents' CPU sees it here.
+    logger.info("determinism guard: %s", hook_in_use())
     stop = stop or threading.Event()
     results: dict[str, WorkerResult] = {}
     errors: dict[str, BaseException] = {}
