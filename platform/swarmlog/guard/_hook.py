@@ -21,6 +21,7 @@ to :func:`hook`, as CPython hands every event to a Python profile function. Eith
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import sys
 import types
@@ -359,7 +360,9 @@ try:
     from . import _native
 except ImportError as exc:  # not built here: no compiler at install time, or not CPython 3.11
     _native = None  # type: ignore[assignment]
-    _NOT_BUILT = f"swarmlog.guard._native is not built: {exc}"
+    _NOT_BUILT = (f"{_PACKAGE}._native is not built: swarmlog was installed where it could not be compiled"
+                  if importlib.util.find_spec(f"{_PACKAGE}._native") is None
+                  else f"{_PACKAGE}._native does not load: {exc}")
 else:
     _native.bind(hook, _functions, BY_TYPE, CODES)
     _NOT_BUILT = ""
