@@ -628,6 +628,14 @@ def test_image_runs_swarmlog_as_the_non_root_user_the_chart_expects() -> None:
     assert re.search(r"^FROM python:3\.11-slim\b", dockerfile, re.MULTILINE)
 
 
+def test_the_images_agents_get_the_guards_c_hook_and_no_compiler() -> None:
+    _, build, runtime = re.split(r"^FROM ", DOCKERFILE.read_text(), flags=re.MULTILINE)
+    assert re.search(r"apt-get install -y --no-install-recommends gcc libc6-dev", build)
+    # The build stage fails if the optional extension did not compile.
+    assert re.search(r'python -c "import swarmlog\.guard\._native"', build)
+    assert "apt-get" not in runtime and "gcc" not in runtime
+
+
 def test_a_derived_image_can_pip_install_into_swarmlogs_environment() -> None:
     """`FROM swarmlog` + `RUN pip install my-swarm` runs as the image's USER: the venv must be theirs."""
     dockerfile = DOCKERFILE.read_text()

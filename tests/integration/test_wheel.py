@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import uuid
 import zipfile
 from pathlib import Path
@@ -26,8 +27,11 @@ from swarmlog.settings import Settings
 from ..conftest import REPO
 
 LIBRDKAFKA_MARKS = ("|FAIL|", "|GETPID|", "%3|", "%4|", "%7|")
+# Built files (*.so: the guard's C hook, built in place by the editable install) stay behind: the
+# wheel must carry what its own build made.
 _NOT_SOURCES = shutil.ignore_patterns(".venv", ".git", ".tools", "build", "dist", "*.egg-info", "__pycache__",
-                                      ".pytest_cache", ".hypothesis", "bench", "tests")
+                                      ".pytest_cache", ".hypothesis", "bench", "tests", "*.so")
+_NATIVE_HOOK = f"swarmlog/guard/_native{sysconfig.get_config_var('EXT_SUFFIX')}"
 
 
 class Installed:
@@ -81,15 +85,44 @@ def test_the_wheel_carries_schemas_upcasters_the_case_study_and_py_typed(install
                  "swarmlog/schema/builtin/agent.message/upcasters.py", "swarmlog/schema/builtin/compatibility.json",
                  "swarmlog/examples/case_study.py", "swarmlog_connectors/migrations/0001_mirror.sql",
                  "swarmlog_connectors/migrations/0002_lossless_dead_letters.sql",
-                 "swarmlog_connectors/migrations/0003_replay_reports.sql"):
+                 "swarmlog_connectors/migrations/0003_replay_reports.sql",
+                 _NATIVE_HOOK):  # built here (a compiler is here): agents installed from it get the C hook
         assert path in names, path
     where = subprocess.run([str(installed.venv / "bin" / "python"), "-c",
-                            "import swarmlog, swarmlog.settings as s; print(swarmlog.__file__); "
-                            "print(s.Settings().schema_dir)"],
+                            "import swarmlog, swarmlog.settings as s, swarmlog.guard as g; print(swarmlog.__file__); "
+                            "print(s.Settings().schema_dir); print(g.hook_in_use().native)"],
                            cwd=installed.cwd, env=installed.base_env, capture_output=True, text=True, check=True)
-    module, schema_dir = where.stdout.split()
+    module, schema_dir, native = where.stdout.split()
     assert module.startswith(str(installed.venv)) and schema_dir.startswith(str(installed.venv))
+    assert native == "True"
     assert str(REPO) not in where.stdout
+
+
+def test_without_a_compiler_the_wheel_is_pure_python_and_its_guard_refuses_as_ever(installed):
+    # The C hook is optional: where it cannot be compiled, swarmlog installs and guards with the Python hook.
+    source = installed.root / "source-no-compiler"
+    shutil.copytree(REPO, source, ignore=_NOT_SOURCES)
+    dist = installed.root / "dist-no-compiler"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dist),
+                    str(source)], check=True, timeout=600, env={**os.environ, "CC": "false"})
+    (wheel,) = dist.glob("swarmlog-*.whl")
+    assert _NATIVE_HOOK not in zipfile.ZipFile(wheel).namelist()
+    target = installed.root / "no-compiler"  # swarmlog alone, over the installed venv's dependencies
+    subprocess.run([str(installed.venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
+                    "--no-deps", "--target", str(target), str(wheel)], check=True, timeout=300)
+    check = ("import time, swarmlog\n"
+             "from swarmlog.guard import ForbiddenCall, guarded, hook_in_use\n"
+             "print(swarmlog.__file__, hook_in_use().native)\n"
+             "try:\n"
+             "    with guarded(agent='a', offset=1):\n"
+             "        time.time()\n"
+             "except ForbiddenCall as exc:\n"
+             "    print(exc.call)\n")
+    ran = subprocess.run([str(installed.venv / "bin" / "python"), "-c", check], cwd=installed.cwd,
+                         env={**installed.base_env, "PYTHONPATH": str(target)}, capture_output=True, text=True,
+                         check=True)
+    module, native, refused = ran.stdout.split()
+    assert module.startswith(str(target)) and native == "False" and refused == "time.time"
 
 
 def test_schema_list_and_check_work_from_the_wheel_with_a_users_own_types(installed):

@@ -9,6 +9,7 @@ works outside the repo is ``tests/integration/test_wheel.py``.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tomllib
 from importlib import resources
@@ -72,6 +73,17 @@ def test_the_wheel_maps_the_repos_schemas_and_examples_folders_and_ships_py_type
         rel = path.relative_to(REPO / "schemas")
         if path.is_file() and "__pycache__" not in rel.parts and rel.name != "__init__.py":
             assert any(rel.match(p) for p in patterns), f"schemas/{rel} is not shipped"
+
+
+def test_the_guards_c_hook_is_an_optional_extension_built_from_its_source():
+    # Optional: where it cannot be compiled, swarmlog installs with the guard's Python hook
+    # (tests/integration/test_wheel.py builds both ways); make rebuilds it when its source changes.
+    (ext,) = SETUPTOOLS["ext-modules"]
+    assert ext == {"name": "swarmlog.guard._native", "sources": ["platform/swarmlog/guard/_native.c"],
+                   "optional": True}
+    assert (REPO / ext["sources"][0]).is_file() and (REPO / "platform/swarmlog/guard/_native.pyi").is_file()
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"^\$\(STAMP\): pyproject\.toml platform/swarmlog/guard/_native\.c$", makefile, re.MULTILINE)
 
 
 def test_the_builtin_schemas_are_found_through_importlib_resources_not_the_repo_layout():
