@@ -17,6 +17,15 @@ calls a handler makes. Two measurements, both in this process with repetitions i
   beside the same loop outside it: the hook's cost per call, with nothing else in the way; and the
   same loop under a profile function that does nothing, the floor any ``sys.setprofile`` hook
   written in Python pays (``empty_hook_ns_per_call``).
+* ``guard.agent_step_cpu``: ``bench.swarm.agent_steps_cpu``, one ring agent's live step (routing,
+  decoding, the handler under the guard, its output validated and encoded, its state digest), no
+  Kafka.
+
+The guard's hook is the one this process installs (:func:`swarmlog.guard.hook_in_use`: the C one
+where it is built); each measurement with it has a ``*_python_hook`` row beside it, the same with
+the Python hook (``SWARMLOG_GUARD_HOOK=python``'s), interleaved with it. Times are the process's
+CPU time (``time.process_time``): steadier than the wall clock on a shared machine, and all of it
+is this process's work.
 
 Usage: part of ``make bench``; alone, with no cluster, ``PYTHONPATH=platform .venv/bin/python -m bench.guard``.
 """
@@ -28,19 +37,22 @@ import dataclasses
 import io
 import json
 import logging
+import statistics
 import sys
-from collections.abc import Iterator
-from typing import Any
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from swarmlog import Agent, Swarm, on, on_message
-from swarmlog.guard import guarded
+from swarmlog.guard import _hook, guarded, hook_in_use
 from swarmlog.log.memory import InMemoryLog
 from swarmlog.replay import replay_swarm
 from swarmlog.runtime import _core, run_agents, start_run
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
-from .common import Run, env_int, interleave, log, reps, row, timed
+from .common import Run, env_int, interleave, log, reps, row
+from .swarm import STEP_MESSAGES, agent_steps_cpu
 
 STEPS = env_int("BENCH_GUARD_STEPS", 4000)
 CALLS = env_int("BENCH_GUARD_CALLS", 200_000)
@@ -93,6 +105,27 @@ def _unguarded(**_: Any) -> Iterator[None]:
     yield
 
 
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
+    """CPU seconds of this process (every thread of it) that ``fn`` took, and its result."""
+    t0 = time.process_time()
+    result = fn()
+    return time.process_time() - t0, result
+
+
+@contextlib.contextmanager
+def _python_hook() -> Iterator[None]:
+    """Guards install the Python hook meanwhile (what SWARMLOG_GUARD_HOOK=python chooses at import)."""
+    chosen = hook_in_use()
+    _hook._select(_hook.GuardHook(native=False, why="bench: the Python hook"))
+    try:
+        yield
+    finally:
+        _hook._select(chosen)
+
+
 def _empty_hook(frame: object, event: str, arg: object) -> None:
     pass
 
@@ -121,15 +154,19 @@ def run(s: Settings | None = None, registry: SchemaRegistry | None = None) -> li
     steps = sum(r.steps for r in live)
     log(f"guard: recorded {steps} steps on the in-memory log")
 
+    hook = str(hook_in_use())
+    log(f"guard: {hook}")
     with_guard, without = Run("guard.replay_handlers", steps), Run("guard.replay_handlers_unguarded", steps)
+    python_replay = Run("guard.replay_handlers_python_hook", steps)
 
-    def replay(which: Run, unguard: bool) -> None:
+    def replay(which: Run, unguard: bool, python: bool = False) -> None:
         original = _core.guarded
         if unguard:
             _core.guarded = _unguarded  # type: ignore[assignment]
         try:
-            seconds, result = timed(lambda: replay_swarm(settings=settings, swarm=swarm, registry=registry,
-                                                         backend=backend))
+            with _python_hook() if python else contextlib.nullcontext():
+                seconds, result = timed(lambda: replay_swarm(settings=settings, swarm=swarm, registry=registry,
+                                                             backend=backend))
         finally:
             _core.guarded = original  # type: ignore[assignment]
         assert result.divergences == [] and sum(result.steps.values()) == steps
@@ -138,12 +175,14 @@ def run(s: Settings | None = None, registry: SchemaRegistry | None = None) -> li
 
     guarded_calls, plain_calls = Run("guard.calls", 5 * CALLS), Run("guard.calls_unguarded", 5 * CALLS)
     empty_calls = Run("guard.calls_empty_hook", 5 * CALLS)
+    python_calls = Run("guard.calls_python_hook", 5 * CALLS)
 
-    def calls(which: Run, guard: bool | None) -> None:
+    def calls(which: Run, guard: bool | None, python: bool = False) -> None:
         def body() -> int:
             if guard:
-                with guarded(agent="bench", offset=0):
-                    return _calls()
+                with _python_hook() if python else contextlib.nullcontext():
+                    with guarded(agent="bench", offset=0):
+                        return _calls()
             if guard is None:  # the floor: what any Python profile function costs, doing nothing
                 sys.setprofile(_empty_hook)
                 try:
@@ -155,6 +194,15 @@ def run(s: Settings | None = None, registry: SchemaRegistry | None = None) -> li
         seconds, _ = timed(body)
         which.add(seconds)
         log(f"{which.name}: {5 * CALLS / seconds / 1e6:,.2f} M calls/s")
+
+    step, python_step = Run("guard.agent_step_cpu", STEP_MESSAGES), Run("guard.agent_step_cpu_python_hook",
+                                                                        STEP_MESSAGES)
+
+    def agent_step(which: Run, python: bool) -> None:
+        with _python_hook() if python else contextlib.nullcontext():
+            seconds = agent_steps_cpu(registry, digests=True)
+        which.add(seconds)
+        log(f"{which.name}: {seconds / STEP_MESSAGES * 1e6:.1f} CPU-µs/step")
 
     stamped = logging.getLogger("bench.guard.stamped")
     stamped.propagate = False
@@ -177,17 +225,33 @@ def run(s: Settings | None = None, registry: SchemaRegistry | None = None) -> li
         log(f"{which.name}: {seconds / LOG_CALLS * 1e6:,.1f} us per call")
 
     replay(Run("warm-up", steps), False)  # imports, caches, the first replay's allocations
+    agent_step(Run("warm-up", STEP_MESSAGES), False)
     interleave(reps(5), lambda r: replay(with_guard, False), lambda r: replay(without, True),
+               lambda r: replay(python_replay, False, python=True),
                lambda r: logs(guarded_logs, True), lambda r: logs(plain_logs, False),
                lambda r: calls(guarded_calls, True), lambda r: calls(plain_calls, False),
-               lambda r: calls(empty_calls, None))
-    per_step_us = {r.name: round(r.seconds / steps * 1e6, 2) for r in (with_guard, without)}
-    per_call_ns = round((guarded_calls.seconds - plain_calls.seconds) / (5 * CALLS) * 1e9, 1)
-    floor_ns = round((empty_calls.seconds - plain_calls.seconds) / (5 * CALLS) * 1e9, 1)
+               lambda r: calls(empty_calls, None), lambda r: calls(python_calls, True, python=True),
+               lambda r: agent_step(step, False), lambda r: agent_step(python_step, True))
+    per_step_us = {r.name: round(r.seconds / steps * 1e6, 2) for r in (with_guard, without, python_replay)}
+
+    def ns_per_call(hooked: Run) -> dict[str, float]:
+        """What a hooked call costs beyond the same call unhooked: median, and min of the minima."""
+        n = 5 * CALLS
+        return {"median": round((hooked.seconds - plain_calls.seconds) / n * 1e9, 1),
+                "min": round((min(hooked.samples) - min(plain_calls.samples)) / n * 1e9, 1)}
+
     per_log_us = {r.name: round(r.seconds / LOG_CALLS * 1e6, 2) for r in (guarded_logs, plain_logs)}
-    return [row(with_guard, without, per_step_us=per_step_us, headline=True),
-            row(guarded_logs, plain_logs, per_log_call_us=per_log_us),
-            row(guarded_calls, plain_calls, hook_ns_per_call=per_call_ns, empty_hook_ns_per_call=floor_ns)]
+    step_us = {r.name: {"median": round(statistics.median(r.samples) / STEP_MESSAGES * 1e6, 1),
+                        "min": round(min(r.samples) / STEP_MESSAGES * 1e6, 1)} for r in (step, python_step)}
+    return [row(with_guard, without, per_step_us=per_step_us, hook=hook, headline=True),
+            row(python_replay, without, per_step_us=per_step_us, hook="Python profile hook"),
+            row(guarded_logs, plain_logs, per_log_call_us=per_log_us, hook=hook),
+            row(guarded_calls, plain_calls, hook_ns_per_call=ns_per_call(guarded_calls)["median"],
+                hook_ns_per_call_min=ns_per_call(guarded_calls)["min"],
+                empty_hook_ns_per_call=ns_per_call(empty_calls)["median"], hook=hook),
+            row(python_calls, plain_calls, hook_ns_per_call=ns_per_call(python_calls)["median"],
+                hook_ns_per_call_min=ns_per_call(python_calls)["min"], hook="Python profile hook"),
+            row(step, python_step, cpu_us_per_step=step_us, unit="steps", hook=hook)]
 
 
 if __name__ == "__main__":
