@@ -116,7 +116,7 @@ def test_the_common_calls_never_reach_the_python_hook(handed_over: list[tuple[st
         handed_over.clear()
         for i in range(1000):
             _plain(i) + len(parts) + table.get("a", 0) + len("".join(parts)) + abs(-i)
-    assert handed_over == [("c_call", sys.setprofile)]  # the guard's own exit, excused by the Python hook
+    assert handed_over == []  # the guard's own exit included: it switches the hook off unseen
 
 
 @needs_native
@@ -214,7 +214,7 @@ def test_after_a_raise_the_native_hook_is_the_one_rearmed(handed_over: list[tupl
     with pytest.raises(ForbiddenCall):
         with guarded(agent="a", offset=1):
             handler()
-    assert handed_over == [("c_call", sys.setprofile)]  # re-armed natively: the plain calls stayed in C
+    assert handed_over == []  # re-armed natively: the plain calls stayed in C
 
 
 def test_each_thread_has_its_own_hook(guard_hook: str) -> None:

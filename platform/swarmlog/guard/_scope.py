@@ -72,7 +72,7 @@ class guarded:
         else:
             stack.remove(self)
         if st.hooked and (not stack or not stack[-1].guards):
-            _hook.setprofile(None)
+            _hook.uninstall()
             st.hooked = False
         if not stack:
             st.yielded = False
@@ -99,7 +99,7 @@ class allowed:
             st = thread_state()
         self._st = st
         if st.hooked:
-            _hook.setprofile(None)
+            _hook.uninstall()
             st.hooked = False
         st.stack.append(self)
         return self
