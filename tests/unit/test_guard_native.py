@@ -217,6 +217,24 @@ def test_after_a_raise_the_native_hook_is_the_one_rearmed(handed_over: list[tupl
     assert handed_over == []  # re-armed natively: the plain calls stayed in C
 
 
+def test_a_frames_changed_locals_dict_is_discarded_as_a_python_profile_function_does(guard_hook: str) -> None:
+    # CPython's trampoline refreshes a frame's materialised locals dict before calling a Python
+    # profile function and writes it back after: a change made to the dict in between is dropped.
+    # The C hook does the same whenever it hands an event over, and nothing otherwise.
+    def handler() -> tuple[int, int]:
+        x = 1
+        sys._getframe().f_locals["x"] = 2
+        time.gmtime(0)  # a row with a condition on its argument: handed to the Python hook, allowed
+        before = x
+        sys._getframe().f_locals["x"] = 3
+        len("not handed over")
+        return before, x
+
+    with guarded(agent="a", offset=1):
+        assert handler() == (1, 1)
+    assert handler() == (1, 1)  # and unguarded, the dict is never written back either
+
+
 def test_each_thread_has_its_own_hook(guard_hook: str) -> None:
     inside = threading.Barrier(4, timeout=10)  # three threads and this one, two of them guarded
     outcome: dict[str, object] = {}
