@@ -44,11 +44,16 @@ def test_the_native_hook_is_built_wherever_a_compiler_was_there_to_build_it() ->
 
 
 @needs_native
-def test_the_native_hook_is_the_one_a_guard_installs_when_built(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(_hook.HOOK_ENV, raising=False)
-    assert _hook._choose() == GuardHook(native=True, why="C, swarmlog.guard._native")
-    assert hook_in_use().native and _hook.install is _native.install
-    assert "native profile hook" in str(hook_in_use())
+def test_the_native_hook_is_the_one_a_guard_installs_when_built() -> None:
+    chosen = _hook._choose({})  # no SWARMLOG_GUARD_HOOK
+    assert chosen == GuardHook(native=True, why="C, swarmlog.guard._native")
+    before = hook_in_use()
+    _hook._select(chosen)
+    try:
+        assert hook_in_use().native and _hook.install is _native.install
+        assert str(hook_in_use()) == "native profile hook (C, swarmlog.guard._native)"
+    finally:
+        _hook._select(before)
 
 
 def test_the_environment_chooses_the_python_hook_or_insists_on_the_native_one() -> None:
