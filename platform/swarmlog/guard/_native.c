@@ -52,16 +52,17 @@ static PyObject *codes = NULL;      /* _rules.CODES: co_qualname -> ((code, entr
 static PyObject *call_event = NULL;
 static PyObject *c_call_event = NULL;
 
-/* Hand the event to the Python hook exactly as profile_trampoline would. */
+/* Hand the event to the Python hook exactly as profile_trampoline would: `obj` is the profile
+   object installed with this function (what sys.getprofile() returns), held by the thread state. */
 static int
-python_hook(PyFrameObject *frame, int what, PyObject *arg)
+python_hook(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
 {
     PyObject *stack[3] = {(PyObject *)frame, what == PyTrace_CALL ? call_event : c_call_event,
                           arg != NULL ? arg : Py_None};
     PyObject *result = NULL;
     /* Discard changes made to a materialised locals dict since, as call_trampoline does. */
     if (!frame->f_fast_as_locals || PyFrame_FastToLocalsWithError(frame) == 0) {
-        result = PyObject_Vectorcall(hook, stack, 3, NULL);
+        result = PyObject_Vectorcall(obj, stack, 3, NULL);
         PyFrame_LocalsToFast(frame, 1);
     }
     if (result == NULL) {
@@ -119,7 +120,6 @@ call_needs_nothing(PyFrameObject *frame)
 static int
 profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
 {
-    (void)obj;
     switch (what) {
     case PyTrace_C_CALL:
         if (c_call_needs_nothing(arg)) {
@@ -134,7 +134,7 @@ profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
     default:  /* return, c_return, c_exception: the Python hook ignores them too */
         return 0;
     }
-    return python_hook(frame, what, arg);
+    return python_hook(obj, frame, what, arg);
 }
 
 PyDoc_STRVAR(bind_doc,
