@@ -33,9 +33,11 @@ from ..observe import tracing
 from ..protocol import agent_group
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
+from . import _lookahead
 from ._core import AgentCore, Divergence
 from ._dispatch import Dispatcher
-from ._index import index_log, steps_past
+from ._index import steps_past
+from ._lookahead import Lookahead
 from ._statediff import LiveStates
 
 logger = logging.getLogger(__name__)
@@ -100,17 +102,28 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
     # Exact at a cut: the state is the prefix's alone (indexes end at the cut); what lies past it
     # only tells a step whose outputs the cut left out (unverified) from one that wrote none.
     cut = to if to is not None and to < high else None
-    indexes, _ = index_log(backend=backend, topic=topic, decoder=decoder, agents=names, end=cut)
     past = (steps_past(backend=backend, topic=topic, decoder=decoder, agents=names, start=cut)
             if cut is not None else {})
-    cores = [AgentCore(agent=a, decoder=decoder, index=indexes[a.name], live_sink=None, strict=strict,
+    ahead = Lookahead(backend=backend, topic=topic, decoder=decoder, agents=names, start=low, end=cut)
+    cores = [AgentCore(agent=a, decoder=decoder, index=ahead.indexes[a.name], live_sink=None, strict=strict,
                        live_states=live_states) for a in agents]
+    by_name = {core.name: core for core in cores}
+    committed: dict[str, int] = {}
     for core in cores:
-        # How far each live agent got: its committed position, or past its last recorded step.
-        committed = backend.committed(agent_group(topic, core.name), topic)
+        # How far each live agent got: its committed position, or past its last recorded step (known
+        # as the lookahead scans).
+        at = backend.committed(agent_group(topic, core.name), topic)
+        committed[core.name] = at if at is not None else -1
         core.past_cut = past.get(core.name, set())
-        last_step = max(core.index.last_step, max(core.past_cut, default=-1))
-        core.reach = max(committed if committed is not None else -1, last_step + 1)
+
+    def learn_reach(name: str) -> None:
+        core = by_name[name]
+        last_step = max(ahead.max_step[name], max(core.past_cut, default=-1))
+        core.reach = max(committed[name], last_step + 1)
+
+    for name in names:
+        learn_reach(name)
+    ahead.on_miss = learn_reach
     traced = tracing.current()
     replay = traced.start_replay() if traced is not None else None
     if traced is not None:
@@ -120,29 +133,32 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
     events = 0
     total = (min(high, to) if to is not None else high) - low
     last_report = time.monotonic()
-    with backend.reader(topic, group=group) as reader:
-        read_from_log_start(backend, reader, topic=topic, group=group, low=low, reset=reset)
-        dispatch = Dispatcher(cores=cores)
-        apply = dispatch.apply
-        route = decoder.envelope_route
-        for batch in reader.batches(end=to):
-            hasher.update_batch(batch)
-            for m in batch:
-                # By the envelope alone: no header can steer the fold (the index pass above
-                # checked every header of the log it indexed: a lying one was refused there).
-                apply(m, route(m))
-            events += len(batch)
-            if progress is not None:
-                progress(reader.position.end_offset - low, total)
-            if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
-                last_report = time.monotonic()
-                logger.info("replay of %s: at offset %d of %d (%d events)", swarm.name, reader.position.end_offset,
-                            low + total, events)
-        end = reader.position.end_offset
-        dispatch.sync()
-        if group is not None:
-            reader.commit(end)
+    try:
+        with backend.reader(topic, group=group) as reader:
+            read_from_log_start(backend, reader, topic=topic, group=group, low=low, reset=reset)
+            dispatch = Dispatcher(cores=cores)
+            apply = dispatch.apply
+            # Every message is routed once, by its envelope, its headers checked against it as the
+            # lookahead scans its batch (a lying one is refused there): no header can steer the fold.
+            for batch, routes in ahead.batches(reader.batches(end=to, batch_size=_lookahead.READ_BATCH)):
+                hasher.update_batch(batch)
+                for m, r in zip(batch, routes, strict=True):
+                    apply(m, r)
+                events += len(batch)
+                if progress is not None:
+                    progress(reader.position.end_offset - low, total)
+                if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
+                    last_report = time.monotonic()
+                    logger.info("replay of %s: at offset %d of %d (%d events)", swarm.name,
+                                reader.position.end_offset, low + total, events)
+            end = reader.position.end_offset
+            dispatch.sync()
+            if group is not None:
+                reader.commit(end)
+    finally:
+        ahead.close()
     for core in cores:
+        learn_reach(core.name)  # everything up to the end (or the cut) has been scanned
         core.finish()
     divergences = sorted((d for c in cores for d in c.divergences), key=Divergence.sort_key)
     if traced is not None and replay is not None:
