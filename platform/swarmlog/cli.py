@@ -211,6 +211,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         settings = verify_v1_settings(args, expected, settings)
     if args.publish and not args.swarm:
         raise UsageError("--publish writes a swarm replay's report: use it with --swarm module:swarm")
+    if args.workers is not None and not args.swarm:
+        raise UsageError("--workers splits a swarm replay's agents across processes: use it with --swarm module:swarm")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be 1 or more, not {args.workers}")
     result: Any
     if args.swarm:
         status, result = _replay_swarm(args, settings)
@@ -290,7 +294,7 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
     bar = _progress_bar("replay", unit="ev")
     try:
         result = replay_swarm(settings=settings, swarm=swarm, to=args.to, group=args.group, reset=not args.no_reset,
-                              progress=bar.update_to if bar else None)
+                              progress=bar.update_to if bar else None, workers=args.workers)
     finally:
         if bar:
             bar.close()
@@ -634,6 +638,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                     "(exit 4 if it diverges)")
     r.add_argument("--publish", action="store_true",
                    help="with --swarm: also write the report into Postgres (table replay_reports)")
+    r.add_argument("--workers", type=int, metavar="N",
+                   help="with --swarm: fold the agents in N processes, each some of them over the whole log "
+                        "(default: one per CPU this process may use, at most one per agent; 1: one process)")
     r.set_defaults(func=cmd_replay)
 
     run = sub.add_parser("run", help="run a swarm's agents live (all in this process, or one with --agent)",

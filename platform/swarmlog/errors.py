@@ -326,6 +326,17 @@ class RoutingHeaderMismatch(SwarmlogError):
             f"`swarmlog check causality` lists every such message; the sink dead-letters them")
 
 
+class ReplayWorkerFailed(SwarmlogError):
+    """A process that replayed some of a swarm's agents ended without a result (killed, out of
+    memory, or an error that could not be carried back as itself)."""
+
+    def __init__(self, *, agents: Sequence[str], detail: str) -> None:
+        self.agents = list(agents)
+        self.detail = detail
+        super().__init__(f"the replay process for agent(s) {', '.join(self.agents)} failed: {detail}. Nothing "
+                         f"was written; run the replay again, or with --workers 1 to replay in one process")
+
+
 class HistoryIncomplete(SwarmlogError):
     """The topic no longer holds its history from offset 0: replaying it cannot rebuild the run."""
 

@@ -119,6 +119,7 @@ def replay_swarm(
     progress: Callable[[int, int], None] | None = None,
     backend: LogBackend | None = None,
     live_states: LiveStates | None = None,
+    workers: int | None = None,
 ) -> SwarmReplayResult:
     """Re-run ``swarm``'s handlers over the recorded log (writing nothing to it).
 
@@ -134,6 +135,11 @@ def replay_swarm(
     of kind ``state`` at that step, with a diff of the two states when ``live_states``
     can give the live one (else the two digests). ``strict=True`` raises
     :class:`~swarmlog.errors.NondeterminismError` at the first divergence instead.
+
+    ``workers``: how many processes fold the agents, each some of them over the whole log (an
+    agent's fold reads only the log, never another agent's): None, one per CPU this process may
+    use (its affinity and cgroup quota), at most one per agent. The result is the same however
+    many; a short log, a strict replay and one with ``live_states`` or tracing use one process.
     """
     from .runtime import replay_swarm_log
 
@@ -150,4 +156,4 @@ def replay_swarm(
         pass  # refuses a missing or multi-partition topic with a clear error
     require_complete_history(backend, topic)  # the agents' code replays from offset 0 or not at all
     return replay_swarm_log(backend=backend, swarm=swarm, topic=topic, registry=registry, to=to, strict=strict,
-                            group=group, reset=reset, progress=progress, live_states=live_states)
+                            group=group, reset=reset, progress=progress, live_states=live_states, workers=workers)

@@ -222,6 +222,26 @@ def test_changed_code_replayed_against_the_log_says_where_it_first_diverges(sett
     assert strict is not None and strict.offset == first.offset and strict.agent == first.agent
 
 
+def test_a_swarm_replay_split_across_processes_reports_what_one_process_reports(settings, registry):
+    """`replay --swarm --workers N`: each process folds some agents over the whole log, read from the broker."""
+    start_run(settings=settings, swarm=swarms.relay, run_id="split", seed=12)
+    run_agents(settings=settings, swarm=swarms.relay, until_quiet=1.0)
+
+    def cli(workers: int, swarm: str) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "swarmlog.cli", "replay", "--swarm", swarm, "--json",
+                               "--workers", str(workers)], env=_env(settings), capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode in (0, 4), proc.stderr
+        return json.loads(proc.stdout)
+
+    one, split = cli(1, "tests.swarms:relay"), cli(3, "tests.swarms:relay")
+    assert split == one and not one["diverged"] and sum(one["states_checked"].values()) > 0
+    changed_one = replay_swarm(settings=settings, swarm=swarms.relay_changed, registry=registry, workers=1)
+    changed_split = replay_swarm(settings=settings, swarm=swarms.relay_changed, registry=registry, workers=4)
+    assert changed_split.to_json() == changed_one.to_json() and changed_one.divergences
+    assert [d.to_json() for d in changed_split.divergences] == [d.to_json() for d in changed_one.divergences]
+
+
 def test_the_run_records_seed_and_code_version_and_refuses_a_second_run(settings, registry):
     from swarmlog.errors import SwarmlogError
 

@@ -35,6 +35,7 @@ def test_a_commands_parser_built_alone_is_the_one_the_whole_parser_holds(name):
 @pytest.mark.parametrize("argv", [
     ["replay", "--json", "--to", "5", "-v"],
     ["replay", "--swarm", "m:s", "--publish", "--group", "g"],
+    ["replay", "--swarm", "m:s", "--workers", "2"],
     ["token", "create", "--save", "--checkpoint-every", "7"],
     ["state", "a", "--at", "3", "--diff", "1", "2"],
     ["sink", "--until-end", "--topics-pattern", "^s\\..*"],
@@ -50,3 +51,12 @@ def test_an_unknown_command_gets_the_whole_parser_and_its_error_lists_every_comm
     assert caught.value.code == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert "invalid choice: 'rplay'" in err and "replay" in err and "timeline" in err
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["replay", "--workers", "2"], "use it with --swarm"),
+    (["replay", "--swarm", "m:s", "--workers", "0"], "--workers must be 1 or more"),
+])
+def test_workers_outside_a_swarm_replay_or_below_one_is_a_usage_error(capsys, argv, says):
+    assert cli.main(argv) == cli.EXIT_USAGE
+    assert says in capsys.readouterr().err

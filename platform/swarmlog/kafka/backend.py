@@ -159,6 +159,12 @@ class KafkaBackend:
     def create_copy(self, topic: str, messages: Iterable[Any], *, end: int = 0) -> int:
         return create_copy(self.settings, topic, messages, end=end)
 
+    def after_fork(self) -> KafkaBackend:
+        # A librdkafka client lives in threads a fork does not copy: the child makes its own. The
+        # parent's stay referenced by the child's copy of the parent's objects and are never used
+        # or closed there (closing one would wait for threads that do not exist): see runtime._processes.
+        return KafkaBackend(self.settings, producer_config=self.producer_config, reader_config=self.reader_config)
+
 
 def _close_idle(idle: list[LogReader]) -> None:
     """Close every kept reader's consumer (a backend's close, or its finalizer)."""

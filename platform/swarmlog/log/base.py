@@ -219,6 +219,10 @@ class LogBackend(Protocol):
         nothing readable between them, up to ``end`` at least; then let it take new appends, stamped
         by the log as usual. Returns the offset the next append will get (``end`` or more)."""
 
+    def after_fork(self) -> LogBackend:
+        """This backend as a process forked from the one that made it may use it: nothing the parent
+        opened (a Kafka client's connections and threads are the parent's), the same log."""
+
 
 def require_complete_history(backend: LogBackend, topic: str, *, log_start: int | None = None) -> None:
     """:class:`~swarmlog.errors.HistoryIncomplete` unless the topic starts at offset 0.

@@ -154,6 +154,11 @@ class InMemoryLog:
             raise TopicNotFound(topic=topic)
         return t
 
+    def after_fork(self) -> InMemoryLog:
+        """:meth:`~swarmlog.log.base.LogBackend.after_fork`: a forked process has its own copy of the
+        log, as it was when it was forked."""
+        return self
+
     def create_copy(self, topic: str, messages: Iterable[Any], *, end: int = 0) -> int:
         """:meth:`~swarmlog.log.base.LogBackend.create_copy`: each gap becomes control records, as on Kafka."""
         with self._cond:

@@ -26,8 +26,9 @@ have no digests, replay as before: nothing to check).
 with the digest of its state as of its position, so a replay token can be made from the
 log alone afterwards, even for an agent that never stepped.
 
-Replay reads the digests in the first pass (``_index``), so each is compared right after
-its step's handler: a strict replay or a restart raises at the step itself.
+A restart reads the digests in its first pass (``_index``), a swarm replay ahead of its fold
+(``_lookahead``), so each is compared right after its step's handler: a strict replay or a
+restart raises at the step itself.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ class RecordedDigests:
         self._steps = array("q", (self._steps[i] for i in order))
         self._digests = bytearray(b"".join(d[i * DIGEST_SIZE:(i + 1) * DIGEST_SIZE] for i in order))
         self._sorted = True
+        self._cursor = 0  # records added while the fold reads (a replay's lookahead): walk again from the start
 
 
 class DigestRecorder:

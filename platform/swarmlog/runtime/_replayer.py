@@ -26,16 +26,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agent import Swarm
+from ..agent import Agent, Swarm
+from ..errors import UsageError
 from ..hashing import StreamHasher
 from ..log.base import LogBackend, read_from_log_start
 from ..observe import tracing
 from ..protocol import agent_group
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
+from . import _lookahead, _processes
 from ._core import AgentCore, Divergence
 from ._dispatch import Dispatcher
-from ._index import index_log, steps_past
+from ._index import steps_past
+from ._lookahead import Lookahead
 from ._statediff import LiveStates
 
 logger = logging.getLogger(__name__)
@@ -87,72 +90,178 @@ class SwarmReplayResult:
         }
 
 
+MIN_EVENTS_TO_SPLIT = 20_000
+"""A log shorter than this is replayed in one process unless ``workers`` asks for more: a forked
+process's start (its own Kafka connection, its first fetch) would cost more than its share of the work."""
+
+
+@dataclass(slots=True)
+class _AgentOutcome:
+    """What replaying one agent gave: the pieces of :class:`SwarmReplayResult` that are per agent."""
+
+    hash: str
+    steps: int
+    state: Any
+    states_checked: int
+    states_recorded: int
+    unverified: int | None
+    divergences: list[Divergence]
+
+
+@dataclass(slots=True)
+class _PartOutcome:
+    """What one process's fold gave: its agents' outcomes, and where its reading ended."""
+
+    end: int
+    events: int
+    stream_hash: str | None
+    agents: dict[str, _AgentOutcome]
+
+
 def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry: SchemaRegistry,
                      to: int | None = None, strict: bool = False, group: str | None = None, reset: bool = True,
                      progress: Callable[[int, int], None] | None = None,
-                     live_states: LiveStates | None = None) -> SwarmReplayResult:
+                     live_states: LiveStates | None = None, workers: int | None = None) -> SwarmReplayResult:
+    """``workers``: processes to fold the agents in, at most one per agent (None: one per CPU this
+    process may use, and one for a log shorter than :data:`MIN_EVENTS_TO_SPLIT`; see ``_processes``).
+    A strict replay, one with ``live_states`` and one under tracing run in one process."""
     decoder = Decoder(registry)
     logger.info("replaying swarm %s against topic %s%s%s", swarm.name, topic,
                 f" up to offset {to}" if to is not None else "", f" as consumer group {group}" if group else "")
     agents = swarm.agents()
     names = [a.name for a in agents]
     low, high = backend.watermarks(topic)
-    # Exact at a cut: the state is the prefix's alone (indexes end at the cut); what lies past it
-    # only tells a step whose outputs the cut left out (unverified) from one that wrote none.
+    # Exact at a cut: the state is the prefix's alone (nothing at or past the cut is scanned); what
+    # lies past it only tells a step whose outputs the cut left out (unverified) from one that wrote none.
     cut = to if to is not None and to < high else None
-    indexes, _ = index_log(backend=backend, topic=topic, decoder=decoder, agents=names, end=cut)
     past = (steps_past(backend=backend, topic=topic, decoder=decoder, agents=names, start=cut)
             if cut is not None else {})
-    cores = [AgentCore(agent=a, decoder=decoder, index=indexes[a.name], live_sink=None, strict=strict,
-                       live_states=live_states) for a in agents]
-    for core in cores:
-        # How far each live agent got: its committed position, or past its last recorded step.
-        committed = backend.committed(agent_group(topic, core.name), topic)
-        core.past_cut = past.get(core.name, set())
-        last_step = max(core.index.last_step, max(core.past_cut, default=-1))
-        core.reach = max(committed if committed is not None else -1, last_step + 1)
+    committed: dict[str, int] = {}
+    for name in names:
+        # How far each live agent got: its committed position, or past its last recorded step (known
+        # as the lookahead scans).
+        at = backend.committed(agent_group(topic, name), topic)
+        committed[name] = at if at is not None else -1
+    total = (min(high, to) if to is not None else high) - low
     traced = tracing.current()
+    n = _processes_for(workers, agents=len(agents), events=total,
+                       alone=strict or live_states is not None or traced is not None)
+    # The first process also hashes the stream and checks every routing header: it takes the smaller shares.
+    groups = sorted((agents[i::n] for i in range(n)), key=len)
+    slots = _processes.Slots(n, initial=low)
+
+    def fold(part: _processes.Part) -> _PartOutcome:
+        first = part.index == 0
+        report = None
+        if first and progress is not None:
+            def report(position: int, _: int) -> None:
+                progress(min(slots[i] if i else position for i in range(n)) - low, total)
+        return _fold(backend=backend.after_fork() if part.in_child else backend, topic=topic, decoder=decoder,
+                     agents=groups[part.index], low=low, to=to, cut=cut, past=past, committed=committed,
+                     strict=strict, group=group if first else None, reset=reset, hash_stream=first,
+                     progress=report, total=total, part=part, live_states=live_states, traced=traced,
+                     swarm=swarm)
+
+    if n > 1:
+        logger.info("replay of %s: %d processes fold its %d agents (%s)", swarm.name, n, len(agents),
+                    "; ".join(",".join(a.name for a in g) for g in groups))
+    parts = _processes.run_parts([fold] * n, slots=slots, names=[",".join(a.name for a in g) for g in groups])
+    if progress is not None and n > 1:
+        progress(total, total)  # every process has read to the end
+    first = parts[0]
+    outcomes = {name: o for part in parts for name, o in part.agents.items()}
+    ordered = [outcomes[name] for name in names]
+    divergences = sorted((d for o in ordered for d in o.divergences), key=Divergence.sort_key)
+    logger.info("replay of %s done: %d events up to offset %d, %d divergence(s)", swarm.name, first.events, first.end,
+                len(divergences))
+    return SwarmReplayResult(
+        end_offset=first.end, events=first.events, agents={name: outcomes[name].hash for name in names},
+        stream_hash=first.stream_hash or "", divergences=divergences,
+        steps={name: outcomes[name].steps for name in names},
+        states={name: outcomes[name].state for name in names},
+        states_checked={name: outcomes[name].states_checked for name in names},
+        states_recorded={name: outcomes[name].states_recorded for name in names}, swarm=swarm.name,
+        unverified_from={name: unverified for name in names
+                         if (unverified := outcomes[name].unverified) is not None})
+
+
+def _processes_for(workers: int | None, *, agents: int, events: int, alone: bool) -> int:
+    if workers is not None and workers < 1:
+        raise UsageError(f"workers must be 1 or more, not {workers}")
+    if alone or agents < 2 or not _processes.can_fork():
+        return 1
+    if workers is None:  # as many as help: none for a short log
+        return 1 if events < MIN_EVENTS_TO_SPLIT else min(agents, _processes.available_cpus())
+    return min(agents, workers)
+
+
+def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Agent], low: int, to: int | None,
+          cut: int | None, past: dict[str, set[int]], committed: dict[str, int], strict: bool, group: str | None,
+          reset: bool, hash_stream: bool, progress: Callable[[int, int], None] | None, total: int,
+          part: _processes.Part, live_states: LiveStates | None, traced: Any, swarm: Swarm) -> _PartOutcome:
+    """Fold ``agents`` over the log (all of them, or one process's share): every message read once."""
+    names = [a.name for a in agents]
+    # Every routing header is checked by the first process, which reads every message: the others
+    # route by the envelope alone (no header can steer a fold, and one check of each is enough).
+    ahead = Lookahead(backend=backend, topic=topic, decoder=decoder, agents=names, start=low, end=cut,
+                      check_headers=not part.in_child)
+    cores = [AgentCore(agent=a, decoder=decoder, index=ahead.indexes[a.name], live_sink=None, strict=strict,
+                       live_states=live_states) for a in agents]
+    by_name = {core.name: core for core in cores}
+    for core in cores:
+        core.past_cut = past.get(core.name, set())
+
+    def learn_reach(name: str) -> None:
+        core = by_name[name]
+        last_step = max(ahead.max_step[name], max(core.past_cut, default=-1))
+        core.reach = max(committed[name], last_step + 1)
+
+    for name in names:
+        learn_reach(name)
+    ahead.on_miss = learn_reach
     replay = traced.start_replay() if traced is not None else None
     if traced is not None:
         for core in cores:
             core.tracer = traced.step_tracer(topic=topic, agent=core.name, replay=replay)
-    hasher = StreamHasher()
+    hasher = StreamHasher() if hash_stream else None
     events = 0
-    total = (min(high, to) if to is not None else high) - low
     last_report = time.monotonic()
-    with backend.reader(topic, group=group) as reader:
-        read_from_log_start(backend, reader, topic=topic, group=group, low=low, reset=reset)
-        dispatch = Dispatcher(cores=cores)
-        apply = dispatch.apply
-        route = decoder.envelope_route
-        for batch in reader.batches(end=to):
-            hasher.update_batch(batch)
-            for m in batch:
-                # By the envelope alone: no header can steer the fold (the index pass above
-                # checked every header of the log it indexed: a lying one was refused there).
-                apply(m, route(m))
-            events += len(batch)
-            if progress is not None:
-                progress(reader.position.end_offset - low, total)
-            if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
-                last_report = time.monotonic()
-                logger.info("replay of %s: at offset %d of %d (%d events)", swarm.name, reader.position.end_offset,
-                            low + total, events)
-        end = reader.position.end_offset
-        dispatch.sync()
-        if group is not None:
-            reader.commit(end)
+    try:
+        with backend.reader(topic, group=group) as reader:
+            read_from_log_start(backend, reader, topic=topic, group=group, low=low, reset=reset)
+            dispatch = Dispatcher(cores=cores)
+            apply = dispatch.apply
+            position = reader.position
+            # Every message is routed once, by its envelope, its headers checked against it as the
+            # lookahead scans its batch (a lying one is refused there): no header can steer the fold.
+            for batch, routes in ahead.batches(reader.batches(end=to, batch_size=_lookahead.READ_BATCH)):
+                if hasher is not None:
+                    hasher.update_batch(batch)
+                for m, r in zip(batch, routes, strict=True):
+                    apply(m, r)
+                events += len(batch)
+                part.report(position.end_offset)
+                if progress is not None:
+                    progress(position.end_offset, total)
+                if not part.in_child and time.monotonic() - last_report >= _PROGRESS_EVERY_S:
+                    last_report = time.monotonic()
+                    logger.info("replay of %s: at offset %d of %d (%d events)", swarm.name, position.end_offset,
+                                low + total, events)
+            end = position.end_offset
+            dispatch.sync()
+            if group is not None:
+                reader.commit(end)
+    finally:
+        ahead.close()
     for core in cores:
+        learn_reach(core.name)  # everything up to the end (or the cut) has been scanned
         core.finish()
-    divergences = sorted((d for c in cores for d in c.divergences), key=Divergence.sort_key)
     if traced is not None and replay is not None:
-        traced.end_replay(replay, swarm=swarm, divergences=divergences)
-    logger.info("replay of %s done: %d events up to offset %d, %d divergence(s)", swarm.name, events, end,
-                len(divergences))
-    return SwarmReplayResult(
-        end_offset=end, events=events, agents={c.name: c.state_hash() for c in cores},
-        stream_hash=hasher.hexdigest(), divergences=divergences, steps={c.name: c.steps for c in cores},
-        states={c.name: c.agent.state for c in cores},
-        states_checked={c.name: c.states_checked for c in cores},
-        states_recorded={c.name: len(c.index.digests) for c in cores}, swarm=swarm.name,
-        unverified_from={c.name: c.unverified for c in cores if c.unverified is not None})
+        traced.end_replay(replay, swarm=swarm,
+                          divergences=sorted((d for c in cores for d in c.divergences), key=Divergence.sort_key))
+    return _PartOutcome(end=end, events=events, stream_hash=hasher.hexdigest() if hasher is not None else None,
+                        agents={c.name: _AgentOutcome(hash=c.state_hash(), steps=c.steps, state=c.agent.state,
+                                                      states_checked=c.states_checked,
+                                                      states_recorded=len(c.index.digests), unverified=c.unverified,
+                                                      divergences=c.divergences)
+                                for c in cores})
