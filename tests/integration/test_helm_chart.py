@@ -499,8 +499,20 @@ def test_replay_defaults_to_a_group_of_its_own_and_can_keep_a_kafka_tools_reset(
     (job,) = component(manifests, "Job", "replay")
     args = container(job)["args"]
     assert arg_after(args, "--group") == f"swarmlog-replay.swarmlog.{RELEASE}"
-    assert "--no-reset" in args and "--publish" not in args
+    assert "--no-reset" in args and "--publish" not in args and "--workers" not in args
     assert "SWARMLOG_DATABASE_URL" not in env_of(job)
+
+
+def test_replay_workers_is_passed_on_and_must_be_at_least_one(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    manifests = render(helm, helm_env, *template_args(values_file(tmp_path, {
+        "replay": {"enabled": True, "workers": 3}})))
+    (job,) = component(manifests, "Job", "replay")
+    assert arg_after(container(job)["args"], "--workers") == "3"
+    stderr = render_fails(helm, helm_env, *template_args(values_file(tmp_path, {
+        "replay": {"enabled": True, "workers": 0}})))
+    assert "workers" in stderr
 
 
 def test_replay_refuses_an_agents_own_group(
