@@ -9,6 +9,9 @@ message hashed, routed by headers, decoded once, every handler re-run on its inp
 determinism guard, and every output compared with the one the log recorded. The result must
 show no divergence, one step per hop and the run's ``run.started``, or the benchmark fails.
 
+``replay_swarm`` folds the agents in one process per CPU (at most one per agent, its default);
+``replay_swarm.swarmlog_one_process`` is the same replay with ``workers=1``.
+
 Baseline, same run, same log, repetitions interleaved: ``replay_swarm.plain_replay``,
 :func:`swarmlog.replay.replay` (consume, hash, decode, fold into the ``Ledger``): the same
 log read once with no swarm code, the ceiling a swarm replay can approach.
@@ -23,6 +26,7 @@ from time import perf_counter
 from typing import Any
 
 from swarmlog.replay import replay, replay_swarm
+from swarmlog.runtime import _processes, _replayer
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
@@ -30,9 +34,9 @@ from . import swarm
 from .common import Run, fresh_topic, interleave, log, reps, row
 
 
-def swarm_replay(s: Settings, registry: SchemaRegistry, topic: str, n: int) -> float:
+def swarm_replay(s: Settings, registry: SchemaRegistry, topic: str, n: int, workers: int | None = None) -> float:
     t0 = perf_counter()
-    result = replay_swarm(settings=s, topic=topic, registry=registry, swarm=swarm.ring)
+    result = replay_swarm(settings=s, topic=topic, registry=registry, swarm=swarm.ring, workers=workers)
     seconds = perf_counter() - t0
     steps = sum(result.steps.values())
     expected = swarm.RING.outputs + len(swarm.AGENTS)  # every hop, and run.started in every agent
@@ -41,6 +45,13 @@ def swarm_replay(s: Settings, registry: SchemaRegistry, topic: str, n: int) -> f
                            f"(expected {expected}), divergences {result.divergences[:3]}, "
                            f"unverified {result.unverified_from}")
     return seconds
+
+
+def _processes_for(n: int) -> int:
+    """How many processes ``replay_swarm`` folds the ring's agents in by default (the row says)."""
+    if n < _replayer.MIN_EVENTS_TO_SPLIT or not _processes.can_fork():
+        return 1
+    return min(len(swarm.AGENTS), _processes.available_cpus())
 
 
 def plain_replay(s: Settings, registry: SchemaRegistry, topic: str, n: int) -> float:
@@ -59,8 +70,9 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
     n = replay(settings=s, topic=topic, registry=registry).events
     log(f"replay_swarm: the ring's log holds {n:,} events")
 
-    sub = Run("replay_swarm.swarmlog", n, extra={"agents": len(swarm.AGENTS), "chains_in_flight": swarm.CHAINS,
-                                                 "hops": swarm.HOPS})
+    shape = {"agents": len(swarm.AGENTS), "chains_in_flight": swarm.CHAINS, "hops": swarm.HOPS}
+    sub = Run("replay_swarm.swarmlog", n, extra={**shape, "processes": _processes_for(n)})
+    one = Run("replay_swarm.swarmlog_one_process", n, extra={**shape, "processes": 1})
     base = Run("replay_swarm.plain_replay", n)
 
     def step(run_: Run, fn: Any) -> Any:
@@ -70,7 +82,8 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
         return go
 
     interleave(reps(5), step(sub, lambda: swarm_replay(s, registry, topic, n)),
+               step(one, lambda: swarm_replay(s, registry, topic, n, workers=1)),
                step(base, lambda: plain_replay(s, registry, topic, n)))
-    rows = [row(sub, base, target=">= 50000 ev/s", headline=True)]
+    rows = [row(sub, base, target=">= 50000 ev/s", headline=True), row(one, base), row(sub, one)]
 
     return rows
