@@ -85,6 +85,9 @@ class Route(NamedTuple):
 
 
 _NO_ROUTE = Route("", "", None, None)
+new_route = tuple.__new__
+"""``new_route(Route, (type, agent, to, step))``: a Route without the named tuple's Python-level
+``__new__`` (a frame on every message routed: ~0.1 µs of a route's ~1.5)."""
 
 
 def route(headers: Headers | None) -> Route:
@@ -103,7 +106,7 @@ def route(headers: Headers | None) -> Route:
             to = v.decode()
         elif k == H_STEP:
             step = int(v)
-    return Route(t, a, to, step)
+    return new_route(Route, (t, a, to, step))
 
 
 def checked_route(headers: Headers | None, offset: int, event_type: str, event_type_b: bytes, version: bytes,
@@ -136,7 +139,7 @@ def checked_route(headers: Headers | None, offset: int, event_type: str, event_t
                 step = int(last[1])
             else:
                 step = _check_each(headers, offset, event_type_b, version, event_id, agent, to)
-    return Route(event_type, agent.decode(), None if to is None else to.decode(), step)
+    return new_route(Route, (event_type, agent.decode(), None if to is None else to.decode(), step))
 
 
 _EXPECTED_MAX = 4096

@@ -34,7 +34,7 @@ from typing import Any
 import fastavro
 
 from ..errors import SchemaNotFound, UndecodableMessage
-from ..protocol import H_AGENT, H_TO, H_TYPE, H_VERSION, Headers, Route, checked_route, route, step_of
+from ..protocol import H_AGENT, H_TO, H_TYPE, H_VERSION, Headers, Route, checked_route, new_route, route, step_of
 from ._avro_reader import Reader, fastavro_reader, payload_reader, read_length, read_long
 from ._avro_writer import Writer, avro_long, avro_string, payload_writer
 from .registry import EventSchema, SchemaRegistry
@@ -291,7 +291,7 @@ class Decoder:
             _, agent, to = _envelope_route(value)
         except (IndexError, ValueError):
             return route(msg.headers())
-        return Route(kind[0], agent.decode(), None if to is None else to.decode(), None)
+        return new_route(Route, (kind[0], agent.decode(), None if to is None else to.decode(), None))
 
     @staticmethod
     def step(msg: Any) -> int | None:
