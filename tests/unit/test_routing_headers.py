@@ -143,10 +143,13 @@ def test_an_agent_meeting_a_lying_header_stops_with_the_named_error(backend, run
         (lie, H_TO, "carol", "bob")
 
 
-def test_replaying_a_log_with_a_lying_header_stops_with_the_named_error(backend, run_settings, registry):
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_replaying_a_log_with_a_lying_header_stops_with_the_named_error(backend, run_settings, registry, workers):
+    # Split across processes, each checks a share of the headers and trusts the rest: whichever
+    # checks the lying one fails the replay with it.
     lie = _lying_log(backend, run_settings, registry)
     with pytest.raises(RoutingHeaderMismatch) as err:
-        replay_swarm(settings=run_settings, swarm=_swarm, registry=registry, backend=backend)
+        replay_swarm(settings=run_settings, swarm=_swarm, registry=registry, backend=backend, workers=workers)
     assert err.value.offset == lie
 
 

@@ -68,10 +68,12 @@ class Lookahead:
     """Effects, state digests and each agent's highest recorded step, for the fold of ``agents``."""
 
     def __init__(self, *, backend: LogBackend, topic: str, decoder: Decoder, agents: list[str],
-                 start: int = 0, end: int | None = None, check_headers: bool = True) -> None:
-        """``check_headers``: route by :meth:`~swarmlog.schema.codec.Decoder.route` (every routing header
-        checked against its envelope), else by the envelope alone — for a fold beside another that
-        checks every header of the same log (``_replayer``'s processes but the first)."""
+                 start: int = 0, end: int | None = None, check: tuple[int, int] = (0, 1)) -> None:
+        """``check``: ``(k, n)``, the routing headers of the messages whose offset is k modulo n are
+        checked against their envelopes (:meth:`~swarmlog.schema.codec.Decoder.route`); the others
+        are routed by their headers as they are — for n folds of the same log side by side, each
+        checking its own share (``_replayer``'s processes), so that every header is checked once
+        and a lie anywhere fails the replay. Default: every message checked."""
         self.backend = backend
         self.topic = topic
         self.decoder = decoder
@@ -93,8 +95,7 @@ class Lookahead:
         self._source: Iterator[list[Any]] | None = None
         self._source_done = False
         self._own: Any = None  # (reader, its batches) once reading on alone
-        self._checked = check_headers
-        self._route = decoder.route if check_headers else decoder.envelope_route
+        self._check = check
         self.on_miss: Callable[[str], None] | None = None
         """Called with the agent when a step asks for an effect the log does not hold (once settled)."""
 
@@ -173,13 +174,19 @@ class Lookahead:
 
     def _scan(self, batch: list[Any]) -> list[Route]:
         """Every message's route; what it tells of a folded agent, once per offset."""
-        route = self._route
-        routes = [route(m) for m in batch]
+        checked = self.decoder.route
+        k, n = self._check
+        if n == 1:
+            routes = [checked(m) for m in batch]
+        else:
+            # A message whose headers another fold checks is routed by its envelope alone (its
+            # step, which only the folded agents' messages need, is read below).
+            by_envelope = self.decoder.envelope_route
+            routes = [checked(m) if m.offset() % n == k else by_envelope(m) for m in batch]
         read_to = self.read_to
         if batch[-1].offset() < read_to:
             return routes  # scanned already, by the lookahead's own reader
         max_step = self.max_step
-        checked = self._checked
         for m, r in zip(batch, routes, strict=True):
             etype, who, _, step = r
             top = max_step.get(who)
@@ -188,7 +195,7 @@ class Lookahead:
             off = m.offset()
             if off < read_to:
                 continue
-            if not checked:  # the step route() gives: its sl.step header's (the first process checks it)
+            if n > 1 and off % n != k:  # the step route() gives: its sl.step header's (checked by another fold)
                 step = _header_step(m.headers())
             if step is not None and step > top:
                 max_step[who] = step

@@ -91,12 +91,13 @@ class Slots:
 
 
 class Part:
-    """What a part's function is given: its number, and where it reports how far it got."""
+    """What a part's function is given: its number of how many, and where it reports how far it got."""
 
-    __slots__ = ("index", "slots", "_parent")
+    __slots__ = ("index", "count", "slots", "_parent")
 
-    def __init__(self, index: int, slots: Slots, parent: int | None) -> None:
+    def __init__(self, index: int, count: int, slots: Slots, parent: int | None) -> None:
         self.index = index
+        self.count = count
         self.slots = slots
         self._parent = parent  # the parent's pid, in a child
 
@@ -127,10 +128,10 @@ def run_parts(parts: Sequence[Callable[[Part], T]], *, slots: Slots, names: Sequ
             pid = os.fork()
             if pid == 0:  # pragma: no cover - the child's coverage is its result
                 os.close(r)
-                _child(parts[i], Part(i, slots, me), w)
+                _child(parts[i], Part(i, len(parts), slots, me), w)
             os.close(w)
             children.append((pid, r))
-        results = [parts[0](Part(0, slots, None))]
+        results = [parts[0](Part(0, len(parts), slots, None))]
         failure: BaseException | None = None
         for i, (pid, r) in enumerate(children, 1):
             with os.fdopen(r, "rb") as pipe:

@@ -146,7 +146,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
     traced = tracing.current()
     n = _processes_for(workers, agents=len(agents), events=total,
                        alone=strict or live_states is not None or traced is not None)
-    # The first process also hashes the stream and checks every routing header: it takes the smaller shares.
+    # The first process also hashes the stream: it takes the smaller shares.
     groups = sorted((agents[i::n] for i in range(n)), key=len)
     slots = _processes.Slots(n, initial=low)
 
@@ -201,10 +201,11 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
           part: _processes.Part, live_states: LiveStates | None, traced: Any, swarm: Swarm) -> _PartOutcome:
     """Fold ``agents`` over the log (all of them, or one process's share): every message read once."""
     names = [a.name for a in agents]
-    # Every routing header is checked by the first process, which reads every message: the others
-    # route by the envelope alone (no header can steer a fold, and one check of each is enough).
+    # Each process checks the routing headers of its share of the messages against their envelopes
+    # and routes the rest by their headers: every header is checked once, and one that lies fails
+    # the replay (a process's error is the replay's), so none can steer a fold.
     ahead = Lookahead(backend=backend, topic=topic, decoder=decoder, agents=names, start=low, end=cut,
-                      check_headers=not part.in_child)
+                      check=(part.index, part.count))
     cores = [AgentCore(agent=a, decoder=decoder, index=ahead.indexes[a.name], live_sink=None, strict=strict,
                        live_states=live_states) for a in agents]
     by_name = {core.name: core for core in cores}
