@@ -25,17 +25,19 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
 from fastavro.schema import to_parsing_canonical_form
-from pydantic import TypeAdapter, ValidationError
 
 from ..errors import InvalidEvent, SchemaClash, SchemaError, UnknownEventType
-from .models import payload_model, payload_validator
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter, ValidationError
 
 _FILE_NAME = re.compile(r"^v(?P<version>[1-9][0-9]*)\.avsc$")
 _EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
@@ -69,12 +71,15 @@ class EventSchema:
     # Built on the first validation, not at load: a process that only reads the log (replay, the
     # sink) validates nothing, and building a validator for every schema of every layer cost a
     # short command's start a few tens of ms (bench/cli.py). fastavro has checked the schema at load.
+    # pydantic itself is imported then too (.models): a replay never imports it (test_lazy_faces.py).
 
     @property
     def validator(self) -> TypeAdapter[Any]:
         """The strict pydantic validator of this version's payload."""
         v = self._validator
         if v is None:
+            from .models import payload_validator
+
             v = payload_validator(self.payload_schema)
             object.__setattr__(self, "_validator", v)  # frozen: a cache, not a change of value
         return v
@@ -94,7 +99,9 @@ class EventSchema:
             # the wrapper's Python frame (a handler's ctx.send runs this under the guard's hook).
             v = self._validator  # not the property: no call on the hot path once built
             valid: dict[str, Any] = (v if v is not None else self.validator).validator.validate_python(payload)
-        except ValidationError as exc:
+        except ValueError as exc:  # pydantic's ValidationError is one; pydantic is not imported at load
+            if not isinstance(exc, _validation_error()):
+                raise
             err = exc.errors()[0]
             loc = ".".join(str(p) for p in err["loc"]) or "payload"
             raise InvalidEvent(event_type=self.event_type, field=f"payload.{loc}", problem=err["msg"]) from None
@@ -107,7 +114,17 @@ class EventSchema:
 
     def payload_model(self) -> Any:
         """A frozen pydantic model class for this version's payload (generated, never hand-written)."""
+        from .models import payload_model
+
         return payload_model(self.payload_schema)
+
+
+@cache
+def _validation_error() -> type[ValidationError]:
+    """pydantic's ValidationError, imported on the first payload refused (the validator imported pydantic)."""
+    from pydantic import ValidationError
+
+    return ValidationError
 
 
 class SchemaRegistry:
