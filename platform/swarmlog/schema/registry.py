@@ -11,7 +11,7 @@ every version there ever was.
 
 **Layers.** The built-in event types (``run.started``, the timers, ``agent.message``,
 ...) are package data, ``swarmlog.schema.builtin`` (the repo's top-level
-``schemas/``), found with ``importlib.resources`` wherever swarmlog is installed.
+``schemas/``), found by the import system (its spec) wherever swarmlog is installed.
 A user's own event types come from further directories (``SWARMLOG_SCHEMA_PATH``),
 layered over the built-ins. An event type lives in exactly one layer, all its
 versions and its upcasters together: the same type in two layers is a
@@ -21,12 +21,12 @@ versions and its upcasters together: the same type in two layers is a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -224,20 +224,27 @@ BUILTIN_PACKAGE = "swarmlog.schema.builtin"
 def builtin_schema_dir() -> Path:
     """The directory of swarmlog's built-in schemas, wherever swarmlog is installed.
 
-    ``importlib.resources`` finds it in a wheel's site-packages, in an editable install
-    (which maps the package to the repo's ``schemas/``) and in an image alike; nothing
-    derives it from the repository's layout.
+    The import system finds the package (its spec, without importing it) in a wheel's
+    site-packages, in an editable install (which maps the package to the repo's ``schemas/``)
+    and in an image alike; nothing derives it from the repository's layout. For a package on
+    the file system that is the directory ``importlib.resources.files`` gives, without importing
+    ``importlib.resources`` and the archive modules behind it (zipfile, tempfile, lzma, bz2: ~4 ms
+    of every command's start, which reads the settings and so asks for this directory).
     """
     try:
-        root = resources.files(BUILTIN_PACKAGE)
+        spec = importlib.util.find_spec(BUILTIN_PACKAGE)
     except ModuleNotFoundError:
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
         raise SchemaError(f"swarmlog's built-in schemas ({BUILTIN_PACKAGE}) are not installed; reinstall "
-                          f"swarmlog from its wheel, or point SWARMLOG_SCHEMA_DIR at a copy of them") from None
+                          f"swarmlog from its wheel, or point SWARMLOG_SCHEMA_DIR at a copy of them")
     # Schemas are read, and upcasters imported, from files: an install that is not on the
     # file system (a zipped one) has no directory to give.
-    if not isinstance(root, Path):
-        raise SchemaError(f"swarmlog's built-in schemas are not on the file system ({root!r}); install "
-                          f"swarmlog unzipped (as pip does) or set SWARMLOG_SCHEMA_DIR")
+    locations = list(spec.submodule_search_locations)
+    root = Path(locations[0])
+    if len(locations) != 1 or not root.is_dir():
+        raise SchemaError(f"swarmlog's built-in schemas are not on the file system ({', '.join(locations)}); "
+                          f"install swarmlog unzipped (as pip does) or set SWARMLOG_SCHEMA_DIR")
     return root
 
 
