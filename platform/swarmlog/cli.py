@@ -542,6 +542,14 @@ class _OneCommand:
         return self._sub.add_parser(name, **kwargs) if name == self._command else _Unbuilt()
 
 
+_TOKEN_COMMANDS = frozenset({"token"})
+_DEBUG_COMMANDS = frozenset({"log", "show", "state", "debug", "snapshot", "step", "timeline", "fork"})
+"""The commands whose parsers ``swarmlog.token.command`` and ``swarmlog.debug.command`` add
+(test_cli_parser.py holds these to what they add): those modules are imported to build the
+parser of one of their commands, or the whole parser, and not for another command's (a replay's
+start, bench/cli.py). A command missing here would still be found, by the whole parser."""
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """swarmlog's argument parser; given ``command``, with that command's parser alone.
 
@@ -550,8 +558,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     bench/cli.py). A ``command`` that is none of them gets the whole parser, whose error lists
     them all; ``swarmlog --help`` and no command at all get it too.
     """
-    from .token.command import DEFAULT_CHECKPOINTS
-    from .token.command import add_parsers as add_token_parsers
+    from .token import DEFAULT_EVERY as DEFAULT_CHECKPOINTS
 
     p = argparse.ArgumentParser(prog="swarmlog", description=__doc__.splitlines()[0] if __doc__ else None,
                                 epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -654,17 +661,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _metrics_port_arg(run)
     run.set_defaults(func=cmd_run)
 
-    add_token_parsers(sub, parents=[verbose])  # token create | verify | show | list
+    if command is None or command in _TOKEN_COMMANDS:
+        from .token.command import add_parsers as add_token_parsers
 
+        add_token_parsers(sub, parents=[verbose])  # token create | verify | show | list
 
     c = sub.add_parser("check", help="check a whole log", parents=[verbose])
     c.add_argument("what", choices=["causality"])
     c.add_argument("--topic")
     c.set_defaults(func=cmd_check)
 
-    from .debug.command import add_parsers as add_debug_parsers
+    if command is None or command in _DEBUG_COMMANDS:
+        from .debug.command import add_parsers as add_debug_parsers
 
-    add_debug_parsers(sub)  # log, show, state, debug, snapshot, fork
+        add_debug_parsers(sub)  # log, show, state, debug, snapshot, step, timeline, fork
     for name, subparser in sub.choices.items():
         if name not in ("dev", "schema") and "-v" not in subparser._option_string_actions:
             subparser.add_argument("-v", "--verbose", action="count", default=0,

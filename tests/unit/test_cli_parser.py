@@ -50,3 +50,17 @@ def test_an_unknown_command_gets_the_whole_parser_and_its_error_lists_every_comm
     assert caught.value.code == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert "invalid choice: 'rplay'" in err and "replay" in err and "timeline" in err
+
+
+def test_the_token_and_debug_commands_are_the_ones_their_modules_add():
+    # build_parser imports swarmlog.token.command and swarmlog.debug.command only for these.
+    from swarmlog.debug.command import add_parsers as add_debug
+    from swarmlog.token.command import add_parsers as add_token
+
+    def added(add) -> set[str]:
+        sub = argparse.ArgumentParser().add_subparsers()
+        add(sub)
+        return set(sub.choices)
+
+    assert added(add_token) == cli._TOKEN_COMMANDS
+    assert added(add_debug) == cli._DEBUG_COMMANDS
