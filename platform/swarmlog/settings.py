@@ -190,7 +190,9 @@ class Settings:
         raise AttributeError(f"Settings are frozen: {name} cannot be deleted")
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Settings) and type(other) is type(self) and self._fields() == other._fields()
+        if not isinstance(other, Settings):
+            return NotImplemented
+        return type(other) is type(self) and self._fields() == other._fields()
 
     __hash__ = None  # type: ignore[assignment]  # as pydantic's frozen model: ``kafka`` is a dict
 
@@ -217,9 +219,7 @@ class Settings:
     def model_dump_json(self) -> str:
         """The fields as compact JSON, secrets masked (``**********``), as pydantic wrote them."""
         def shown(value: object) -> object:
-            if isinstance(value, SecretStr):
-                return str(value)
-            if isinstance(value, Path):
+            if isinstance(value, (SecretStr, Path)):
                 return str(value)
             raise TypeError(f"{type(value).__name__} is not JSON")
 
