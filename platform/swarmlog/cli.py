@@ -546,6 +546,14 @@ class _OneCommand:
         return self._sub.add_parser(name, **kwargs) if name == self._command else _Unbuilt()
 
 
+_TOKEN_COMMANDS = frozenset({"token"})
+_DEBUG_COMMANDS = frozenset({"log", "show", "state", "debug", "snapshot", "step", "timeline", "fork"})
+"""The commands whose parsers ``swarmlog.token.command`` and ``swarmlog.debug.command`` add
+(test_cli_parser.py holds these to what they add): those modules are imported to build the
+parser of one of their commands, or the whole parser, and not for another command's (a replay's
+start, bench/cli.py). A command missing here would still be found, by the whole parser."""
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """swarmlog's argument parser; given ``command``, with that command's parser alone.
 
@@ -554,8 +562,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     bench/cli.py). A ``command`` that is none of them gets the whole parser, whose error lists
     them all; ``swarmlog --help`` and no command at all get it too.
     """
-    from .token.command import DEFAULT_CHECKPOINTS
-    from .token.command import add_parsers as add_token_parsers
+    from .token import DEFAULT_EVERY as DEFAULT_CHECKPOINTS
 
     p = argparse.ArgumentParser(prog="swarmlog", description=__doc__.splitlines()[0] if __doc__ else None,
                                 epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -661,17 +668,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _metrics_port_arg(run)
     run.set_defaults(func=cmd_run)
 
-    add_token_parsers(sub, parents=[verbose])  # token create | verify | show | list
+    if command is None or command in _TOKEN_COMMANDS:
+        from .token.command import add_parsers as add_token_parsers
 
+        add_token_parsers(sub, parents=[verbose])  # token create | verify | show | list
 
     c = sub.add_parser("check", help="check a whole log", parents=[verbose])
     c.add_argument("what", choices=["causality"])
     c.add_argument("--topic")
     c.set_defaults(func=cmd_check)
 
-    from .debug.command import add_parsers as add_debug_parsers
+    if command is None or command in _DEBUG_COMMANDS:
+        from .debug.command import add_parsers as add_debug_parsers
 
-    add_debug_parsers(sub)  # log, show, state, debug, snapshot, fork
+        add_debug_parsers(sub)  # log, show, state, debug, snapshot, step, timeline, fork
     for name, subparser in sub.choices.items():
         if name not in ("dev", "schema") and "-v" not in subparser._option_string_actions:
             subparser.add_argument("-v", "--verbose", action="count", default=0,
@@ -687,7 +697,27 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def _freeze_what_the_imports_made() -> None:
+    """Move every object the imports made into the collector's permanent generation (``gc.freeze``).
+
+    A command's process keeps its modules, classes and functions until it exits, and the
+    collector walked all of them again in every full collection: above all in the collections
+    the interpreter makes as it exits, about 20 ms of CPU and of wall time of a 3-event
+    ``swarmlog replay`` — a fifth of what swarmlog added to the start of Python and
+    confluent-kafka (``cli_replay_3`` in bench/cli.py, bench/README.md "Start-up"). Frozen, they
+    are not walked again; what is unreachable among them already (a few cycles the imports
+    left) stays in memory instead of being collected. Only a process started as the command line
+    does this (``main()`` with no arguments): a program or a test calling ``main([...])`` keeps
+    its objects as they are.
+    """
+    import gc
+
+    gc.freeze()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:
+        _freeze_what_the_imports_made()
     verbosity, args_list = _leading_verbosity(list(sys.argv[1:] if argv is None else argv))
     try:
         if args_list and args_list[0] in ("dev", "schema"):

@@ -26,9 +26,9 @@ import logging
 from typing import Any, NamedTuple
 
 import psycopg
-from pydantic import SecretStr
 
 from .errors import ConfigurationError, ServiceUnavailable
+from .redaction import SecretStr
 from .settings import Settings
 
 __all__ = ["Mirror", "MirroredEvent", "Run"]

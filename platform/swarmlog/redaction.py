@@ -3,7 +3,7 @@
 Secrets reach swarmlog through its settings: librdkafka properties under
 ``SWARMLOG_KAFKA_*`` (``sasl.password``, ``ssl.key.password``, ...) and the
 password of the Postgres URL. :class:`swarmlog.settings.Settings` holds each as a
-``SecretStr``; they are unwrapped in exactly two places, at the moment a client is
+:class:`SecretStr`; they are unwrapped in exactly two places, at the moment a client is
 built: :meth:`Settings.kafka_config` (the librdkafka dict, a :class:`ClientConfig`
 whose ``repr`` masks them) and :meth:`Settings.database_conninfo` (handed to
 psycopg). Everything else — ``repr(settings)``, error messages, logs, tokens —
@@ -30,6 +30,43 @@ _SECRET_KAFKA_PROPERTIES = frozenset({
 })
 # ... and any property named like one, such as the OIDC assertion's private key passphrase.
 _SECRET_WORDS = ("password", "secret", "passphrase", "private.key")
+
+
+class SecretStr:
+    """A secret string: masked by ``repr``, ``str`` and formatting; its value by :meth:`get_secret_value` only.
+
+    pydantic's ``SecretStr`` as the settings used it — the same ``repr`` (``SecretStr('**********')``),
+    ``str``, equality, hash and :meth:`get_secret_value` — without importing pydantic: every command
+    reads its settings at start, and pydantic's import alone cost a short command more than its own
+    work (``cli_replay_3`` in bench/cli.py). :class:`~swarmlog.settings.Settings` also accepts
+    pydantic's ``SecretStr`` and holds it as this one.
+    """
+
+    __slots__ = ("_secret_value",)
+
+    def __init__(self, secret_value: str) -> None:
+        self._secret_value = secret_value
+
+    def get_secret_value(self) -> str:
+        return self._secret_value
+
+    def _display(self) -> str:
+        return MASK if self._secret_value else ""
+
+    def __repr__(self) -> str:
+        return f"SecretStr({self._display()!r})"
+
+    def __str__(self) -> str:
+        return self._display()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SecretStr) and self._secret_value == other._secret_value
+
+    def __hash__(self) -> int:
+        return hash(self._secret_value)
+
+    def __len__(self) -> int:
+        return len(self._secret_value)
 
 
 def is_secret_kafka_property(name: str) -> bool:

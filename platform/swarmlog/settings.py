@@ -39,7 +39,7 @@ Read by the module they concern, for the whole process rather than for one :clas
 :mod:`swarmlog.guard._hook`, read when the guard is imported).
 
 Secrets (the database password, ``sasl.password`` and the other secret librdkafka
-properties, the token key) are ``SecretStr``: ``repr(settings)`` shows them
+properties, the token key) are ``SecretStr`` (:class:`swarmlog.redaction.SecretStr`): ``repr(settings)`` shows them
 masked, and they are unwrapped only where a client is built
 (:meth:`Settings.kafka_config`, :meth:`Settings.database_conninfo`); see
 ``swarmlog.redaction``.
@@ -47,14 +47,19 @@ masked, and they are unwrapped only where a client is built
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
-from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+import re
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
+from pathlib import Path, PosixPath
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidSetting
-from .redaction import ClientConfig, is_secret_kafka_property, split_database_password
+from .redaction import ClientConfig, SecretStr, is_secret_kafka_property, split_database_password
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:19092"
 DEFAULT_DATABASE_URL = "postgresql://swarmlog@127.0.0.1:15432/swarmlog"
@@ -87,49 +92,163 @@ _HINTS: dict[str, str] = {
     "SWARMLOG_SWARM": "the swarm's code as module:swarm, e.g. mypkg.swarms:swarm",
 }
 
+# The variables read as one field each, and the field.
+_VARIABLES: dict[str, str] = {
+    "SWARMLOG_BOOTSTRAP_SERVERS": "bootstrap_servers",
+    "SWARMLOG_DATABASE_URL": "database_url",
+    "SWARMLOG_DATABASE_PASSWORD": "database_password",
+    "SWARMLOG_TOPIC": "topic",
+    "SWARMLOG_SCHEMA_DIR": "schema_dir",
+    "SWARMLOG_REPLICATION_FACTOR": "replication_factor",
+    "SWARMLOG_MIN_INSYNC_REPLICAS": "min_insync_replicas",
+    "SWARMLOG_TOKEN_KEY": "token_key",
+    "SWARMLOG_SWARM": "swarm",
+    "SWARMLOG_CONNECT_TIMEOUT": "connect_timeout",
+    "SWARMLOG_STATE_DIGEST_EVERY": "state_digest_every",
+}
 
-class Settings(BaseModel):
-    """Connection and topic settings, frozen once read."""
+_UNSET: Any = object()
 
-    model_config = ConfigDict(frozen=True)
 
-    bootstrap_servers: str = DEFAULT_BOOTSTRAP_SERVERS
-    database_url: str = DEFAULT_DATABASE_URL
+class Settings:
+    """Connection and topic settings, frozen once read.
+
+    **Validation.** The specification of every field — its type, its bounds, what it accepts and
+    the message for what it refuses — is a pydantic model, :func:`_pydantic_settings` (what
+    ``Settings`` itself was). But every command reads its settings at start, and importing
+    pydantic and building that model cost a short command more than its own work
+    (``cli_replay_3`` in bench/cli.py, bench/README.md "Start-up"). So the values are first
+    checked here (:func:`_plain`) for their plainest spellings only — a ``str`` for a string, an
+    ``int`` or decimal digits for an integer within its bounds, a ``str`` or ``Path`` for a path, ... —
+    which pydantic reads as the same values; anything else (a bad value, a value out of
+    bounds, pydantic's laxer spellings such as ``" 7"`` or ``"1e3"``, pydantic's own
+    ``SecretStr``) is handed to the model, which accepts it as it always did or refuses it with
+    the same error. ``test_settings_validation.py`` holds the two paths to the same result.
+
+    pydantic's methods that swarmlog and its users call on settings are kept with the same
+    meaning: :meth:`model_copy`, :meth:`model_dump`, :meth:`model_dump_json`,
+    :meth:`model_validate`, :meth:`model_validate_json`.
+    """
+
+    __slots__ = ("bootstrap_servers", "database_url", "database_password", "topic", "schema_dir", "schema_path",
+                 "replication_factor", "min_insync_replicas", "token_key", "swarm", "connect_timeout",
+                 "state_digest_every", "kafka")
+
+    bootstrap_servers: str
+    database_url: str
     """The mirror's libpq URL, without its password (that is ``database_password``)."""
-    database_password: SecretStr | None = None
-    topic: str = DEFAULT_TOPIC
-    schema_dir: Path = Field(default_factory=_builtin_schema_dir)
+    database_password: SecretStr | None
+    topic: str
+    schema_dir: Path
     """The built-in schemas' directory (package data); ``SWARMLOG_SCHEMA_DIR`` replaces it."""
-    schema_path: tuple[Path, ...] = ()
+    schema_path: tuple[Path, ...]
     """Directories of the user's own event types, layered over the built-ins."""
-    replication_factor: int = -1
-    min_insync_replicas: int | None = Field(default=None, ge=1)
-    token_key: SecretStr | None = None
-    swarm: str | None = None
+    replication_factor: int
+    min_insync_replicas: int | None
+    token_key: SecretStr | None
+    swarm: str | None
     """``module:swarm`` of the swarm's code, the default of ``--swarm``."""
-    connect_timeout: float = Field(default=10.0, gt=0)
+    connect_timeout: float
     """Seconds a first request to Kafka or Postgres may take before it counts as unreachable."""
-    state_digest_every: int = Field(default=1, ge=0)
-    kafka: Mapping[str, str | SecretStr] = Field(default_factory=dict)
+    state_digest_every: int
+    kafka: Mapping[str, str | SecretStr]
     """Extra librdkafka properties (security, SASL, TLS, tuning) applied to every client; the secret
-    ones (``sasl.password``, ...) as ``SecretStr``."""
+    ones (``sasl.password``, ...) as :class:`~swarmlog.redaction.SecretStr`."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _password_out_of_the_url(cls, values: object) -> object:
-        # Before validation, so that the password never sits in a str field, even briefly.
-        if isinstance(values, Mapping) and isinstance(values.get("database_url"), str):
-            url, password = split_database_password(values["database_url"])
-            values = {**values, "database_url": url}
-            if password is not None and not values.get("database_password"):
-                values["database_password"] = password
-        return values
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str = DEFAULT_BOOTSTRAP_SERVERS,
+        database_url: str = DEFAULT_DATABASE_URL,
+        database_password: SecretStr | str | None = None,
+        topic: str = DEFAULT_TOPIC,
+        schema_dir: Path | str = _UNSET,
+        schema_path: Sequence[Path | str] = (),
+        replication_factor: int = -1,
+        min_insync_replicas: int | None = None,
+        token_key: SecretStr | str | None = None,
+        swarm: str | None = None,
+        connect_timeout: float = 10.0,
+        state_digest_every: int = 1,
+        kafka: Mapping[str, str | SecretStr] = _UNSET,
+    ) -> None:
+        values = {
+            "bootstrap_servers": bootstrap_servers, "database_url": database_url,
+            "database_password": database_password, "topic": topic, "schema_dir": schema_dir,
+            "schema_path": schema_path, "replication_factor": replication_factor,
+            "min_insync_replicas": min_insync_replicas, "token_key": token_key, "swarm": swarm,
+            "connect_timeout": connect_timeout, "state_digest_every": state_digest_every, "kafka": kafka,
+        }
+        _set(self, _validated({k: v for k, v in values.items() if v is not _UNSET}))
 
-    @field_validator("kafka", mode="after")
     @classmethod
-    def _kafka_secrets_hidden(cls, kafka: Mapping[str, str | SecretStr]) -> Mapping[str, str | SecretStr]:
-        return {k: SecretStr(v) if isinstance(v, str) and is_secret_kafka_property(k) else v
-                for k, v in kafka.items()}
+    def _of(cls, fields: Mapping[str, Any]) -> Settings:
+        """Settings holding ``fields``, already validated (every field)."""
+        settings = object.__new__(cls)
+        _set(settings, fields)
+        return settings
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Settings are frozen: {name} cannot be set (model_copy(update=...) makes new ones)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Settings are frozen: {name} cannot be deleted")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Settings):
+            return NotImplemented
+        return type(other) is type(self) and self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # as pydantic's frozen model: ``kafka`` is a dict
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (self._fields(),))
+
+    def __repr__(self) -> str:
+        return f"Settings({', '.join(f'{k}={v!r}' for k, v in self._fields().items())})"
+
+    def __str__(self) -> str:
+        return " ".join(f"{k}={v!r}" for k, v in self._fields().items())
+
+    def _fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def model_dump(self, *, mode: str = "python") -> dict[str, Any]:
+        """The fields as a dict; ``mode="json"``: as JSON has them (paths as strings, secrets masked)."""
+        fields = self._fields()
+        if mode != "json":
+            return fields
+        shown: dict[str, Any] = json.loads(self.model_dump_json())
+        return shown
+
+    def model_dump_json(self) -> str:
+        """The fields as compact JSON, secrets masked (``**********``), as pydantic wrote them."""
+        def shown(value: object) -> object:
+            if isinstance(value, (SecretStr, Path)):
+                return str(value)
+            raise TypeError(f"{type(value).__name__} is not JSON")
+
+        return json.dumps(self._fields(), default=shown, separators=(",", ":"), ensure_ascii=False)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None) -> Settings:
+        """New settings: these with ``update``'s fields replaced (validated, unlike pydantic's copy)."""
+        if not update:
+            return self
+        unknown = set(update) - set(self.__slots__)
+        if unknown:
+            raise TypeError(f"Settings have no field {', '.join(sorted(unknown))}")
+        return Settings._of(_validated({**self._fields(), **update}))
+
+    @classmethod
+    def model_validate(cls, obj: Settings | Mapping[str, Any]) -> Settings:
+        """Settings from a mapping of fields, validated (a ``pydantic.ValidationError`` if refused)."""
+        if isinstance(obj, Settings):
+            return obj
+        return cls._of(_validated(dict(obj)))
+
+    @classmethod
+    def model_validate_json(cls, text: str | bytes) -> Settings:
+        return cls.model_validate(json.loads(text))
 
     def check_database_url(self) -> None:
         """Raise :class:`~swarmlog.errors.InvalidSetting` unless libpq accepts ``database_url``.
@@ -155,35 +274,8 @@ class Settings(BaseModel):
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Read settings from ``environ`` (default ``os.environ``); ``overrides`` win."""
         env = os.environ if environ is None else environ
-        values: dict[str, object] = {}
-        simple = {
-            "SWARMLOG_BOOTSTRAP_SERVERS": "bootstrap_servers",
-            "SWARMLOG_DATABASE_URL": "database_url",
-            "SWARMLOG_DATABASE_PASSWORD": "database_password",
-            "SWARMLOG_TOPIC": "topic",
-            "SWARMLOG_SCHEMA_DIR": "schema_dir",
-            "SWARMLOG_REPLICATION_FACTOR": "replication_factor",
-            "SWARMLOG_MIN_INSYNC_REPLICAS": "min_insync_replicas",
-            "SWARMLOG_TOKEN_KEY": "token_key",
-            "SWARMLOG_SWARM": "swarm",
-            "SWARMLOG_CONNECT_TIMEOUT": "connect_timeout",
-            "SWARMLOG_STATE_DIGEST_EVERY": "state_digest_every",
-        }
-        for var, field in simple.items():
-            if env.get(var):
-                values[field] = env[var]
-        if env.get("SWARMLOG_SCHEMA_PATH"):
-            values["schema_path"] = tuple(p for p in env["SWARMLOG_SCHEMA_PATH"].split(os.pathsep) if p)
-        values["kafka"] = {
-            var[len(_KAFKA_PREFIX):].lower().replace("_", "."): value
-            for var, value in env.items()
-            if var.startswith(_KAFKA_PREFIX) and var not in _NOT_LIBRDKAFKA
-        }
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            raise _invalid_setting(exc, env, simple, overrides) from None
+        values = _env_values(env, overrides)
+        return cls._of(_validated(values, refused=lambda exc: _invalid_setting(exc, env, _VARIABLES, overrides)))
 
     def token_key_bytes(self) -> bytes | None:
         return self.token_key.get_secret_value().encode() if self.token_key else None
@@ -222,6 +314,233 @@ class Settings(BaseModel):
 
         # The one place the database password is unwrapped.
         return make_conninfo(self.database_url, password=self.database_password.get_secret_value())
+
+
+def _env_values(env: Mapping[str, str], overrides: Mapping[str, object]) -> dict[str, object]:
+    """The fields ``env`` sets (as strings), ``overrides`` over them: what :meth:`Settings.from_env` validates."""
+    values: dict[str, object] = {}
+    for var, field in _VARIABLES.items():
+        if env.get(var):
+            values[field] = env[var]
+    if env.get("SWARMLOG_SCHEMA_PATH"):
+        values["schema_path"] = tuple(p for p in env["SWARMLOG_SCHEMA_PATH"].split(os.pathsep) if p)
+    values["kafka"] = {
+        var[len(_KAFKA_PREFIX):].lower().replace("_", "."): value
+        for var, value in env.items()
+        if var.startswith(_KAFKA_PREFIX) and var not in _NOT_LIBRDKAFKA
+    }
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return values
+
+
+def _set(settings: Settings, fields: Mapping[str, Any]) -> None:
+    for name in Settings.__slots__:
+        object.__setattr__(settings, name, fields[name])
+
+
+def _restore(fields: Mapping[str, Any]) -> Settings:
+    return Settings._of(fields)
+
+
+# --- validation: the plain spellings here, everything else by the pydantic model --------------------------
+
+
+def _validated(values: Mapping[str, Any], *,
+               refused: Callable[[ValidationError], Exception] | None = None) -> dict[str, Any]:
+    """Every field of settings given ``values`` (field -> value; missing fields take their defaults).
+
+    :func:`_plain` where it can tell, else the pydantic model; a value the model refuses raises its
+    ``pydantic.ValidationError``, or what ``refused`` makes of it.
+    """
+    fields = _plain(values)
+    return fields if fields is not None else _by_pydantic(values, refused=refused)
+
+
+def _by_pydantic(values: Mapping[str, Any], *,
+                 refused: Callable[[ValidationError], Exception] | None = None) -> dict[str, Any]:
+    """Every field as the pydantic model reads ``values``, its secrets as swarmlog's SecretStr."""
+    from pydantic import ValidationError
+
+    try:
+        model = _pydantic_settings().model_validate(_for_pydantic(values))
+    except ValidationError as exc:
+        if refused is None:
+            raise
+        raise refused(exc) from None
+    return {name: _from_pydantic(getattr(model, name)) for name in Settings.__slots__}
+
+
+_NO: Any = object()
+"""What a plain check returns for a value it leaves to the pydantic model."""
+_INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
+_FLOAT = re.compile(r"(?:0|[1-9][0-9]{0,14})(?:\.[0-9]{1,15})?")
+
+
+def _str(value: object) -> object:
+    return value if type(value) is str else _NO
+
+
+def _str_or_none(value: object) -> object:
+    return value if value is None or type(value) is str else _NO
+
+
+def _secret(value: object) -> object:
+    if value is None or type(value) is SecretStr:
+        return value
+    return SecretStr(value) if type(value) is str else _NO
+
+
+def _path(value: object) -> object:
+    if type(value) is PosixPath:
+        return value
+    return Path(value) if type(value) is str and value else _NO
+
+
+def _paths(value: object) -> object:
+    if type(value) not in (tuple, list):
+        return _NO
+    paths = tuple(map(_path, value))  # type: ignore[call-overload]
+    return _NO if _NO in paths else paths
+
+
+def _int(value: object, low: int | None = None) -> object:
+    if type(value) is str and _INT.fullmatch(value):
+        value = int(value)
+    if type(value) is not int or (low is not None and value < low):
+        return _NO
+    return value
+
+
+def _float_above_0(value: object) -> object:
+    if type(value) is str and _FLOAT.fullmatch(value):
+        value = float(value)
+    elif type(value) is int and 0 < value < 2**53:
+        value = float(value)
+    if type(value) is not float or not 0 < value < float("inf"):
+        return _NO
+    return value
+
+
+def _kafka(value: object) -> object:
+    if type(value) is not dict:
+        return _NO
+    kafka: dict[str, str | SecretStr] = {}
+    for k, v in value.items():
+        if type(k) is not str or type(v) not in (str, SecretStr):
+            return _NO
+        kafka[k] = SecretStr(v) if type(v) is str and is_secret_kafka_property(k) else v
+    return kafka
+
+
+_PLAIN: dict[str, tuple[Callable[[Any], object], Callable[[], Any]]] = {
+    # field: (its plain check, its default)
+    "bootstrap_servers": (_str, lambda: DEFAULT_BOOTSTRAP_SERVERS),
+    "database_url": (_str, lambda: DEFAULT_DATABASE_URL),
+    "database_password": (_secret, lambda: None),
+    "topic": (_str, lambda: DEFAULT_TOPIC),
+    "schema_dir": (_path, _builtin_schema_dir),
+    "schema_path": (_paths, tuple),
+    "replication_factor": (_int, lambda: -1),
+    "min_insync_replicas": (lambda v: None if v is None else _int(v, 1), lambda: None),
+    "token_key": (_secret, lambda: None),
+    "swarm": (_str_or_none, lambda: None),
+    "connect_timeout": (_float_above_0, lambda: 10.0),
+    "state_digest_every": (lambda v: _int(v, 0), lambda: 1),
+    "kafka": (_kafka, dict),
+}
+
+
+def _plain(values: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Every field, if every value given is spelt as :func:`_pydantic_settings` reads it with no doubt
+    (and to the same value); else None. Also takes a password out of the URL, as the model does."""
+    if any(name not in _PLAIN for name in values):
+        return None  # the model ignores unknown names: it decides
+    values = dict(values)
+    url = values.get("database_url")
+    if type(url) is str:
+        try:
+            url, password = split_database_password(url)
+        except ValueError:
+            return None  # the model says what is wrong with it
+        values["database_url"] = url
+        if password is not None and not values.get("database_password"):
+            values["database_password"] = password
+    fields: dict[str, Any] = {}
+    for name, (check, default) in _PLAIN.items():
+        value = check(values[name]) if name in values else default()
+        if value is _NO:
+            return None
+        fields[name] = value
+    return fields
+
+
+def _for_pydantic(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with swarmlog's SecretStr as pydantic's, which the model's fields take."""
+    from pydantic import SecretStr as PydanticSecret
+
+    def theirs(value: object) -> object:
+        return PydanticSecret(value.get_secret_value()) if isinstance(value, SecretStr) else value
+
+    converted = {k: theirs(v) for k, v in values.items()}
+    kafka = converted.get("kafka")
+    if isinstance(kafka, Mapping):
+        converted["kafka"] = {k: theirs(v) for k, v in kafka.items()}
+    return converted
+
+
+def _from_pydantic(value: object) -> object:
+    """A field's value from the model, its secrets as swarmlog's SecretStr."""
+    if hasattr(value, "get_secret_value"):
+        return SecretStr(value.get_secret_value())
+    if isinstance(value, Mapping):
+        return {k: _from_pydantic(v) for k, v in value.items()}
+    return value
+
+
+@cache
+def _pydantic_settings() -> Any:
+    """The specification of :class:`Settings`' fields: a pydantic model, built on first use.
+
+    What ``Settings`` was, field for field; used for the values :func:`_plain` cannot vouch for.
+    """
+    from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+    from pydantic import SecretStr as PydanticSecret
+
+    class Settings(BaseModel):
+        model_config = ConfigDict(frozen=True)
+
+        bootstrap_servers: str = DEFAULT_BOOTSTRAP_SERVERS
+        database_url: str = DEFAULT_DATABASE_URL
+        database_password: PydanticSecret | None = None
+        topic: str = DEFAULT_TOPIC
+        schema_dir: Path = Field(default_factory=_builtin_schema_dir)
+        schema_path: tuple[Path, ...] = ()
+        replication_factor: int = -1
+        min_insync_replicas: int | None = Field(default=None, ge=1)
+        token_key: PydanticSecret | None = None
+        swarm: str | None = None
+        connect_timeout: float = Field(default=10.0, gt=0)
+        state_digest_every: int = Field(default=1, ge=0)
+        kafka: Mapping[str, str | PydanticSecret] = Field(default_factory=dict)
+
+        @model_validator(mode="before")
+        @classmethod
+        def _password_out_of_the_url(cls, values: object) -> object:
+            # Before validation, so that the password never sits in a str field, even briefly.
+            if isinstance(values, Mapping) and isinstance(values.get("database_url"), str):
+                url, password = split_database_password(values["database_url"])
+                values = {**values, "database_url": url}
+                if password is not None and not values.get("database_password"):
+                    values["database_password"] = password
+            return values
+
+        @field_validator("kafka", mode="after")
+        @classmethod
+        def _kafka_secrets_hidden(cls, kafka: Mapping[str, str | PydanticSecret]) -> Mapping[str, str | PydanticSecret]:
+            return {k: PydanticSecret(v) if isinstance(v, str) and is_secret_kafka_property(k) else v
+                    for k, v in kafka.items()}
+
+    return Settings
 
 
 def _libpq_problem(url: str) -> str | None:

@@ -153,14 +153,37 @@ def test_a_replay_imports_nothing_of_psycopg_and_a_database_url_it_does_not_use_
     _three_events(settings)
     env = subprocess_env(settings)
     for extra in ({}, BAD_DATABASE_URL):
-        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "swarmlog.cli", "replay", "--json"],
-                              env={**env, **extra}, capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert json.loads(proc.stdout)["events"] == 3
-        imported = [line.rpartition("|")[2].strip() for line in proc.stderr.splitlines()
-                    if line.startswith("import time:")]
-        assert "swarmlog.replay" in imported and "confluent_kafka" in imported  # -X importtime did report
+        imported = _a_replays_imports({**env, **extra})
         assert [m for m in imported if m.split(".")[0] in ("psycopg", "psycopg_binary", "psycopg_c")] == []
+
+
+OFF_A_PLAIN_REPLAYS_PATH = ("pydantic", "pydantic_core", "importlib.resources", "swarmlog.guard", "swarmlog.runtime",
+                            "swarmlog.debug", "swarmlog.token.command", "opentelemetry")
+"""What a plain replay's process does not import (bench/README.md "Start-up"): pydantic (the settings
+check their plain spellings themselves), pydantic-core (a short log's marks are the standard
+library's), importlib.resources (the schemas' directory comes from the package's spec), and the
+modules of the other commands."""
+
+
+def test_a_plain_replay_imports_no_pydantic_nor_what_other_commands_need(settings):
+    _three_events(settings)
+    env = subprocess_env(settings)
+    # A secret set changes nothing: swarmlog's own SecretStr holds it, not pydantic's.
+    for extra in ({}, {"SWARMLOG_TOKEN_KEY": "k", "SWARMLOG_CONNECT_TIMEOUT": "5"}):
+        imported = _a_replays_imports({**env, **extra})
+        assert [m for m in imported for off in OFF_A_PLAIN_REPLAYS_PATH if m == off or m.startswith(off + ".")] == []
+
+
+def _a_replays_imports(env: dict[str, str]) -> list[str]:
+    """The modules a ``swarmlog replay --json`` process of the three events imports (``-X importtime``)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "swarmlog.cli", "replay", "--json"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["events"] == 3
+    imported = [line.rpartition("|")[2].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:")]
+    assert "swarmlog.replay" in imported and "confluent_kafka" in imported  # -X importtime did report
+    return imported
 
 
 def test_a_role_that_may_not_create_the_mirrors_tables_is_told_what_to_grant(settings, db, topic):

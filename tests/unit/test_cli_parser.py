@@ -4,6 +4,9 @@ parser is the very one the whole parser holds: same options, defaults, help, and
 from __future__ import annotations
 
 import argparse
+import gc
+import subprocess
+import sys
 
 import pytest
 
@@ -60,3 +63,30 @@ def test_an_unknown_command_gets_the_whole_parser_and_its_error_lists_every_comm
 def test_workers_outside_a_swarm_replay_or_below_one_is_a_usage_error(capsys, argv, says):
     assert cli.main(argv) == cli.EXIT_USAGE
     assert says in capsys.readouterr().err
+
+
+def test_the_token_and_debug_commands_are_the_ones_their_modules_add():
+    # build_parser imports swarmlog.token.command and swarmlog.debug.command only for these.
+    from swarmlog.debug.command import add_parsers as add_debug
+    from swarmlog.token.command import add_parsers as add_token
+
+    def added(add) -> set[str]:
+        sub = argparse.ArgumentParser().add_subparsers()
+        add(sub)
+        return set(sub.choices)
+
+    assert added(add_token) == cli._TOKEN_COMMANDS
+    assert added(add_debug) == cli._DEBUG_COMMANDS
+
+
+def test_only_a_process_started_as_the_command_line_freezes_its_objects():
+    # gc.freeze() (cli._freeze_what_the_imports_made) is the command line's: a caller's objects are its own.
+    before = gc.get_freeze_count()
+    with pytest.raises(SystemExit):
+        cli.main(["replay", "--to", "ten"])
+    assert gc.get_freeze_count() == before
+    code = ("import atexit, gc, sys\nfrom swarmlog.cli import main\n"
+            "atexit.register(lambda: print(gc.get_freeze_count() > 0))\n"
+            "sys.argv = ['swarmlog', 'replay', '--to', 'ten']\nsys.exit(main())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == cli.EXIT_USAGE and out.stdout.strip() == "True"

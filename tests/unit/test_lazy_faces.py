@@ -22,6 +22,39 @@ def _modules_after(code: str) -> set[str]:
     return set(json.loads(out.stdout.splitlines()[-1]))
 
 
+OFF_A_PLAIN_REPLAYS_PATH = ("pydantic", "pydantic_core", "importlib.resources", "swarmlog.debug",
+                            "swarmlog.token.command", *HEAVY)
+"""What a plain replay's start does not import (bench/README.md "Start-up"; the same of a real
+``swarmlog replay`` process, read from ``-X importtime``: tests/integration/test_cli_errors.py)."""
+
+
+def test_a_plain_replays_own_work_imports_no_pydantic_nor_other_commands_modules():
+    # What `swarmlog replay` does in its process, Kafka aside: its parser, the settings (with a
+    # secret), the schemas, the fold of a short log (its first marks) and the JSON it prints.
+    loaded = _modules_after(
+        "import json\nimport swarmlog.cli\n"
+        "args = swarmlog.cli.build_parser('replay').parse_args(['replay', '--json'])\n"
+        "from swarmlog.observe import tracing\ntracing.configure_from_env()\n"
+        "from swarmlog.settings import Settings\n"
+        "settings = Settings.from_env({'SWARMLOG_TOKEN_KEY': 'k', 'SWARMLOG_KAFKA_SASL_PASSWORD': 'p',\n"
+        "                              'SWARMLOG_DATABASE_URL': 'postgresql://u:pw@db/x'})\n"
+        "from swarmlog.schema.codec import Encoder\nfrom swarmlog.schema.registry import SchemaRegistry\n"
+        "from swarmlog.fold import Fold\n"
+        "registry = SchemaRegistry.load(settings.schema_dirs())\n"
+        "enc = Encoder(registry.latest('agent.message'))\n"
+        "class Message:\n"
+        "    def __init__(self, offset, value): self._o, self._v = offset, value\n"
+        "    def offset(self): return self._o\n"
+        "    def value(self): return self._v\n"
+        "fold = Fold(registry=registry)\n"
+        "fold.apply_batch([Message(i, enc.encode_event(f'e-{i}', 'r', a, None, [], {'kind': 'k', 'body': a,\n"
+        "                                                                           'urgency': 'low'}))\n"
+        "                  for i, a in enumerate('abc')])\n"
+        "assert fold.result(3).events == 3\n"
+        "json.dumps(fold.result(3).to_json())")
+    assert sorted(m for m in loaded for off in OFF_A_PLAIN_REPLAYS_PATH if m == off or m.startswith(off + ".")) == []
+
+
 def test_starting_the_cli_and_building_its_parser_imports_no_agent_machinery():
     # What main() does before the command's own code: the parser, then tracing (off: no OTEL_* set).
     loaded = _modules_after("import swarmlog.cli\nswarmlog.cli.build_parser()\n"

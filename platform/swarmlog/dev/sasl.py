@@ -24,9 +24,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
-from pydantic import SecretStr
 
 from ..errors import ConfigurationError, ServiceUnavailable
+from ..redaction import SecretStr
 
 USERNAME = "swarmlog"
 MECHANISM = "SCRAM-SHA-512"

@@ -30,9 +30,9 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
-from pydantic import SecretStr
 
 from ..errors import InvalidSetting, KafkaOperationFailed
+from ..redaction import SecretStr
 from ..settings import Settings
 from .errors import error_recorder, kafka_error
 

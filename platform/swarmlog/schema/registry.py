@@ -11,7 +11,7 @@ every version there ever was.
 
 **Layers.** The built-in event types (``run.started``, the timers, ``agent.message``,
 ...) are package data, ``swarmlog.schema.builtin`` (the repo's top-level
-``schemas/``), found with ``importlib.resources`` wherever swarmlog is installed.
+``schemas/``), found by the import system (its spec) wherever swarmlog is installed.
 A user's own event types come from further directories (``SWARMLOG_SCHEMA_PATH``),
 layered over the built-ins. An event type lives in exactly one layer, all its
 versions and its upcasters together: the same type in two layers is a
@@ -21,21 +21,23 @@ versions and its upcasters together: the same type in two layers is a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
+from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
 from fastavro.schema import to_parsing_canonical_form
-from pydantic import TypeAdapter, ValidationError
 
 from ..errors import InvalidEvent, SchemaClash, SchemaError, UnknownEventType
-from .models import payload_model, payload_validator
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter, ValidationError
 
 _FILE_NAME = re.compile(r"^v(?P<version>[1-9][0-9]*)\.avsc$")
 _EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
@@ -69,12 +71,15 @@ class EventSchema:
     # Built on the first validation, not at load: a process that only reads the log (replay, the
     # sink) validates nothing, and building a validator for every schema of every layer cost a
     # short command's start a few tens of ms (bench/cli.py). fastavro has checked the schema at load.
+    # pydantic itself is imported then too (.models): a replay never imports it (test_lazy_faces.py).
 
     @property
     def validator(self) -> TypeAdapter[Any]:
         """The strict pydantic validator of this version's payload."""
         v = self._validator
         if v is None:
+            from .models import payload_validator
+
             v = payload_validator(self.payload_schema)
             object.__setattr__(self, "_validator", v)  # frozen: a cache, not a change of value
         return v
@@ -94,7 +99,9 @@ class EventSchema:
             # the wrapper's Python frame (a handler's ctx.send runs this under the guard's hook).
             v = self._validator  # not the property: no call on the hot path once built
             valid: dict[str, Any] = (v if v is not None else self.validator).validator.validate_python(payload)
-        except ValidationError as exc:
+        except ValueError as exc:  # pydantic's ValidationError is one; pydantic is not imported at load
+            if not isinstance(exc, _validation_error()):
+                raise
             err = exc.errors()[0]
             loc = ".".join(str(p) for p in err["loc"]) or "payload"
             raise InvalidEvent(event_type=self.event_type, field=f"payload.{loc}", problem=err["msg"]) from None
@@ -107,7 +114,17 @@ class EventSchema:
 
     def payload_model(self) -> Any:
         """A frozen pydantic model class for this version's payload (generated, never hand-written)."""
+        from .models import payload_model
+
         return payload_model(self.payload_schema)
+
+
+@cache
+def _validation_error() -> type[ValidationError]:
+    """pydantic's ValidationError, imported on the first payload refused (the validator imported pydantic)."""
+    from pydantic import ValidationError
+
+    return ValidationError
 
 
 class SchemaRegistry:
@@ -207,20 +224,27 @@ BUILTIN_PACKAGE = "swarmlog.schema.builtin"
 def builtin_schema_dir() -> Path:
     """The directory of swarmlog's built-in schemas, wherever swarmlog is installed.
 
-    ``importlib.resources`` finds it in a wheel's site-packages, in an editable install
-    (which maps the package to the repo's ``schemas/``) and in an image alike; nothing
-    derives it from the repository's layout.
+    The import system finds the package (its spec, without importing it) in a wheel's
+    site-packages, in an editable install (which maps the package to the repo's ``schemas/``)
+    and in an image alike; nothing derives it from the repository's layout. For a package on
+    the file system that is the directory ``importlib.resources.files`` gives, without importing
+    ``importlib.resources`` and the archive modules behind it (zipfile, tempfile, lzma, bz2: ~4 ms
+    of every command's start, which reads the settings and so asks for this directory).
     """
     try:
-        root = resources.files(BUILTIN_PACKAGE)
+        spec = importlib.util.find_spec(BUILTIN_PACKAGE)
     except ModuleNotFoundError:
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
         raise SchemaError(f"swarmlog's built-in schemas ({BUILTIN_PACKAGE}) are not installed; reinstall "
-                          f"swarmlog from its wheel, or point SWARMLOG_SCHEMA_DIR at a copy of them") from None
+                          f"swarmlog from its wheel, or point SWARMLOG_SCHEMA_DIR at a copy of them")
     # Schemas are read, and upcasters imported, from files: an install that is not on the
     # file system (a zipped one) has no directory to give.
-    if not isinstance(root, Path):
-        raise SchemaError(f"swarmlog's built-in schemas are not on the file system ({root!r}); install "
-                          f"swarmlog unzipped (as pip does) or set SWARMLOG_SCHEMA_DIR")
+    locations = list(spec.submodule_search_locations)
+    root = Path(locations[0])
+    if len(locations) != 1 or not root.is_dir():
+        raise SchemaError(f"swarmlog's built-in schemas are not on the file system ({', '.join(locations)}); "
+                          f"install swarmlog unzipped (as pip does) or set SWARMLOG_SCHEMA_DIR")
     return root
 
 
