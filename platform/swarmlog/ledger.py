@@ -6,11 +6,12 @@ state it can still rebuild for every agent from the log alone, and hash.
 
 from __future__ import annotations
 
-import json
 import struct
 import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from pydantic_core import SchemaSerializer, core_schema
 
 from .errors import SwarmlogError
 from .events import Event
@@ -138,75 +139,12 @@ class Ledger:
 
 _MARK = struct.Struct(">I")
 
-
-def _pydantic_marks() -> Callable[[Any], bytes]:
-    """``pydantic_core.to_json(value, bytes_mode="hex", inf_nan_mode="constants")``, its configuration
-    built once: the function parses its keywords and builds a serializer on every call, a quarter of
-    the 0.43 us it takes for the bench's payload (0.33 us this way). The same bytes for every value
-    (``test_the_marks_serializer_writes_to_jsons_bytes``). Imported on first use (:func:`_first_marks`)."""
-    global _mark_json, _fast_marks
-    if _fast_marks is None:
-        from pydantic_core import SchemaSerializer, core_schema
-
-        config = core_schema.CoreConfig(ser_json_bytes="hex", ser_json_inf_nan="constants")
-        _fast_marks = SchemaSerializer(core_schema.any_schema(), config).to_json
-    _mark_json = _fast_marks
-    return _fast_marks
-
-
-_fast_marks: Callable[[Any], bytes] | None = None
-
-FIRST_MARKS = 256
-"""Marks the standard library's encoder writes before pydantic-core's takes over (:func:`_first_marks`)."""
-_first_marks_left = FIRST_MARKS
-_plain_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
-_INT64 = (-(2**63), 2**63)
-
-
-def _is_plain(value: Any, depth: int = 0) -> bool:
-    """Whether ``value`` holds only what both encoders write alike: dicts with ``str`` keys, lists,
-    ``str``, ``bool``, ``None`` and 64-bit ints, each of exactly that type (no float: the two
-    spell exponents differently; no bytes, no logical types)."""
-    t = type(value)
-    if t is str or t is bool or value is None:
-        return True
-    if t is int:
-        return _INT64[0] <= value < _INT64[1]
-    if depth > 32:
-        return False
-    if t is dict:
-        return all(type(k) is str and _is_plain(v, depth + 1) for k, v in value.items())
-    if t is list:
-        return all(_is_plain(v, depth + 1) for v in value)
-    return False
-
-
-def _first_marks(payload: Any) -> bytes:
-    """The first :data:`FIRST_MARKS` marks of a process: the same bytes as pydantic-core's, without its import.
-
-    A replay of a short log (``cli_replay_3`` in bench/cli.py) marks a handful of events, and
-    importing pydantic-core (with typing_extensions) cost it ~11 ms of CPU, more than the rest of
-    the fold. So the first marks are written by the standard library's JSON encoder, compact and
-    unescaped, for payloads of the types on which the two write the same bytes (:func:`_is_plain`:
-    the same escapes, ``\\u00XX`` in lower-case hex for the other control characters, UTF-8 for
-    the rest); any other payload, and every mark after the first :data:`FIRST_MARKS`, goes to
-    pydantic-core (a long replay then pays its import once, and gets its ~3x faster encoder). So
-    a mark never depends on which encoder wrote it (``test_the_first_marks_are_pydantic_cores_bytes``).
-    """
-    global _first_marks_left
-    if _first_marks_left > 0 and _fast_marks is None:
-        _first_marks_left -= 1
-        if _is_plain(payload):
-            try:
-                return _plain_json(payload).encode()
-            except UnicodeEncodeError:  # a lone surrogate: pydantic-core refuses it in its own words
-                pass
-    return _pydantic_marks()(payload)
-
-
-_mark_json: Callable[[Any], bytes] = _first_marks
-"""The mark's encoder: :func:`_first_marks`, then pydantic-core's (:func:`_pydantic_marks` rebinds it).
-The fold's loops read it once a batch."""
+_mark_json: Callable[[Any], bytes] = SchemaSerializer(
+    core_schema.any_schema(), core_schema.CoreConfig(ser_json_bytes="hex", ser_json_inf_nan="constants")).to_json
+"""``pydantic_core.to_json(value, bytes_mode="hex", inf_nan_mode="constants")``, its configuration
+built once: the function parses its keywords and builds a serializer on every call, a quarter of
+the 0.43 us it takes for the bench's payload (0.33 us this way). The same bytes for every value
+(``test_the_marks_serializer_writes_to_jsons_bytes``)."""
 
 
 def mark_json(payload: dict[str, Any]) -> bytes:
@@ -219,9 +157,8 @@ def mark_json(payload: dict[str, Any]) -> bytes:
     ``test_payloads_decode_in_the_newest_schemas_field_order_from_every_writer``
     holds the schemas to that, so an event written by an old and by the newest
     writer marks the same. Bytes are hex; NaN and infinities are ``NaN`` and
-    ``Infinity``. pydantic-core's encoder (the first marks of a process excepted, written alike
-    by the standard library's: :func:`_first_marks`): the fold runs this once per event of the
-    log, and it is about five times faster than ``json`` with sorted keys.
+    ``Infinity``. pydantic-core's encoder: the fold runs this once per event of
+    the log, and it is about five times faster than ``json`` with sorted keys.
     """
     return _mark_json(payload)
 

@@ -9,24 +9,19 @@ undecodable messages must be the same, whatever the batches.
 
 from __future__ import annotations
 
-import json
 import math
 import random
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 from fastavro.utils import generate_many
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from pydantic_core import to_json
 
 from swarmlog.errors import SwarmlogError
 from swarmlog.events import Event
 from swarmlog.fold import Fold, Undecodable
 from swarmlog.hashing import StreamHasher, state_hash
-from swarmlog.ledger import FIRST_MARKS, Ledger, _is_plain, _plain_json, _pydantic_marks, mark_json
+from swarmlog.ledger import Ledger, _mark_json, mark_json
 from swarmlog.log.memory import MemoryMessage
 from swarmlog.schema.codec import Decoder, Encoder
 from swarmlog.schema.registry import SchemaRegistry
@@ -143,85 +138,4 @@ def test_the_marks_serializer_writes_to_jsons_bytes() -> None:
                    for v in range(1, REGISTRY.latest(t).version + 1)):
         values.extend(r["payload"] for r in generate_many(schema.schema, 3))
     for value in values:
-        assert _pydantic_marks()(value) == to_json(value, bytes_mode="hex", inf_nan_mode="constants") \
-            == mark_json(value)
-
-
-_JSONISH = st.recursive(
-    st.one_of(st.text(), st.integers(), st.integers(-(2**64), 2**64), st.booleans(), st.none(), st.floats(),
-              st.binary(max_size=4), st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1)),
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4),
-                            st.tuples(inner), st.dictionaries(st.integers(), inner, max_size=2)),
-    max_leaves=12)
-_CONTROL = st.text(alphabet=st.characters(max_codepoint=0x9F), max_size=12)
-_PLAIN = st.recursive(st.one_of(st.text(), _CONTROL, st.integers(-(2**63), 2**63 - 1), st.booleans(), st.none()),
-                      lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                              st.dictionaries(st.one_of(st.text(max_size=6), _CONTROL), inner,
-                                                              max_size=4)),
-                      max_leaves=16)
-
-
-def _pydantic_core_mark(value: Any) -> bytes | type[Exception]:
-    try:
-        return to_json(value, bytes_mode="hex", inf_nan_mode="constants")
-    except Exception as exc:  # noqa: BLE001 - compared by kind below
-        return type(exc)
-
-
-@settings(max_examples=1500, deadline=None)
-@given(st.one_of(_PLAIN, _JSONISH))
-def test_the_first_marks_are_pydantic_cores_bytes(value: Any) -> None:
-    # The first marks of a process are written by the standard library's encoder (ledger._first_marks)
-    # for the payloads _is_plain admits: there it must write pydantic-core's very bytes.
-    if not _is_plain(value):
-        return
-    try:
-        plain: bytes | type[Exception] = _plain_json(value).encode()
-    except UnicodeEncodeError:  # then _first_marks hands it to pydantic-core, which must refuse it too
-        assert not isinstance(_pydantic_core_mark(value), bytes)
-        return
-    assert plain == _pydantic_core_mark(value)
-
-
-def test_what_the_first_marks_admit():
-    assert _is_plain({"kind": "note", "body": "é\x00\n", "n": [1, -2**63, True, None], "m": {"k": {}}})
-    for value in ({"f": 1.0}, {"b": b"x"}, {1: "int key"}, {"t": ("tuple",)}, {"big": 2**63}, {"s": _Str("x")}):
-        assert not _is_plain(value), value
-
-
-class _Str(str):
-    pass
-
-
-def test_a_short_replay_marks_without_pydantic_core_and_the_same_as_a_long_one() -> None:
-    # A fresh process folds a short log with the first marks' encoder, never importing pydantic-core;
-    # this process (past its first marks, or not) folds the same log to the same states and hashes.
-    msgs = _messages(_values(40, 4))
-    plain_msgs = [m for m in msgs if m.value() is not None and _decodes_plain(m)]
-    assert len(plain_msgs) < FIRST_MARKS
-    code = f"""
-import json, sys
-from swarmlog.fold import Fold
-from swarmlog.schema.registry import SchemaRegistry
-from swarmlog.settings import Settings
-class Message:  # what the fold reads of a message (swarmlog.log.memory would import the guard, and pydantic)
-    def __init__(self, offset, value):
-        self.offset, self.value = (lambda: offset), (lambda: value)
-fold = Fold(registry=SchemaRegistry.load(Settings().schema_dirs()))
-fold.apply_batch([Message(o, bytes.fromhex(v)) for o, v in {[(m.offset(), m.value().hex()) for m in plain_msgs]!r}])
-r = fold.result(10**6)
-print(json.dumps([r.agents, r.stream_hash, sorted(m for m in sys.modules if m.startswith("pydantic"))]))
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    agents, stream_hash, pydantic_modules = json.loads(out.stdout)
-    assert pydantic_modules == []
-    here = _fold(plain_msgs, 5000).result(10**6)
-    assert (agents, stream_hash) == (here.agents, here.stream_hash)
-
-
-def _decodes_plain(m: MemoryMessage) -> bool:
-    try:
-        _, record = Decoder(REGISTRY).decode(m.value(), m.offset())
-    except SwarmlogError:
-        return False
-    return _is_plain(record["payload"])
+        assert _mark_json(value) == to_json(value, bytes_mode="hex", inf_nan_mode="constants") == mark_json(value)

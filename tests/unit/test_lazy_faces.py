@@ -22,7 +22,7 @@ def _modules_after(code: str) -> set[str]:
     return set(json.loads(out.stdout.splitlines()[-1]))
 
 
-OFF_A_PLAIN_REPLAYS_PATH = ("pydantic", "pydantic_core", "importlib.resources", "swarmlog.debug",
+OFF_A_PLAIN_REPLAYS_PATH = ("pydantic", "importlib.resources", "swarmlog.debug",
                             "swarmlog.token.command", *HEAVY)
 """What a plain replay's start does not import (bench/README.md "Start-up"; the same of a real
 ``swarmlog replay`` process, read from ``-X importtime``: tests/integration/test_cli_errors.py)."""
