@@ -18,7 +18,8 @@ match one for one. Because an agent's transactions commit in order, a recorded
 output of a later step proves every earlier step's outputs have all arrived, so
 whatever is still pending for an earlier step was never written: a divergence.
 Effects and LLM calls cannot wait (the handler needs their result at once); they
-come from an index built by a first pass over the log (``_index``).
+come from an index built by a first pass over the log (``_index``: a live agent's start) or
+read ahead of the fold as far as the step needs (``_lookahead``: a swarm replay).
 
 **Timers.** A timer counts from its ``timer.set`` *as read from the log*, so the
 counting is the same in every replay. A logical timer fires as an output of the

@@ -1,12 +1,13 @@
-"""The first pass over a log, before an agent (or a whole swarm) folds it.
+"""The first pass over a log, before a live agent folds it (a swarm replay reads ahead instead: ``_lookahead``).
 
 A replayed step needs its recorded effects and LLM calls *while its handler runs*,
 but the log holds them after the step's input. So one pass ahead of the fold learns,
 for each agent: the last step it recorded outputs for (the ``sl.step`` header, checked
 against the event id in the envelope; no payload decoded), its recorded effects, and its recorded state digests
 (decoded only they; :mod:`._digests`). The live worker uses the last step to know
-where history ends and live work begins; the swarm replayer uses it to know how far
-the live agent got. Both compare each step's state with its recorded digest.
+where history ends and live work begins (so does the simulator's stepper, ``_stepper``), and compares
+each step's state with its recorded digest. :func:`steps_past` serves a swarm replay cut at
+an offset.
 
 A replay cut at offset N (``--to N``) indexes only the log before N: the state it
 computes is a function of that prefix alone, so the same cut replays to the same state

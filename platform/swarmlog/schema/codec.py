@@ -251,7 +251,7 @@ class Decoder:
         """Where a message goes, as its envelope says: type (the writer schema's), agent, recipient,
         step; its routing headers checked against that (:func:`swarmlog.protocol.checked_route`).
 
-        The hot path of the first pass over a log (an agent's start, a swarm replay's index):
+        The hot path of the first pass over a log (an agent's start) and of a swarm replay's read:
         only the envelope's first fields are read (no payload decoding). A message that is not
         an event of a known schema gets the route its headers give; decoding it fails wherever
         it is decoded, and is reported there.
