@@ -26,8 +26,16 @@ from swarmlog.errors import InvalidSetting
 from swarmlog.guard import ForbiddenCall, GuardHook, _hook, _rules, allowed, guarded, hook_in_use
 from swarmlog.runtime import run_agents, start_run
 
+from ..conftest import cannot_run_here
+
 _native = _hook._native
-needs_native = pytest.mark.skipif(_native is None, reason="swarmlog.guard._native is not built here")
+needs_native = pytest.mark.usefixtures("_native_built")
+
+
+@pytest.fixture
+def _native_built() -> None:
+    if _native is None:
+        cannot_run_here("swarmlog.guard._native is not built here")
 
 
 def _compiler() -> str | None:
@@ -39,7 +47,7 @@ def test_the_native_hook_is_built_wherever_a_compiler_was_there_to_build_it() ->
     # The extension is optional (a machine without a compiler installs the Python hook), so
     # nothing else would notice an editable install or a wheel that silently left it out.
     if _compiler() is None:
-        pytest.skip("no C compiler: the Python hook is the one")
+        cannot_run_here("no C compiler: the Python hook is the one")
     assert _native is not None, _hook._NOT_BUILT
 
 

@@ -17,9 +17,14 @@ from swarmlog.errors import ReplayWorkerFailed, StateNotSerialisable, UsageError
 from swarmlog.replay import replay_swarm
 from swarmlog.runtime import _processes, _replayer
 
+from ..conftest import cannot_run_here
 from .test_replay_lookahead import _Quiet, _record, _Sender, _swarm, _Worker, _WorkerChanged
 
-pytestmark = pytest.mark.skipif(not _processes.can_fork(), reason="parts run in forked processes on Linux only")
+
+@pytest.fixture(autouse=True)
+def _forks_here() -> None:
+    if not _processes.can_fork():
+        cannot_run_here("parts run in forked processes on Linux only")
 
 
 def _report(result: Any) -> dict[str, Any]:
