@@ -424,12 +424,28 @@ def _float_above_0(value: object) -> object:
 def _kafka(value: object) -> object:
     if type(value) is not dict:
         return _NO
-    kafka: dict[str, str | SecretStr] = {}
-    for k, v in value.items():
-        if type(k) is not str or type(v) not in (str, SecretStr):
-            return _NO
-        kafka[k] = SecretStr(v) if type(v) is str and is_secret_kafka_property(k) else v
-    return kafka
+    if any(type(k) is not str or type(v) not in (str, SecretStr) for k, v in value.items()):
+        return _NO
+    return _kafka_secrets_hidden(value, SecretStr)
+
+
+def _kafka_secrets_hidden(kafka: Mapping[str, Any], secret: Callable[[str], Any]) -> dict[str, Any]:
+    """The librdkafka properties, each secret one given as a plain string wrapped by ``secret``
+    (swarmlog's SecretStr here, pydantic's in the model)."""
+    return {k: secret(v) if isinstance(v, str) and is_secret_kafka_property(k) else v for k, v in kafka.items()}
+
+
+def _password_out_of_the_url(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``values`` with a password in ``database_url`` moved to ``database_password`` (unless that is
+    set), so that it never sits in a str field; ValueError for a URL it cannot take apart."""
+    url = values.get("database_url")
+    if not isinstance(url, str):
+        return values
+    url, password = split_database_password(url)
+    values = {**values, "database_url": url}
+    if password is not None and not values.get("database_password"):
+        values["database_password"] = password
+    return values
 
 
 _PLAIN: dict[str, tuple[Callable[[Any], object], Callable[[], Any]]] = {
@@ -455,16 +471,10 @@ def _plain(values: Mapping[str, Any]) -> dict[str, Any] | None:
     (and to the same value); else None. Also takes a password out of the URL, as the model does."""
     if any(name not in _PLAIN for name in values):
         return None  # the model ignores unknown names: it decides
-    values = dict(values)
-    url = values.get("database_url")
-    if type(url) is str:
-        try:
-            url, password = split_database_password(url)
-        except ValueError:
-            return None  # the model says what is wrong with it
-        values["database_url"] = url
-        if password is not None and not values.get("database_password"):
-            values["database_password"] = password
+    try:
+        values = _password_out_of_the_url(values)
+    except ValueError:
+        return None  # the model says what is wrong with it
     fields: dict[str, Any] = {}
     for name, (check, default) in _PLAIN.items():
         value = check(values[name]) if name in values else default()
@@ -527,18 +537,12 @@ def _pydantic_settings() -> Any:
         @classmethod
         def _password_out_of_the_url(cls, values: object) -> object:
             # Before validation, so that the password never sits in a str field, even briefly.
-            if isinstance(values, Mapping) and isinstance(values.get("database_url"), str):
-                url, password = split_database_password(values["database_url"])
-                values = {**values, "database_url": url}
-                if password is not None and not values.get("database_password"):
-                    values["database_password"] = password
-            return values
+            return _password_out_of_the_url(values) if isinstance(values, Mapping) else values
 
         @field_validator("kafka", mode="after")
         @classmethod
         def _kafka_secrets_hidden(cls, kafka: Mapping[str, str | PydanticSecret]) -> Mapping[str, str | PydanticSecret]:
-            return {k: PydanticSecret(v) if isinstance(v, str) and is_secret_kafka_property(k) else v
-                    for k, v in kafka.items()}
+            return _kafka_secrets_hidden(kafka, PydanticSecret)
 
     return Settings
 
