@@ -26,7 +26,7 @@ from time import perf_counter
 from typing import Any
 
 from swarmlog.replay import replay, replay_swarm
-from swarmlog.runtime import _processes, _replayer
+from swarmlog.runtime import _replayer
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
@@ -47,13 +47,6 @@ def swarm_replay(s: Settings, registry: SchemaRegistry, topic: str, n: int, work
     return seconds
 
 
-def _processes_for(n: int) -> int:
-    """How many processes ``replay_swarm`` folds the ring's agents in by default (the row says)."""
-    if n < _replayer.MIN_EVENTS_TO_SPLIT or not _processes.can_fork():
-        return 1
-    return min(len(swarm.AGENTS), _processes.available_cpus())
-
-
 def plain_replay(s: Settings, registry: SchemaRegistry, topic: str, n: int) -> float:
     t0 = perf_counter()
     result = replay(settings=s, topic=topic, registry=registry)
@@ -71,7 +64,8 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
     log(f"replay_swarm: the ring's log holds {n:,} events")
 
     shape = {"agents": len(swarm.AGENTS), "chains_in_flight": swarm.CHAINS, "hops": swarm.HOPS}
-    sub = Run("replay_swarm.swarmlog", n, extra={**shape, "processes": _processes_for(n)})
+    sub = Run("replay_swarm.swarmlog", n, extra={**shape, "processes": _replayer.processes_for(
+        None, agents=len(swarm.AGENTS), events=n, alone=False)})
     one = Run("replay_swarm.swarmlog_one_process", n, extra={**shape, "processes": 1})
     base = Run("replay_swarm.plain_replay", n)
 

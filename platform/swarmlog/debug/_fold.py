@@ -26,7 +26,6 @@ the log and every output checked against it. Three things differ:
 from __future__ import annotations
 
 import logging
-import sys
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -49,7 +48,7 @@ from ..protocol import (
 )
 from ..runtime._checkpoint import capture, copy_state, restore
 from ..runtime._core import AgentCore, Divergence
-from ..runtime._index import OwnIndex
+from ..runtime._index import NO_LIVE_STEPS, OwnIndex
 from ..schema.codec import Decoder
 
 logger = logging.getLogger(__name__)
@@ -81,8 +80,6 @@ LOOKAHEAD_BATCH = 500
 """Messages the lookahead's own reader reads at a time: it reads only until the asking agent's next
 step shows, so a full batch (5,000) would mostly be routed for nothing."""
 
-_NO_LIVE_STEPS = sys.maxsize
-"""``OwnIndex.last_step`` of a replay: every recorded output is history (nothing here runs live)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +284,7 @@ class SwarmFold:
         self._last_json: dict[str, str] = {}
 
     def _core(self, agent: Agent) -> AgentCore:
-        index = OwnIndex(last_step=_NO_LIVE_STEPS)
+        index = OwnIndex(last_step=NO_LIVE_STEPS)
         core = AgentCore(agent=agent, decoder=self.decoder, index=index, live_sink=None, strict=False)
         index.effects = _LookaheadEffects(self.lookahead, self, agent.name)
         if self._tracing is not None:  # the debugger's steps are a replay: a trace of their own, marked

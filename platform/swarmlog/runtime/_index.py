@@ -19,6 +19,7 @@ left out is not checked.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -28,6 +29,10 @@ from ..log.base import LogBackend
 from ..protocol import RECORDED_EFFECTS, STATE_DIGEST, parse_step
 from ..schema.codec import Decoder
 from ._digests import DigestRecord, RecordedDigests
+
+NO_LIVE_STEPS = sys.maxsize
+"""``OwnIndex.last_step`` of a replay (the swarm replayer's, the debugger's): every recorded output is
+history, nothing here runs live."""
 
 
 @dataclass(slots=True)

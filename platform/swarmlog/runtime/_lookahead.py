@@ -46,7 +46,7 @@ from ..log.base import BATCH, LogBackend
 from ..protocol import H_STEP, RECORDED_EFFECTS, STATE_DIGEST, Headers, Route, parse_step
 from ..schema.codec import Decoder
 from ._digests import DigestRecord, RecordedDigests
-from ._index import OwnIndex
+from ._index import NO_LIVE_STEPS, OwnIndex
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +60,6 @@ AHEAD_BATCH = 500
 """Messages the lookahead's own reader reads at a time: it reads only until the asking agent's
 next record shows, so a replay's full batch would mostly be scanned for nothing."""
 
-NO_LIVE_STEPS = 2**63 - 1
-"""``OwnIndex.last_step`` of a replay: every recorded output is history (nothing here runs live)."""
-
-
 class Lookahead:
     """Effects, state digests and each agent's highest recorded step, for the fold of ``agents``."""
 
@@ -71,7 +67,7 @@ class Lookahead:
                  start: int = 0, end: int | None = None, check: tuple[int, int] = (0, 1)) -> None:
         """``check``: ``(k, n)``, the routing headers of the messages whose offset is k modulo n are
         checked against their envelopes (:meth:`~swarmlog.schema.codec.Decoder.route`); the others
-        are routed by their headers as they are — for n folds of the same log side by side, each
+        are routed by their envelopes alone — for n folds of the same log side by side, each
         checking its own share (``_replayer``'s processes), so that every header is checked once
         and a lie anywhere fails the replay. Default: every message checked."""
         self.backend = backend

@@ -81,7 +81,6 @@ class Slots:
         self._map = mmap.mmap(-1, _SLOT.size * max(1, n))
         for i in range(n):
             _SLOT.pack_into(self._map, _SLOT.size * i, initial)
-        self.n = n
 
     def __getitem__(self, i: int) -> int:
         return int(_SLOT.unpack_from(self._map, _SLOT.size * i)[0])

@@ -144,7 +144,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
         committed[name] = at if at is not None else -1
     total = (min(high, to) if to is not None else high) - low
     traced = tracing.current()
-    n = _processes_for(workers, agents=len(agents), events=total,
+    n = processes_for(workers, agents=len(agents), events=total,
                        alone=strict or live_states is not None or traced is not None)
     # The first process also hashes the stream: it takes the smaller shares.
     groups = sorted((agents[i::n] for i in range(n)), key=len)
@@ -185,7 +185,8 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
                          if (unverified := outcomes[name].unverified) is not None})
 
 
-def _processes_for(workers: int | None, *, agents: int, events: int, alone: bool) -> int:
+def processes_for(workers: int | None, *, agents: int, events: int, alone: bool) -> int:
+    """How many processes a swarm replay folds its agents in (see :func:`replay_swarm_log`)."""
     if workers is not None and workers < 1:
         raise UsageError(f"workers must be 1 or more, not {workers}")
     if alone or agents < 2 or not _processes.can_fork():
