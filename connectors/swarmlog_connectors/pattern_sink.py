@@ -44,6 +44,7 @@ from typing import Any
 
 import psycopg
 
+from swarmlog._hotloop import fewer_collections, prompt_thread_switches
 from swarmlog.errors import ServiceUnavailable
 from swarmlog.kafka.discovery import TopicPattern, discover
 from swarmlog.kafka.multi_reader import MultiTopicReader
@@ -135,7 +136,8 @@ class PatternSink:
     def run(self, *, until_end: bool = False, on_batch: Callable[[PatternStats], None] | None = None) -> PatternStats:
         with connect(self.settings) as conn, \
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix="swarmlog-sink-db") as db, \
-                MultiTopicReader(settings=self.settings, group=self.group) as reader:
+                MultiTopicReader(settings=self.settings, group=self.group) as reader, \
+                fewer_collections(), prompt_thread_switches():  # see swarmlog._hotloop
             require_schema(conn, database=_redact(self.settings.database_url))
             conn.autocommit = False
             logger.info("sink: mirroring the topics matching %r into Postgres (consumer group %s)",
