@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._hotloop import fewer_collections
 from ..agent import Agent, Swarm
 from ..errors import UsageError
 from ..hashing import StreamHasher
@@ -229,7 +230,8 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
     events = 0
     last_report = time.monotonic()
     try:
-        with backend.reader(topic, group=group) as reader:
+        # Every message decoded, states and the lookahead's index alive: see swarmlog._hotloop.
+        with backend.reader(topic, group=group) as reader, fewer_collections():
             read_from_log_start(backend, reader, topic=topic, group=group, low=low, reset=reset)
             dispatch = Dispatcher(cores=cores)
             apply = dispatch.apply

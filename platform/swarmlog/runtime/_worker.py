@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .._hotloop import fewer_collections
 from ..agent import Agent, Swarm
 from ..context import Output
 from ..errors import AgentFenced, TransactionAborted
@@ -267,8 +268,9 @@ class AgentWorker:
         self._reported_steps = 0
         self._committed_to = -1
         try:
-            while not self.stop_event.is_set():
-                self._turn(channel, sink, core, start_end)
+            with fewer_collections():  # a state, an index and batches alive, garbage acyclic: see _hotloop
+                while not self.stop_event.is_set():
+                    self._turn(channel, sink, core, start_end)
             self._stop_cleanly(channel, sink, core, start_end)
         except BaseException as exc:
             if sink.in_txn:
