@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -486,10 +487,15 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
     bare = Run("swarm.swarmlog_no_state_digests", steps, extra={"agents": len(AGENTS), "chains_in_flight": CHAINS,
                                                                 "hops": HOPS, "processes": len(AGENTS)})
     no_digests = {"SWARMLOG_STATE_DIGEST_EVERY": "0"}
-    for r in range(reps(3)):
-        for run_, fn in ((sub, lambda: swarmlog_swarm(s, processes=True)), (raw, lambda: raw_relay(s)),
-                         (bare, lambda: swarmlog_swarm(s, processes=True, env_extra=no_digests)),
-                         (one, lambda: swarmlog_swarm(s, processes=False))):
+    variants: list[tuple[Run, Callable[[], tuple[float, int, dict[str, Any]]]]] = [
+        (sub, lambda: swarmlog_swarm(s, processes=True)), (raw, lambda: raw_relay(s)),
+        (bare, lambda: swarmlog_swarm(s, processes=True, env_extra=no_digests)),
+        (one, lambda: swarmlog_swarm(s, processes=False))]
+    # Five repetitions, each starting one variant later: a ring run's throughput swings by a third
+    # from one run to the next on this machine (the relay's 12.0k-18.6k in one run of three), and
+    # with a fixed order a variant would always follow the same one.
+    for r in range(reps(5)):
+        for run_, fn in variants[r % len(variants):] + variants[:r % len(variants)]:
             seconds, n, stats = fn()
             run_.events = n
             run_.add(seconds, **stats)
