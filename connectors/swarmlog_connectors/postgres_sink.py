@@ -45,7 +45,12 @@ one committed, so every transaction still checks and advances the position it
 expects, in offset order. Batches decoded while a transaction runs go into the
 next one together (up to ``transaction_size`` messages): when Postgres is the
 slower side, fewer, larger transactions. When a transaction finds itself fenced,
-the batches decoded after it are dropped and the sink re-seeks.
+the batches decoded after it are dropped and the sink re-seeks. Postgres is the slower
+side, so the time it waits is what the sink loses: the main thread decodes a slice of
+``_HANDOVER_EVERY`` messages at a time and hands the db thread its next transaction
+between slices, and while the sink runs the collector runs less often and threads switch
+sooner (:mod:`swarmlog._hotloop`: the batches waiting for their transaction are many live
+objects, and the db thread needs the GIL back between the chunks of its COPY).
 
 It logs where it resumes, when it has caught up, dead letters as they happen, and its
 progress every ``_PROGRESS_EVERY_S`` seconds; :meth:`PostgresSink.metric_families` gives
