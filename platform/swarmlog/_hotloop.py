@@ -13,7 +13,7 @@ in them. It still walks them. At CPython's default thresholds (700, 10, 10) a yo
 runs every 700 allocations, and every object still alive then (the sink's batches of messages
 waiting for their Postgres transaction, an agent's state, the lookahead's index) is walked
 again as it ages, up to full collections of the whole heap: the sink's decoding thread spent
-about a quarter of its CPU there, in pauses of up to 110 ms. Inside the block a young
+about a third of its CPU there, in pauses of up to 110 ms. Inside the block a young
 collection runs every :data:`YOUNG_THRESHOLD` allocations: cycles are still collected, in
 larger batches, and the memory they hold meanwhile is bounded by that many objects.
 
