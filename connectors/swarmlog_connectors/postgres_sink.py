@@ -306,8 +306,7 @@ class PostgresSink:
                     # Decoded a slice at a time, so that a db thread that finished finds its next
                     # transaction within a slice's decoding (~6 ms), not a whole batch's (~30 ms):
                     # Postgres is the slower side, and the time it waits is the sink's throughput.
-                    for start in range(0, len(batch), _HANDOVER_EVERY) if batch else (0,):
-                        piece = batch[start:start + _HANDOVER_EVERY] if len(batch) > _HANDOVER_EVERY else batch
+                    for piece in _slices(batch):
                         if piece:
                             pending.append(self.rows.build_copy(piece))
                         # While the db thread is busy, keep decoding into the next transaction
@@ -521,6 +520,13 @@ class PostgresSink:
                      (self.topic,))
         row = conn.execute("SELECT next_offset FROM sink_positions WHERE topic = %s", (self.topic,)).fetchone()
         return 0 if row is None else int(row[0])
+
+
+def _slices(batch: list[Any]) -> list[list[Any]]:
+    """``batch`` in slices of ``_HANDOVER_EVERY`` messages; an empty batch is one empty slice (the log is idle)."""
+    if len(batch) <= _HANDOVER_EVERY:
+        return [batch]
+    return [batch[i:i + _HANDOVER_EVERY] for i in range(0, len(batch), _HANDOVER_EVERY)]
 
 
 def _redact(url: str) -> str:

@@ -31,7 +31,7 @@ import gc
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 __all__ = ["SWITCH_INTERVAL_S", "YOUNG_THRESHOLD", "fewer_collections", "prompt_thread_switches"]
@@ -86,11 +86,11 @@ _collections = _Knob(gc.get_threshold, lambda t: gc.set_threshold(*t), _fewer)
 _switches = _Knob(sys.getswitchinterval, sys.setswitchinterval, lambda s: min(s, SWITCH_INTERVAL_S))
 
 
-def fewer_collections() -> Any:
+def fewer_collections() -> AbstractContextManager[None]:
     """A young collection every :data:`YOUNG_THRESHOLD` allocations instead of 700 while the block runs."""
     return _collections.held()
 
 
-def prompt_thread_switches() -> Any:
+def prompt_thread_switches() -> AbstractContextManager[None]:
     """A switch interval of :data:`SWITCH_INTERVAL_S` (at most) while the block runs."""
     return _switches.held()
