@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
@@ -30,30 +30,35 @@ _GROUP_BUSY = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_P
 # partition): the broker says to ask again, and a read of the offsets is safe to repeat.
 _COORDINATOR_MOVING = frozenset({KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
                                  KafkaError.NOT_COORDINATOR})
+_COORDINATOR_RETRY_S = 0.2
+
+
+def _read(ask: Callable[[], Any], *, operation: str) -> Any:
+    """``ask()``'s result (an admin read of a group), asked again while the group's coordinator
+    moves, for up to ``_TIMEOUT_S``; any other error, or one that outlasts that, typed."""
+    deadline = time.monotonic() + _TIMEOUT_S
+    while True:
+        try:
+            return ask()
+        except KafkaException as exc:
+            if exc.args[0].code() in _COORDINATOR_MOVING and time.monotonic() < deadline:
+                time.sleep(_COORDINATOR_RETRY_S)
+                continue
+            raise translate(exc, operation=operation, bootstrap="(admin)") from None
 
 
 def group_members(admin: AdminClient, group: str) -> list[str]:
     """``client.id@host`` of each active member of ``group``."""
-    try:
-        desc = admin.describe_consumer_groups([group], request_timeout=_TIMEOUT_S)[group].result()
-    except KafkaException as exc:
-        raise translate(exc, operation=f"describing consumer group {group!r}", bootstrap="(admin)") from None
+    desc = _read(lambda: admin.describe_consumer_groups([group], request_timeout=_TIMEOUT_S)[group].result(),
+                 operation=f"describing consumer group {group!r}")
     return [f"{m.client_id}@{m.host}" for m in desc.members]
 
 
 def committed_offset(admin: AdminClient, *, group: str, topic: str) -> int | None:
     """The group's committed offset on partition 0 of ``topic``; None if it has none."""
     req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
-    deadline = time.monotonic() + _TIMEOUT_S
-    while True:
-        try:
-            res = admin.list_consumer_group_offsets([req], request_timeout=_TIMEOUT_S)[group].result()
-            break
-        except KafkaException as exc:
-            if exc.args[0].code() in _COORDINATOR_MOVING and time.monotonic() < deadline:
-                time.sleep(0.2)
-                continue
-            raise translate(exc, operation=f"reading the offsets of group {group!r}", bootstrap="(admin)") from None
+    res = _read(lambda: admin.list_consumer_group_offsets([req], request_timeout=_TIMEOUT_S)[group].result(),
+                operation=f"reading the offsets of group {group!r}")
     for tp in res.topic_partitions:
         if tp.topic == topic and tp.partition == 0:
             return tp.offset if tp.offset >= 0 else None
