@@ -75,15 +75,22 @@ def test_the_wheel_maps_the_repos_schemas_and_examples_folders_and_ships_py_type
             assert any(rel.match(p) for p in patterns), f"schemas/{rel} is not shipped"
 
 
-def test_the_guards_c_hook_is_an_optional_extension_built_from_its_source():
-    # Optional: where it cannot be compiled, swarmlog installs with the guard's Python hook
-    # (tests/integration/test_wheel.py builds both ways); make rebuilds it when its source changes.
-    (ext,) = SETUPTOOLS["ext-modules"]
-    assert ext == {"name": "swarmlog.guard._native", "sources": ["platform/swarmlog/guard/_native.c"],
-                   "optional": True}
-    assert (REPO / ext["sources"][0]).is_file() and (REPO / "platform/swarmlog/guard/_native.pyi").is_file()
+def test_the_c_modules_are_optional_extensions_built_from_their_sources():
+    # Optional: where they cannot be compiled, swarmlog installs with their Python paths (the
+    # guard's Python hook, the decoder's Python routing; tests/integration/test_wheel.py builds
+    # both ways); make rebuilds them when their source changes.
+    exts = SETUPTOOLS["ext-modules"]
+    assert exts == [
+        {"name": "swarmlog.guard._native", "sources": ["platform/swarmlog/guard/_native.c"], "optional": True},
+        {"name": "swarmlog.schema._route", "sources": ["platform/swarmlog/schema/_route.c"], "optional": True},
+    ]
     makefile = (REPO / "Makefile").read_text()
-    assert re.search(r"^\$\(STAMP\): pyproject\.toml platform/swarmlog/guard/_native\.c$", makefile, re.MULTILINE)
+    stamp = re.search(r"^\$\(STAMP\): pyproject\.toml (.*)$", makefile, re.MULTILINE)
+    assert stamp is not None
+    for ext in exts:
+        source = REPO / ext["sources"][0]
+        assert source.is_file() and source.with_suffix(".pyi").is_file()
+        assert ext["sources"][0] in stamp.group(1).split()
 
 
 def test_the_builtin_schemas_are_found_through_importlib_resources_not_the_repo_layout():

@@ -12,7 +12,7 @@ process knows (defaults, promotions, then upcasters).
 Routing fields also travel as Kafka headers (:mod:`swarmlog.protocol`: ``sl.type``,
 ``sl.v``, ``sl.agent``, ``sl.to``, and ``sl.step`` on the agent runtime's outputs) so that
 a consumer can skip an event it does not care about without decoding it. swarmlog's own
-readers never take them on trust: :meth:`Decoder.route` reads the route from the
+readers never take them on trust: :attr:`Decoder.route` reads the route from the
 envelope itself — its first fields, by hand, without decoding the payload — and checks
 the headers against it; :meth:`Decoder.decode_checked` does the same for a decoded event,
 and :meth:`Decoder.decode_fields` (the Postgres sink's) for an envelope read by hand, its
@@ -34,11 +34,28 @@ from typing import Any
 import fastavro
 
 from ..errors import SchemaNotFound, UndecodableMessage
-from ..protocol import H_AGENT, H_TO, H_TYPE, H_VERSION, Headers, Route, checked_route, new_route, route, step_of
+from ..protocol import (
+    H_AGENT,
+    H_STEP,
+    H_TO,
+    H_TYPE,
+    H_VERSION,
+    Headers,
+    Route,
+    checked_route,
+    new_route,
+    route,
+    step_of,
+)
 from ._avro_reader import Reader, fastavro_reader, payload_reader, read_length, read_long
 from ._avro_writer import Writer, avro_long, avro_string, payload_writer
 from .registry import EventSchema, SchemaRegistry
 from .upcasting import upcasters_for
+
+try:  # the common path of route() and envelope_route() in C; optional (no compiler: the Python path)
+    from . import _route as _native_route
+except ImportError:  # pragma: no cover - where it could not be built
+    _native_route = None  # type: ignore[assignment]
 
 MAGIC = b"\xc3\x01"
 """Avro single-object encoding marker, version 1."""
@@ -227,6 +244,29 @@ class Decoder:
         self._payload_plans: dict[bytes, _PayloadPlan | None] = {}
         # decode_fields: envelope strings already found to be UTF-8 (names repeat; event ids do not)
         self._utf8: set[bytes] = set()
+        self.route: Callable[[Any], Route] = self._route
+        """Where a message goes, as its envelope says: type (the writer schema's), agent, recipient,
+        step; its routing headers checked against that (:func:`swarmlog.protocol.checked_route`).
+
+        The hot path of the first pass over a log (an agent's start) and of a swarm replay's read:
+        only the envelope's first fields are read (no payload decoding). A message that is not
+        an event of a known schema gets the route its headers give; decoding it fails wherever
+        it is decoded, and is reported there. Its common path runs in C where it is built
+        (:mod:`swarmlog.schema._route`); the Python path (:meth:`_route`) is its definition."""
+        self.envelope_route: Callable[[Any], Route] = self._route_by_envelope
+        """Where a message goes as its envelope says (type, agent, recipient), its headers not
+        read: for a reader that routes by the envelope alone, whom a header cannot steer.
+
+        The live agent's path: every agent reads every message of its swarm and acts on few, so
+        what it pays for the rest is this and no more (``step`` is None: :meth:`step` reads it
+        for the messages that need it). Checking the headers is the business of the readers that
+        route by them (:attr:`route`). A message that is not an event of a known schema gets the
+        route its headers give, as in :attr:`route`: there is no envelope to go by. In C where
+        built, as :attr:`route` is; the Python path is :meth:`_route_by_envelope`."""
+        if _native_route is not None:
+            router = _native_route.Router(self._kinds, self._route, self._route_by_envelope, Route,
+                                          (H_TYPE, H_VERSION, H_AGENT, H_TO, H_STEP))
+            self.route, self.envelope_route = router.route, router.envelope_route
 
     def decode(self, value: bytes | None, offset: int | None = None) -> tuple[EventSchema, dict[str, Any]]:
         """Return (writer schema, record in the newest version); raises a typed error on garbage."""
@@ -247,15 +287,8 @@ class Decoder:
             record = step(record)
         return plan.writer, record
 
-    def route(self, msg: Any) -> Route:
-        """Where a message goes, as its envelope says: type (the writer schema's), agent, recipient,
-        step; its routing headers checked against that (:func:`swarmlog.protocol.checked_route`).
-
-        The hot path of the first pass over a log (an agent's start) and of a swarm replay's read:
-        only the envelope's first fields are read (no payload decoding). A message that is not
-        an event of a known schema gets the route its headers give; decoding it fails wherever
-        it is decoded, and is reported there.
-        """
+    def _route(self, msg: Any) -> Route:
+        """:attr:`route` in Python: all of it, for the messages the C path hands over and where it is not built."""
         value = msg.value()
         headers = msg.headers()
         if value is None or value[:2] != MAGIC:
@@ -270,16 +303,8 @@ class Decoder:
             return route(headers)
         return checked_route(headers, msg.offset(), kind[0], kind[1], kind[2], event_id, agent, to, self._expected)
 
-    def envelope_route(self, msg: Any) -> Route:
-        """Where a message goes as its envelope says (type, agent, recipient), its headers not
-        read: for a reader that routes by the envelope alone, whom a header cannot steer.
-
-        The live agent's path: every agent reads every message of its swarm and acts on few, so
-        what it pays for the rest is this and no more (``step`` is None: :meth:`step` reads it
-        for the messages that need it). Checking the headers is the business of the readers that
-        route by them (:meth:`route`). A message that is not an event of a known schema gets the
-        route its headers give, as in :meth:`route`: there is no envelope to go by.
-        """
+    def _route_by_envelope(self, msg: Any) -> Route:
+        """:attr:`envelope_route` in Python (see :meth:`_route`)."""
         value = msg.value()
         if value is None or value[:2] != MAGIC:
             return route(msg.headers())
