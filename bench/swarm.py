@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from swarmlog import Agent, Swarm, on, on_message
+from swarmlog.errors import KafkaOperationFailed
 from swarmlog.kafka.config import admin_client
 from swarmlog.kafka.groups import group_members
 from swarmlog.protocol import H_STEP, H_TO, H_TYPE
@@ -251,8 +252,8 @@ def _wait_for_groups(s: Settings, groups: list[str], procs: list[subprocess.Pope
                 raise RuntimeError(f"an agent process exited early (rc {p.returncode}): {p.args}")
         try:
             joined = all(group_members(admin, g) for g in groups)
-        except KafkaException as exc:  # a fresh cluster is still creating __consumer_offsets
-            if not exc.args[0].retriable():
+        except KafkaOperationFailed as exc:  # a fresh cluster still creating __consumer_offsets, past
+            if not exc.retriable:           # what group_members waits out for a moving coordinator
                 raise
             joined = False
         if joined:
