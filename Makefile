@@ -22,9 +22,10 @@ help:
 	@echo "make bench-peers  LangGraph and Kafka Connect beside swarmlog -> bench/results-peers.{json,md}"
 
 # The editable install also compiles the C modules in place (the guard's profile hook, the decoder's
-# routing; optional: without a compiler swarmlog installs with their Python paths), so a change to
-# their source reinstalls.
-$(STAMP): pyproject.toml platform/swarmlog/guard/_native.c platform/swarmlog/schema/_route.c
+# routing, the Avro readers; optional: without a compiler swarmlog installs with their Python paths),
+# so a change to their source reinstalls.
+$(STAMP): pyproject.toml platform/swarmlog/guard/_native.c platform/swarmlog/schema/_route.c \
+		platform/swarmlog/schema/_avro_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics,tui,otel]'

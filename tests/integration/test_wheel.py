@@ -33,8 +33,11 @@ _NOT_SOURCES = shutil.ignore_patterns(".venv", ".git", ".tools", "build", "dist"
                                       ".pytest_cache", ".hypothesis", "bench", "tests", "*.so")
 _NATIVE_HOOK = f"swarmlog/guard/_native{sysconfig.get_config_var('EXT_SUFFIX')}"
 _NATIVE_ROUTE = f"swarmlog/schema/_route{sysconfig.get_config_var('EXT_SUFFIX')}"
-# Prints whether the decoder routes in C, and the route of one message it encoded.
-_ROUTES = ("from swarmlog.schema.codec import Decoder, Encoder, _native_route\n"
+_NATIVE_AVRO = f"swarmlog/schema/_avro_native{sysconfig.get_config_var('EXT_SUFFIX')}"
+# Prints whether the decoder routes and reads in C, the route of one message it encoded, and the
+# body it reads back.
+_ROUTES = ("from swarmlog.schema._avro_reader import _avro_native\n"
+           "from swarmlog.schema.codec import Decoder, Encoder, _native_route\n"
            "from swarmlog.schema.registry import SchemaRegistry\n"
            "from swarmlog.settings import Settings\n"
            "reg = SchemaRegistry.load(Settings().schema_dirs())\n"
@@ -44,7 +47,8 @@ _ROUTES = ("from swarmlog.schema.codec import Decoder, Encoder, _native_route\n"
            "{'kind': 'k', 'body': '', 'urgency': 'normal'})\n"
            "    headers = lambda self: [*enc.headers(b'a', b'b'), ('sl.step', b'1')]\n"
            "    offset = lambda self: 0\n"
-           "print(_native_route is not None, *[tuple(dec.route(M())) for _ in range(2)][1])\n")
+           "print(_native_route is not None, _avro_native is not None, *[tuple(dec.route(M())) for _ in range(2)][1],\n"
+           "      dec.decode(M().value())[1]['payload']['kind'])\n")
 
 
 class Installed:
@@ -99,7 +103,7 @@ def test_the_wheel_carries_schemas_upcasters_the_case_study_and_py_typed(install
                  "swarmlog/examples/case_study.py", "swarmlog_connectors/migrations/0001_mirror.sql",
                  "swarmlog_connectors/migrations/0002_lossless_dead_letters.sql",
                  "swarmlog_connectors/migrations/0003_replay_reports.sql",
-                 _NATIVE_HOOK, _NATIVE_ROUTE):  # built here (a compiler is here): installed from it, the C paths
+                 _NATIVE_HOOK, _NATIVE_ROUTE, _NATIVE_AVRO):  # built here (a compiler is): the C paths
         assert path in names, path
     where = subprocess.run([str(installed.venv / "bin" / "python"), "-c",
                             "import swarmlog, swarmlog.settings as s, swarmlog.guard as g; print(swarmlog.__file__); "
@@ -111,19 +115,19 @@ def test_the_wheel_carries_schemas_upcasters_the_case_study_and_py_typed(install
     assert str(REPO) not in where.stdout
     routed = subprocess.run([str(installed.venv / "bin" / "python"), "-c", _ROUTES], cwd=installed.cwd,
                             env=installed.base_env, capture_output=True, text=True, check=True)
-    assert routed.stdout.split() == ["True", "agent.message", "a", "b", "1"]
+    assert routed.stdout.split() == ["True", "True", "agent.message", "a", "b", "1", "k"]
 
 
 def test_without_a_compiler_the_wheel_is_pure_python_and_its_guard_refuses_as_ever(installed):
     # The C modules are optional: where they cannot be compiled, swarmlog installs, guards with the
-    # Python hook and routes with the Python path.
+    # Python hook, routes with the Python path and reads with the generated Python readers.
     source = installed.root / "source-no-compiler"
     shutil.copytree(REPO, source, ignore=_NOT_SOURCES)
     dist = installed.root / "dist-no-compiler"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dist),
                     str(source)], check=True, timeout=600, env={**os.environ, "CC": "false"})
     (wheel,) = dist.glob("swarmlog-*.whl")
-    assert not {_NATIVE_HOOK, _NATIVE_ROUTE} & set(zipfile.ZipFile(wheel).namelist())
+    assert not {_NATIVE_HOOK, _NATIVE_ROUTE, _NATIVE_AVRO} & set(zipfile.ZipFile(wheel).namelist())
     target = installed.root / "no-compiler"  # swarmlog alone, over the installed venv's dependencies
     subprocess.run([str(installed.venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
                     "--no-deps", "--target", str(target), str(wheel)], check=True, timeout=300)
@@ -143,7 +147,7 @@ def test_without_a_compiler_the_wheel_is_pure_python_and_its_guard_refuses_as_ev
     routed = subprocess.run([str(installed.venv / "bin" / "python"), "-c", _ROUTES], cwd=installed.cwd,
                             env={**installed.base_env, "PYTHONPATH": str(target)}, capture_output=True, text=True,
                             check=True)
-    assert routed.stdout.split() == ["False", "agent.message", "a", "b", "1"]  # the Python path, the same route
+    assert routed.stdout.split() == ["False", "False", "agent.message", "a", "b", "1", "k"]  # Python, the same
 
 
 def test_schema_list_and_check_work_from_the_wheel_with_a_users_own_types(installed):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import fastavro
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from swarmlog.errors import UndecodableMessage
 from swarmlog.log.memory import MemoryMessage
+from swarmlog.schema import _avro_reader, codec
 from swarmlog.schema._avro_reader import (
     Unsupported,
     compile_reader,
@@ -26,9 +28,40 @@ from swarmlog.schema._avro_reader import (
 from swarmlog.schema._avro_writer import avro_long
 from swarmlog.schema.codec import HEADER_LEN, MAGIC, Decoder, Encoder, _envelope_fields, _payload_parsed
 
+from ..conftest import cannot_run_here
 from .avro_cases import EVERY_VERSION, IDS, INT64, REGISTRY, fastavro_bytes, identical, strategy
 
 NAMES = st.text(max_size=90) | st.sampled_from(["", "😀" * 20, "x" * 64, "é"])  # 64+ bytes: a two-byte length
+
+
+@pytest.fixture(scope="module", autouse=True, params=["c", "python"])
+def reader_kind(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test here runs twice: with the readers in C (swarmlog.schema._avro_native, the
+    generated Python reader behind each as its fallback) and with the generated Python readers
+    alone (where the C module is not built). Both must read fastavro's datum, or refuse."""
+    with pytest.MonkeyPatch.context() as mp:
+        if request.param == "c":
+            if _avro_reader._avro_native is None:
+                cannot_run_here("swarmlog.schema._avro_native is not built here")
+        else:
+            mp.setattr(_avro_reader, "_avro_native", None)
+        mp.setattr(codec, "_READERS", {})  # readers compiled under the other kind are not reused
+        yield request.param
+
+
+def _ours(read: Any) -> bool:
+    """A reader compiled here (C or generated Python), not fastavro's."""
+    native = _avro_reader._avro_native
+    if native is not None and isinstance(read, native.Program):
+        return True
+    return bool(read.__code__.co_filename.startswith("<avro reader"))
+
+
+def test_the_readers_are_of_the_kind_asked_for(reader_kind: str) -> None:
+    read = compile_reader(REGISTRY.latest("agent.message").parsed)
+    assert _ours(read)
+    assert (_avro_reader._avro_native is not None and isinstance(read, _avro_reader._avro_native.Program)) \
+        == (reader_kind == "c")
 
 
 def _fastavro_read(parsed: Any, b: bytes, pos: int = 0) -> Any:
@@ -370,8 +403,8 @@ def test_a_resolving_read_is_left_to_fastavro_and_a_plain_one_compiled(registry)
     decoder = Decoder(registry, upcasters={})
     newest = registry.latest("run.started")
     old = registry.get("run.started", 1)
-    assert decoder._plan(newest.fingerprint, None).read.__code__.co_filename.startswith("<avro reader")
-    assert not decoder._plan(old.fingerprint, None).read.__code__.co_filename.startswith("<avro reader")
+    assert _ours(decoder._plan(newest.fingerprint, None).read)
+    assert not _ours(decoder._plan(old.fingerprint, None).read)
     payload = {"swarm": "s", "seed": 1, "code_version": "c", "agents": ["a"]}
     value = Encoder(old).encode_event("e", "r", "a", None, [], old.validate_payload(payload))
     resolved = fastavro.schemaless_reader(io.BytesIO(value[HEADER_LEN:]), old.parsed, newest.parsed)

@@ -77,14 +77,17 @@ def test_the_wheel_maps_the_repos_schemas_and_examples_folders_and_ships_py_type
 
 def test_the_c_modules_are_optional_extensions_built_from_their_sources():
     # Optional: where they cannot be compiled, swarmlog installs with their Python paths (the
-    # guard's Python hook, the decoder's Python routing; tests/integration/test_wheel.py builds
+    # guard's Python hook, the decoder's Python routing, the generated Python Avro readers;
+    # tests/integration/test_wheel.py builds
     # both ways); make rebuilds them when their source changes.
     exts = SETUPTOOLS["ext-modules"]
     assert exts == [
         {"name": "swarmlog.guard._native", "sources": ["platform/swarmlog/guard/_native.c"], "optional": True},
         {"name": "swarmlog.schema._route", "sources": ["platform/swarmlog/schema/_route.c"], "optional": True},
+        {"name": "swarmlog.schema._avro_native", "sources": ["platform/swarmlog/schema/_avro_native.c"],
+         "optional": True},
     ]
-    makefile = (REPO / "Makefile").read_text()
+    makefile = re.sub(r"\\\n\s*", " ", (REPO / "Makefile").read_text())  # continued lines joined
     stamp = re.search(r"^\$\(STAMP\): pyproject\.toml (.*)$", makefile, re.MULTILINE)
     assert stamp is not None
     for ext in exts:

@@ -52,6 +52,11 @@ import fastavro
 
 from ._avro_writer import Unsupported
 
+try:  # the compiled readers' common path in C; optional (no compiler: the generated Python readers)
+    from . import _avro_native
+except ImportError:  # pragma: no cover - where it could not be built
+    _avro_native = None  # type: ignore[assignment]
+
 logger = logging.getLogger(__name__)
 
 Reader = Callable[[bytes, int], Any]
@@ -320,10 +325,56 @@ class _Compiler:
 def compile_reader(parsed: Any) -> Reader:
     """A function reading a record of ``parsed`` (a ``fastavro.parse_schema`` result) as
     fastavro reads it with no reader schema; raises :class:`Unsupported` for what is not
-    covered (the module doc lists it)."""
+    covered (the module doc lists it).
+
+    Where :mod:`swarmlog.schema._avro_native` is built, the function is its ``Program`` of the
+    same schema, the generated Python reader its fallback for anything the C walk does not
+    accept (a recursive record is read by the Python reader alone)."""
     if not (isinstance(parsed, dict) and parsed.get("type") == "record"):
         raise Unsupported("not a record schema")
-    return _Compiler().top(parsed)
+    read = _Compiler().top(parsed)
+    if _avro_native is None:
+        return read
+    try:
+        program = _program(_Compiler(), parsed, [])
+    except Unsupported:
+        return read
+    native: Reader = _avro_native.Program(program, read)
+    return native
+
+
+def _program(c: _Compiler, schema: Any, stack: list[str]) -> tuple[Any, ...]:
+    """The C reader's program of ``schema`` (the forms are listed in ``_avro_native.c``), walked
+    as :meth:`_Compiler.emit` walks it; :class:`Unsupported` for a recursive record."""
+    n = _avro_native
+    kind = c.kind(schema)
+    schema = c.resolve(schema)
+    if kind in ("enum", "fixed", "record"):
+        c.named.setdefault(schema["name"], schema)
+    simple = {"null": n.NULL, "boolean": n.BOOLEAN, "int": n.LONG, "long": n.LONG, "float": n.FLOAT,
+              "double": n.DOUBLE, "string": n.STRING, "bytes": n.BYTES}
+    if kind in simple:
+        return (simple[kind],)
+    if kind == "fixed":
+        return (n.FIXED, int(schema["size"]))
+    if kind == "enum":
+        return (n.ENUM, tuple(schema["symbols"]))
+    if kind == "union":
+        return (n.UNION, tuple(_program(c, branch, stack) for branch in schema))
+    if kind == "array":
+        return (n.ARRAY, _program(c, schema["items"], stack))
+    if kind == "map":
+        return (n.MAP, _program(c, schema["values"], stack))
+    if kind == "record":
+        if "logicalType" in schema:
+            raise Unsupported(f"logical type {schema['logicalType']!r}")
+        if schema["name"] in stack:
+            raise Unsupported(f"recursive record {schema['name']!r}: the Python reader reads it")
+        stack.append(schema["name"])
+        fields = tuple(_program(c, f["type"], stack) for f in schema["fields"])
+        stack.pop()
+        return (n.RECORD, tuple(f["name"] for f in schema["fields"]), fields)
+    raise Unsupported(f"type {kind!r}")
 
 
 def fastavro_reader(parsed: Any, reader_parsed: Any = None) -> Reader:
