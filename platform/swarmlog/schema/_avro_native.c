@@ -1,9 +1,12 @@
-/* swarmlog.schema._avro_native: the compiled Avro readers' common path in C.
+/* swarmlog.schema._avro_native: Avro binary's common paths in C -- the compiled readers, and an
+ * event's bytes.
  *
  * Why. Every reader of the log decodes what it acts on: a replay every message, a swarm
  * replay each message once for the agents it concerns, the sink every payload. The readers
  * compiled from a schema in Python (_avro_reader.compile_reader) take ~2.7 us for the bench's
  * agent.message; this walks the same schema, given as a small program of nested tuples, in C.
+ * Every writer encodes each event (Encoder.encode_event, ~0.9 us in Python): EventEncoder does
+ * the envelope and a payload of the common shapes in ~0.3.
  *
  * The same datum, or the Python reader. A Program is built with the Python reader compiled
  * from the same schema as its fallback. The C walk reads only well-formed data: every read
@@ -15,7 +18,14 @@
  * (tests/unit/test_avro_reader.py holds both to fastavro on every schema in schemas/, every
  * truncation and every single-byte change of encoded events).
  *
- * The program (built by _avro_reader._program):
+ * The same bytes, or the Python writer. EventEncoder writes only exact types (str, int within
+ * the field's bits, float, bool, bytes, list or tuple, dict) and hands anything else -- a
+ * subclass, a missing field (its default), an int for a double, a float beyond float32 -- to
+ * the Python writers: the payload's to the generated payload writer, the envelope's to the
+ * Python encode_event. tests/unit/test_event_encoder_native.py holds the two equal, bytes or
+ * error.
+ *
+ * The read program (built by _avro_reader._program):
  *   (NULL,) (BOOLEAN,) (LONG,) (FLOAT,) (DOUBLE,) (STRING,) (BYTES,) (FIXED, size)
  *   (ENUM, symbols) (UNION, branches) (ARRAY, item) (MAP, value) (RECORD, names, fields)
  * A record's dict has its fields in the schema's order, as the Python reader's.
@@ -378,6 +388,438 @@ static PyTypeObject ProgramType = {
     .tp_clear = (inquiry)Program_clear,
 };
 
+/* ---- writing: an event's bytes ------------------------------------------------------------ */
+
+/* The write program (built by _avro_writer._program): the read forms, and
+ *   (INT,) a long within 32 bits; (ENUM, {symbol: index}); (OPTIONAL, T): ["null", T]
+ * A record's fields are written in order; a `null` field writes nothing and reads nothing. */
+enum { OP_INT = 13, OP_OPTIONAL = 14 };
+
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+    char small[512];
+} Out;
+
+static int
+out_reserve(Out *o, Py_ssize_t more)
+{
+    if (o->len + more <= o->cap)
+        return 0;
+    Py_ssize_t cap = o->cap * 2;
+    while (cap < o->len + more)
+        cap *= 2;
+    char *p = o->p == o->small ? PyMem_Malloc(cap) : PyMem_Realloc(o->p, cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (o->p == o->small)
+        memcpy(p, o->small, o->len);
+    o->p = p;
+    o->cap = cap;
+    return 0;
+}
+
+static int
+out_write(Out *o, const void *data, Py_ssize_t n)
+{
+    if (out_reserve(o, n) < 0)
+        return -1;
+    memcpy(o->p + o->len, data, n);
+    o->len += n;
+    return 0;
+}
+
+static int
+out_long(Out *o, long long v)
+{
+    unsigned long long z = ((unsigned long long)v << 1) ^ (unsigned long long)(v >> 63);
+    unsigned char tmp[10];
+    int k = 0;
+    while (z >= 0x80) {
+        tmp[k++] = (unsigned char)((z & 0x7F) | 0x80);
+        z >>= 7;
+    }
+    tmp[k++] = (unsigned char)z;
+    return out_write(o, tmp, k);
+}
+
+static void
+out_free(Out *o)
+{
+    if (o->p != o->small)
+        PyMem_Free(o->p);
+}
+
+#define W_REJECT 1 /* not the common path: the Python writer writes it */
+
+/* An exact int within 64 bits into *v; 0, or W_REJECT. */
+static int
+exact_long(PyObject *x, long long *v)
+{
+    if (!PyLong_CheckExact(x))
+        return W_REJECT;
+    int overflow;
+    *v = PyLong_AsLongLongAndOverflow(x, &overflow);
+    if (overflow || (*v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return W_REJECT;
+    }
+    return 0;
+}
+
+static int
+write_string(Out *o, PyObject *x)
+{
+    if (!PyUnicode_CheckExact(x))
+        return W_REJECT;
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(x, &n);
+    if (s == NULL) { /* a lone surrogate: the Python writer raises it */
+        PyErr_Clear();
+        return W_REJECT;
+    }
+    if (out_long(o, n) < 0 || out_write(o, s, n) < 0)
+        return -1;
+    return 0;
+}
+
+/* 0 written; W_REJECT (nothing to undo: the caller drops the whole output); -1 error set. */
+static int
+write_datum(PyObject *prog, PyObject *x, Out *o, int depth)
+{
+    if (depth > MAX_DEPTH)
+        return W_REJECT;
+    long op = PyLong_AsLong(PyTuple_GET_ITEM(prog, 0));
+    long long v;
+    int rc;
+    switch (op) {
+    case OP_NULL:
+        return 0; /* as the Python writer: nothing, whatever the datum */
+    case OP_BOOLEAN:
+        if (!PyBool_Check(x))
+            return W_REJECT;
+        return out_write(o, x == Py_True ? "\x01" : "\x00", 1);
+    case OP_INT:
+        if ((rc = exact_long(x, &v)) != 0)
+            return rc;
+        if (v < -2147483648LL || v > 2147483647LL)
+            return W_REJECT;
+        return out_long(o, v);
+    case OP_LONG:
+        if ((rc = exact_long(x, &v)) != 0)
+            return rc;
+        return out_long(o, v);
+    case OP_FLOAT: {
+        if (!PyFloat_CheckExact(x))
+            return W_REJECT;
+        char buf[4];
+        if (PyFloat_Pack4(PyFloat_AS_DOUBLE(x), buf, 1) < 0) { /* beyond float32: the Python writer's inf */
+            PyErr_Clear();
+            return W_REJECT;
+        }
+        return out_write(o, buf, 4);
+    }
+    case OP_DOUBLE: {
+        if (!PyFloat_CheckExact(x))
+            return W_REJECT;
+        char buf[8];
+        if (PyFloat_Pack8(PyFloat_AS_DOUBLE(x), buf, 1) < 0) {
+            PyErr_Clear();
+            return W_REJECT;
+        }
+        return out_write(o, buf, 8);
+    }
+    case OP_STRING:
+        return write_string(o, x);
+    case OP_BYTES:
+        if (!PyBytes_CheckExact(x))
+            return W_REJECT;
+        if (out_long(o, PyBytes_GET_SIZE(x)) < 0)
+            return -1;
+        return out_write(o, PyBytes_AS_STRING(x), PyBytes_GET_SIZE(x));
+    case OP_FIXED:
+        if (!PyBytes_CheckExact(x) || PyBytes_GET_SIZE(x) != PyLong_AsSsize_t(PyTuple_GET_ITEM(prog, 1)))
+            return W_REJECT;
+        return out_write(o, PyBytes_AS_STRING(x), PyBytes_GET_SIZE(x));
+    case OP_ENUM: {
+        if (!PyUnicode_CheckExact(x))
+            return W_REJECT;
+        PyObject *index = PyDict_GetItemWithError(PyTuple_GET_ITEM(prog, 1), x);
+        if (index == NULL) {
+            if (PyErr_Occurred())
+                return -1;
+            return W_REJECT;
+        }
+        return out_long(o, PyLong_AsLongLong(index));
+    }
+    case OP_OPTIONAL:
+        if (x == Py_None)
+            return out_write(o, "\x00", 1);
+        if (out_write(o, "\x02", 1) < 0)
+            return -1;
+        return write_datum(PyTuple_GET_ITEM(prog, 1), x, o, depth + 1);
+    case OP_ARRAY: {
+        if (!PyList_CheckExact(x) && !PyTuple_CheckExact(x))
+            return W_REJECT;
+        PyObject *item = PyTuple_GET_ITEM(prog, 1);
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(x);
+        if (n == 0)
+            return out_write(o, "\x00", 1);
+        if (out_long(o, n) < 0)
+            return -1;
+        for (Py_ssize_t k = 0; k < n; k++) {
+            /* a list may change under a nested call: only C code runs here, but index safely */
+            if (k >= PySequence_Fast_GET_SIZE(x))
+                return W_REJECT;
+            if ((rc = write_datum(item, PySequence_Fast_GET_ITEM(x, k), o, depth + 1)) != 0)
+                return rc;
+        }
+        return out_write(o, "\x00", 1);
+    }
+    case OP_MAP: {
+        if (!PyDict_CheckExact(x))
+            return W_REJECT;
+        PyObject *value = PyTuple_GET_ITEM(prog, 1), *k, *val;
+        Py_ssize_t pos = 0, n = PyDict_GET_SIZE(x);
+        if (n == 0)
+            return out_write(o, "\x00", 1);
+        if (out_long(o, n) < 0)
+            return -1;
+        while (PyDict_Next(x, &pos, &k, &val)) {
+            if ((rc = write_string(o, k)) != 0)
+                return rc;
+            if ((rc = write_datum(value, val, o, depth + 1)) != 0)
+                return rc;
+        }
+        return out_write(o, "\x00", 1);
+    }
+    case OP_RECORD: {
+        if (!PyDict_CheckExact(x))
+            return W_REJECT;
+        PyObject *names = PyTuple_GET_ITEM(prog, 1), *fields = PyTuple_GET_ITEM(prog, 2);
+        for (Py_ssize_t f = 0; f < PyTuple_GET_SIZE(fields); f++) {
+            PyObject *fp = PyTuple_GET_ITEM(fields, f);
+            if (PyLong_AsLong(PyTuple_GET_ITEM(fp, 0)) == OP_NULL)
+                continue; /* nothing written, nothing read */
+            PyObject *fx = PyDict_GetItemWithError(x, PyTuple_GET_ITEM(names, f));
+            if (fx == NULL) {
+                if (PyErr_Occurred())
+                    return -1;
+                return W_REJECT; /* missing: its default, or the Python writer's KeyError */
+            }
+            if ((rc = write_datum(fp, fx, o, depth + 1)) != 0)
+                return rc;
+        }
+        return 0;
+    }
+    default:
+        return W_REJECT;
+    }
+}
+
+static int
+valid_write_program(PyObject *prog, int depth)
+{
+    if (depth > MAX_DEPTH || !PyTuple_CheckExact(prog) || PyTuple_GET_SIZE(prog) < 1
+        || !PyLong_CheckExact(PyTuple_GET_ITEM(prog, 0)))
+        return 0;
+    long op = PyLong_AsLong(PyTuple_GET_ITEM(prog, 0));
+    Py_ssize_t n = PyTuple_GET_SIZE(prog);
+    switch (op) {
+    case OP_NULL: case OP_BOOLEAN: case OP_INT: case OP_LONG: case OP_FLOAT: case OP_DOUBLE: case OP_STRING:
+    case OP_BYTES:
+        return n == 1;
+    case OP_FIXED:
+        return n == 2 && PyLong_CheckExact(PyTuple_GET_ITEM(prog, 1));
+    case OP_ENUM: {
+        if (n != 2 || !PyDict_CheckExact(PyTuple_GET_ITEM(prog, 1)))
+            return 0;
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(PyTuple_GET_ITEM(prog, 1), &pos, &k, &v))
+            if (!PyLong_CheckExact(v))
+                return 0;
+        return 1;
+    }
+    case OP_OPTIONAL: case OP_ARRAY: case OP_MAP:
+        return n == 2 && valid_write_program(PyTuple_GET_ITEM(prog, 1), depth + 1);
+    case OP_RECORD: {
+        if (n != 3 || !PyTuple_CheckExact(PyTuple_GET_ITEM(prog, 1)) || !PyTuple_CheckExact(PyTuple_GET_ITEM(prog, 2)))
+            return 0;
+        PyObject *names = PyTuple_GET_ITEM(prog, 1), *fields = PyTuple_GET_ITEM(prog, 2);
+        if (PyTuple_GET_SIZE(names) != PyTuple_GET_SIZE(fields))
+            return 0;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(fields); k++)
+            if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(names, k))
+                || !valid_write_program(PyTuple_GET_ITEM(fields, k), depth + 1))
+                return 0;
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *prefix;       /* bytes: magic + fingerprint */
+    PyObject *type_version; /* bytes: the envelope's event_type and schema_version, encoded */
+    PyObject *payload;      /* the payload record's write program, or None */
+    PyObject *write_payload; /* the Python payload writer: write(payload) -> bytes */
+    PyObject *fallback;     /* the Python encode_event */
+} EventEncoder;
+
+/* encode_event(event_id, run_id, agent, to, causes, payload) -> bytes: Encoder.encode_event. */
+static PyObject *
+EventEncoder_encode(EventEncoder *e, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6)
+        return PyObject_Vectorcall(e->fallback, args, nargs, NULL);
+    Out o = {.len = 0, .cap = sizeof(o.small)};
+    o.p = o.small;
+    PyObject *to = args[3], *causes = args[4], *payload = args[5];
+    int rc = 0;
+    if (out_write(&o, PyBytes_AS_STRING(e->prefix), PyBytes_GET_SIZE(e->prefix)) < 0)
+        goto error;
+    for (int k = 0; k < 3 && rc == 0; k++)
+        rc = write_string(&o, args[k]);
+    if (rc == 0)
+        rc = out_write(&o, PyBytes_AS_STRING(e->type_version), PyBytes_GET_SIZE(e->type_version));
+    if (rc == 0) {
+        if (to == Py_None)
+            rc = out_write(&o, "\x00", 1);
+        else if ((rc = out_write(&o, "\x02", 1)) == 0)
+            rc = write_string(&o, to);
+    }
+    if (rc == 0) {
+        if (!PyTuple_CheckExact(causes) && !PyList_CheckExact(causes))
+            rc = W_REJECT;
+        else {
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(causes);
+            if (n == 0)
+                rc = out_write(&o, "\x00", 1);
+            else {
+                rc = out_long(&o, n);
+                for (Py_ssize_t k = 0; k < n && rc == 0; k++) {
+                    long long v;
+                    rc = exact_long(PySequence_Fast_GET_ITEM(causes, k), &v);
+                    if (rc == 0)
+                        rc = out_long(&o, v);
+                }
+                if (rc == 0)
+                    rc = out_write(&o, "\x00", 1);
+            }
+        }
+    }
+    if (rc < 0)
+        goto error;
+    if (rc == W_REJECT) { /* the envelope is not the common path: the Python encoder does it all */
+        out_free(&o);
+        return PyObject_Vectorcall(e->fallback, args, nargs, NULL);
+    }
+    Py_ssize_t envelope = o.len;
+    rc = e->payload == Py_None ? W_REJECT : write_datum(e->payload, payload, &o, 0);
+    if (rc < 0)
+        goto error;
+    if (rc == W_REJECT) { /* the payload by the Python writer: its bytes, or its error */
+        o.len = envelope;
+        PyObject *body = PyObject_CallOneArg(e->write_payload, payload);
+        if (body == NULL)
+            goto error;
+        if (!PyBytes_Check(body)) {
+            Py_DECREF(body);
+            PyErr_SetString(PyExc_TypeError, "the payload writer returned no bytes");
+            goto error;
+        }
+        rc = out_write(&o, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body));
+        Py_DECREF(body);
+        if (rc < 0)
+            goto error;
+    }
+    PyObject *result = PyBytes_FromStringAndSize(o.p, o.len);
+    out_free(&o);
+    return result;
+error:
+    out_free(&o);
+    return NULL;
+}
+
+static PyObject *
+EventEncoder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *prefix, *type_version, *payload, *write_payload, *fallback;
+    static char *kwlist[] = {"prefix", "type_version", "payload", "write_payload", "fallback", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOO:EventEncoder", kwlist, &PyBytes_Type, &prefix,
+                                     &PyBytes_Type, &type_version, &payload, &write_payload, &fallback))
+        return NULL;
+    if (payload != Py_None && !valid_write_program(payload, 0)) {
+        PyErr_SetString(PyExc_ValueError, "EventEncoder: not a write program (see swarmlog.schema._avro_writer._program)");
+        return NULL;
+    }
+    if (!PyCallable_Check(write_payload) || !PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "EventEncoder: write_payload and fallback are the Python writers");
+        return NULL;
+    }
+    EventEncoder *e = (EventEncoder *)type->tp_alloc(type, 0);
+    if (e == NULL)
+        return NULL;
+    e->prefix = Py_NewRef(prefix);
+    e->type_version = Py_NewRef(type_version);
+    e->payload = Py_NewRef(payload);
+    e->write_payload = Py_NewRef(write_payload);
+    e->fallback = Py_NewRef(fallback);
+    return (PyObject *)e;
+}
+
+static int
+EventEncoder_traverse(EventEncoder *e, visitproc visit, void *arg)
+{
+    Py_VISIT(e->payload);
+    Py_VISIT(e->write_payload);
+    Py_VISIT(e->fallback);
+    return 0;
+}
+
+static int
+EventEncoder_clear(EventEncoder *e)
+{
+    Py_CLEAR(e->prefix);
+    Py_CLEAR(e->type_version);
+    Py_CLEAR(e->payload);
+    Py_CLEAR(e->write_payload);
+    Py_CLEAR(e->fallback);
+    return 0;
+}
+
+static void
+EventEncoder_dealloc(EventEncoder *e)
+{
+    PyObject_GC_UnTrack(e);
+    EventEncoder_clear(e);
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+static PyMethodDef EventEncoder_methods[] = {
+    {"encode_event", (PyCFunction)(void (*)(void))EventEncoder_encode, METH_FASTCALL,
+     "encode_event(event_id, run_id, agent, to, causes, payload) -> bytes, as Encoder.encode_event."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject EventEncoderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "swarmlog.schema._avro_native.EventEncoder",
+    .tp_doc = "EventEncoder(prefix, type_version, payload, write_payload, fallback): an event's bytes in C; the "
+              "Python writers for what the C walk does not accept.",
+    .tp_basicsize = sizeof(EventEncoder),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = EventEncoder_new,
+    .tp_dealloc = (destructor)EventEncoder_dealloc,
+    .tp_traverse = (traverseproc)EventEncoder_traverse,
+    .tp_clear = (inquiry)EventEncoder_clear,
+    .tp_methods = EventEncoder_methods,
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "swarmlog.schema._avro_native",
@@ -388,12 +830,14 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__avro_native(void)
 {
-    if (PyType_Ready(&ProgramType) < 0)
+    if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&EventEncoderType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0) {
+    if (PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0
+        || PyModule_AddObjectRef(m, "EventEncoder", (PyObject *)&EventEncoderType) < 0
+        || PyModule_AddIntConstant(m, "INT", OP_INT) < 0 || PyModule_AddIntConstant(m, "OPTIONAL", OP_OPTIONAL) < 0) {
         Py_DECREF(m);
         return NULL;
     }

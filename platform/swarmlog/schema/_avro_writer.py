@@ -22,6 +22,10 @@ float32 is written as an infinity (C's cast); a ``boolean`` is written by truthi
 arrays and maps are one block. Held by ``tests/unit/test_avro_writer.py`` (hypothesis over
 every schema in ``schemas/``).
 
+**In C.** :func:`native_program` turns a payload schema into the program of
+``_avro_native.EventEncoder``, which :class:`.codec.Encoder` uses for ``encode_event`` where
+the C module is built: exact types in C, everything else handed to the writers here.
+
 **Covered:** records (nested, named, recursive), ``null``, ``boolean``, ``int``, ``long``,
 ``float``, ``double``, ``bytes``, ``string``, ``enum``, ``fixed``, ``array``, ``map``, and
 unions whose branches are among those but for ``array``, ``map`` and ``record`` (a branch is
@@ -401,6 +405,65 @@ def fastavro_writer(parsed: Any) -> Writer:
         return buf.getvalue()
 
     return write
+
+
+_OPTIONAL_OF = ("boolean", "int", "long", "float", "double", "string", "bytes", "enum", "fixed")
+"""The ``T`` of a ``["null", T]`` union the C encoder writes (every union else: the Python writer)."""
+
+
+def native_program(parsed: Any) -> tuple[Any, ...]:
+    """The write program of a record schema for :class:`swarmlog.schema._avro_native.EventEncoder`
+    (its forms are listed in ``_avro_native.c``); :class:`Unsupported` for a schema it does not
+    cover (a logical type, a recursive record, a union other than ``["null", T]`` of a
+    primitive, enum or fixed ``T``), whose payloads the Python writer writes whole. Raises
+    ImportError where the C module is not built."""
+    from . import _avro_native as n
+
+    named: dict[str, Any] = {}
+    simple = {"null": n.NULL, "boolean": n.BOOLEAN, "int": n.INT, "long": n.LONG, "float": n.FLOAT,
+              "double": n.DOUBLE, "string": n.STRING, "bytes": n.BYTES}
+
+    def kind(schema: Any) -> str:
+        if isinstance(schema, str):
+            return str(named[schema]["type"]) if schema in named else schema
+        if isinstance(schema, list):
+            return "union"
+        if "logicalType" in schema:
+            raise Unsupported(f"logical type {schema['logicalType']!r}")
+        return str(schema["type"])
+
+    def walk(schema: Any, stack: list[str]) -> tuple[Any, ...]:
+        k = kind(schema)
+        if isinstance(schema, str) and schema in named:
+            schema = named[schema]
+        if k in ("enum", "fixed", "record"):
+            named.setdefault(schema["name"], schema)
+        if k in simple:
+            return (simple[k],)
+        if k == "fixed":
+            return (n.FIXED, int(schema["size"]))
+        if k == "enum":
+            return (n.ENUM, {symbol: i for i, symbol in enumerate(schema["symbols"])})
+        if k == "union":
+            if len(schema) == 2 and kind(schema[0]) == "null" and kind(schema[1]) in _OPTIONAL_OF:
+                return (n.OPTIONAL, walk(schema[1], stack))
+            raise Unsupported("a union other than [null, T]")
+        if k == "array":
+            return (n.ARRAY, walk(schema["items"], stack))
+        if k == "map":
+            return (n.MAP, walk(schema["values"], stack))
+        if k == "record":
+            if schema["name"] in stack:
+                raise Unsupported(f"recursive record {schema['name']!r}")
+            stack.append(schema["name"])
+            fields = tuple(walk(f["type"], stack) for f in schema["fields"])
+            stack.pop()
+            return (n.RECORD, tuple(f["name"] for f in schema["fields"]), fields)
+        raise Unsupported(f"type {k!r}")
+
+    if not (isinstance(parsed, dict) and parsed.get("type") == "record"):
+        raise Unsupported("not a record schema")
+    return walk(parsed, [])
 
 
 def payload_writer(parsed: Any) -> Writer:

@@ -22,7 +22,9 @@ Hot path: an :class:`Encoder` (with its payload writer compiled from the schema,
 :mod:`._avro_writer`) and the decoder's plan per fingerprint are built once; per event
 the encoder makes one join of the envelope's bytes and the payload's, no fastavro call,
 and the decoder one call of a reader compiled from the writer schema (:mod:`._avro_reader`;
-fastavro only where one version is resolved into another).
+fastavro only where one version is resolved into another). Where swarmlog's C modules are
+built, the common paths of routing (:mod:`._route`), reading and encoding (:mod:`._avro_native`)
+run in C, each handing what it does not accept to the Python path, which stays the definition.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from ..protocol import (
     step_of,
 )
 from ._avro_reader import Reader, fastavro_reader, payload_reader, read_length, read_long
-from ._avro_writer import Writer, avro_long, avro_string, payload_writer
+from ._avro_writer import Unsupported, Writer, avro_long, avro_string, native_program, payload_writer
 from .registry import EventSchema, SchemaRegistry
 from .upcasting import upcasters_for
 
@@ -56,6 +58,10 @@ try:  # the common path of route() and envelope_route() in C; optional (no compi
     from . import _route as _native_route
 except ImportError:  # pragma: no cover - where it could not be built
     _native_route = None  # type: ignore[assignment]
+try:  # an event's bytes in C; optional (no compiler: the Python path)
+    from . import _avro_native
+except ImportError:  # pragma: no cover - where it could not be built
+    _avro_native = None  # type: ignore[assignment]
 
 MAGIC = b"\xc3\x01"
 """Avro single-object encoding marker, version 1."""
@@ -68,7 +74,7 @@ class Encoder:
     """Encodes records of one schema version; reuse one per (type, version)."""
 
     __slots__ = ("schema", "_prefix", "_parsed", "_buf", "_type_headers", "_type_version", "_write_payload",
-                 "_strings", "_headers")
+                 "_strings", "_headers", "encode_event")
 
     def __init__(self, schema: EventSchema) -> None:
         self.schema = schema
@@ -86,6 +92,19 @@ class Encoder:
         self._write_payload: Writer = payload_writer(_payload_parsed(schema))
         self._strings: dict[str, bytes] = {}
         self._headers: dict[tuple[bytes, bytes | None], Headers] = {}
+        self.encode_event: Callable[[str, str, str, str | None, Sequence[int], dict[str, Any]], bytes] = \
+            self._encode_event
+        """``encode_event(event_id, run_id, agent, to, causes, payload)``: the event's bytes, the same
+        bytes as :meth:`encode` of the envelope record, several times as fast. In C where it is built
+        (:mod:`swarmlog.schema._avro_native`: the envelope and a payload of the common shapes); the
+        Python path, :meth:`_encode_event`, writes whatever the C walk does not accept."""
+        if _avro_native is not None:
+            try:
+                program: tuple[Any, ...] | None = native_program(_payload_parsed(schema))
+            except Unsupported:
+                program = None  # the envelope in C, the payload by the Python writer
+            self.encode_event = _avro_native.EventEncoder(self._prefix, self._type_version, program,
+                                                          self._write_payload, self._encode_event).encode_event
 
     def encode(self, record: dict[str, Any]) -> bytes:
         buf = self._buf
@@ -95,9 +114,10 @@ class Encoder:
         fastavro.schemaless_writer(buf, self._parsed, record)
         return buf.getvalue()
 
-    def encode_event(self, event_id: str, run_id: str, agent: str, to: str | None, causes: Sequence[int],
-                     payload: dict[str, Any]) -> bytes:
-        """The same bytes as :meth:`encode` of the envelope record, about twice as fast.
+    def _encode_event(self, event_id: str, run_id: str, agent: str, to: str | None, causes: Sequence[int],
+                      payload: dict[str, Any]) -> bytes:
+        """:attr:`encode_event` in Python: the same bytes as :meth:`encode` of the envelope record,
+        about twice as fast.
 
         Avro binary: a string is its UTF-8 length (zigzag varint) then the bytes; the
         union ``to`` is the branch index (0 null, 1 string) then the value; the array
