@@ -80,6 +80,8 @@ def _events(registry: SchemaRegistry) -> Iterator[tuple[bytes, list[tuple[str, b
         ("s0", None, "s0@3#1", b"3"),
         ("a" * 70, "b" * 200, "a" * 70 + "@123456789#4", b"123456789"),
         ("agënt", "tö", "agënt@0#0", b"0"),
+        ("s3", "s4", "s3@" + "9" * 25 + "#2", b"9" * 25),  # beyond a long long: Python's own int parser
+        ("s3", "s4", "s3@007#2", b"007"),
         ("s1", "s2", "s1-plain-id", None),
         ("s1", "s2", "s1@state40", None),
     ]:
