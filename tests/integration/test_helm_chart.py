@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -640,11 +641,15 @@ def test_image_runs_swarmlog_as_the_non_root_user_the_chart_expects() -> None:
     assert re.search(r"^FROM python:3\.11-slim\b", dockerfile, re.MULTILINE)
 
 
-def test_the_images_agents_get_the_guards_c_hook_and_no_compiler() -> None:
+def test_the_images_agents_get_the_c_modules_and_no_compiler() -> None:
     _, build, runtime = re.split(r"^FROM ", DOCKERFILE.read_text(), flags=re.MULTILINE)
     assert re.search(r"apt-get install -y --no-install-recommends gcc libc6-dev", build)
-    # The build stage fails if the optional extension did not compile.
-    assert re.search(r'python -c "import swarmlog\.guard\._native"', build)
+    # The build stage fails if an optional extension did not compile: every one pyproject.toml lists.
+    imported = re.search(r'python -c "import ([\w., ]+)"', build)
+    assert imported is not None
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    exts = {ext["name"] for ext in setuptools["ext-modules"]}
+    assert set(imported.group(1).replace(" ", "").split(",")) == exts
     assert "apt-get" not in runtime and "gcc" not in runtime
 
 
