@@ -25,7 +25,7 @@ help:
 # routing, the Avro readers; optional: without a compiler swarmlog installs with their Python paths),
 # so a change to their source reinstalls.
 $(STAMP): pyproject.toml platform/swarmlog/guard/_native.c platform/swarmlog/schema/_route.c \
-		platform/swarmlog/schema/_avro_native.c
+		platform/swarmlog/schema/_avro_native.c platform/swarmlog/schema/_avro_binary.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics,tui,otel]'

@@ -83,9 +83,10 @@ def test_the_c_modules_are_optional_extensions_built_from_their_sources():
     exts = SETUPTOOLS["ext-modules"]
     assert exts == [
         {"name": "swarmlog.guard._native", "sources": ["platform/swarmlog/guard/_native.c"], "optional": True},
-        {"name": "swarmlog.schema._route", "sources": ["platform/swarmlog/schema/_route.c"], "optional": True},
+        {"name": "swarmlog.schema._route", "sources": ["platform/swarmlog/schema/_route.c"],
+         "depends": ["platform/swarmlog/schema/_avro_binary.h"], "optional": True},
         {"name": "swarmlog.schema._avro_native", "sources": ["platform/swarmlog/schema/_avro_native.c"],
-         "optional": True},
+         "depends": ["platform/swarmlog/schema/_avro_binary.h"], "optional": True},
     ]
     makefile = re.sub(r"\\\n\s*", " ", (REPO / "Makefile").read_text())  # continued lines joined
     stamp = re.search(r"^\$\(STAMP\): pyproject\.toml (.*)$", makefile, re.MULTILINE)
@@ -93,7 +94,8 @@ def test_the_c_modules_are_optional_extensions_built_from_their_sources():
     for ext in exts:
         source = REPO / ext["sources"][0]
         assert source.is_file() and source.with_suffix(".pyi").is_file()
-        assert ext["sources"][0] in stamp.group(1).split()
+        for needed in ext["sources"] + ext.get("depends", []):
+            assert needed in stamp.group(1).split()  # an edit rebuilds it
 
 
 def test_the_builtin_schemas_are_found_through_importlib_resources_not_the_repo_layout():

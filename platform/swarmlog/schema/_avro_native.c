@@ -35,6 +35,8 @@
 #include <Python.h>
 #include <stddef.h> /* offsetof */
 
+#include "_avro_binary.h"
+
 enum { OP_NULL, OP_BOOLEAN, OP_LONG, OP_FLOAT, OP_DOUBLE, OP_STRING, OP_BYTES, OP_FIXED, OP_ENUM, OP_UNION,
        OP_ARRAY, OP_MAP, OP_RECORD };
 
@@ -46,35 +48,16 @@ typedef struct {
     Py_ssize_t i;
 } Buf;
 
-/* 0 with *out, or -1: past the end, more than 10 bytes, beyond 64 bits. */
-static int
+static inline int
 read_long(Buf *buf, long long *out)
 {
-    unsigned long long acc = 0;
-    int shift = 0;
-    for (;;) {
-        if (buf->i >= buf->n || shift > 63)
-            return -1;
-        unsigned char x = buf->b[buf->i++];
-        if (shift == 63 && (x & 0x7E))
-            return -1;
-        acc |= (unsigned long long)(x & 0x7F) << shift;
-        if (x < 0x80)
-            break;
-        shift += 7;
-    }
-    *out = (long long)(acc >> 1) ^ -(long long)(acc & 1);
-    return 0;
+    return avro_read_long(buf->b, buf->n, &buf->i, out);
 }
 
-static int
+static inline int
 read_len(Buf *buf, Py_ssize_t *len)
 {
-    long long l;
-    if (read_long(buf, &l) < 0 || l < 0 || l > buf->n - buf->i)
-        return -1;
-    *len = (Py_ssize_t)l;
-    return 0;
+    return avro_read_length(buf->b, buf->n, &buf->i, len);
 }
 
 /* A new reference to the datum, or NULL: with an error set for a real failure (memory), with none

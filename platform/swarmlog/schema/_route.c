@@ -28,6 +28,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "_avro_binary.h"
+
 #define MAGIC0 0xC3
 #define MAGIC1 0x01
 #define HEADER_LEN 10 /* magic + 8-byte fingerprint */
@@ -42,39 +44,14 @@ typedef struct {
     PyObject *m_value, *m_headers; /* "value", "headers" */
 } Router;
 
-/* An Avro zigzag long at b[*i]; 0 and *i past it, or -1 if it runs past n or beyond 10 bytes. */
-static int
-read_long(const unsigned char *b, Py_ssize_t n, Py_ssize_t *i, long long *out)
-{
-    unsigned long long acc = 0;
-    int shift = 0;
-    Py_ssize_t j = *i;
-    for (;;) {
-        if (j >= n || shift > 63)
-            return -1;
-        unsigned char x = b[j++];
-        if (shift == 63 && (x & 0x7E))
-            return -1; /* beyond 64 bits */
-        acc |= (unsigned long long)(x & 0x7F) << shift;
-        if (x < 0x80)
-            break;
-        shift += 7;
-    }
-    *i = j;
-    *out = (long long)(acc >> 1) ^ -(long long)(acc & 1);
-    return 0;
-}
-
 /* A string at b[*i]: its start and length, *i past it; -1 if malformed or past n. */
 static int
 read_string(const unsigned char *b, Py_ssize_t n, Py_ssize_t *i, Py_ssize_t *start, Py_ssize_t *len)
 {
-    long long l;
-    if (read_long(b, n, i, &l) < 0 || l < 0 || l > n - *i)
+    if (avro_read_length(b, n, i, len) < 0)
         return -1;
     *start = *i;
-    *len = (Py_ssize_t)l;
-    *i += (Py_ssize_t)l;
+    *i += *len;
     return 0;
 }
 
@@ -95,7 +72,7 @@ read_envelope(const unsigned char *b, Py_ssize_t n, Envelope *e)
         return -1;
     if (read_string(b, n, &i, &s, &l) < 0) /* event_type */
         return -1;
-    if (read_long(b, n, &i, &version) < 0)
+    if (avro_read_long(b, n, &i, &version) < 0)
         return -1;
     if (i >= n)
         return -1;
