@@ -60,6 +60,20 @@ read_len(Buf *buf, Py_ssize_t *len)
     return avro_read_length(buf->b, buf->n, &buf->i, len);
 }
 
+/* A float (size 4) or a double (size 8), little-endian, as a Python float; NULL if it runs past the end. */
+static PyObject *
+read_real(Buf *buf, Py_ssize_t size)
+{
+    if (buf->n - buf->i < size)
+        return NULL;
+    const char *p = (const char *)buf->b + buf->i;
+    double d = size == 4 ? PyFloat_Unpack4(p, 1) : PyFloat_Unpack8(p, 1);
+    if (d == -1.0 && PyErr_Occurred())
+        return NULL;
+    buf->i += size;
+    return PyFloat_FromDouble(d);
+}
+
 /* A new reference to the datum, or NULL: with an error set for a real failure (memory), with none
    for data the C path does not accept (the caller then asks the Python reader). */
 static PyObject *read_datum(PyObject *prog, Buf *buf, int depth);
@@ -144,24 +158,10 @@ read_datum(PyObject *prog, Buf *buf, int depth)
             return NULL;
         return PyLong_FromLongLong(v);
     }
-    case OP_FLOAT: {
-        if (buf->n - buf->i < 4)
-            return NULL;
-        double d = PyFloat_Unpack4((const char *)buf->b + buf->i, 1);
-        if (d == -1.0 && PyErr_Occurred())
-            return NULL;
-        buf->i += 4;
-        return PyFloat_FromDouble(d);
-    }
-    case OP_DOUBLE: {
-        if (buf->n - buf->i < 8)
-            return NULL;
-        double d = PyFloat_Unpack8((const char *)buf->b + buf->i, 1);
-        if (d == -1.0 && PyErr_Occurred())
-            return NULL;
-        buf->i += 8;
-        return PyFloat_FromDouble(d);
-    }
+    case OP_FLOAT:
+        return read_real(buf, 4);
+    case OP_DOUBLE:
+        return read_real(buf, 8);
     case OP_STRING: {
         Py_ssize_t len;
         if (read_len(buf, &len) < 0)
@@ -468,6 +468,22 @@ write_string(Out *o, PyObject *x)
     return 0;
 }
 
+/* An exact float as a float (size 4) or a double (size 8); W_REJECT for anything else, and for a
+   value beyond float32 (the Python writer writes its infinity). */
+static int
+write_real(Out *o, PyObject *x, Py_ssize_t size)
+{
+    if (!PyFloat_CheckExact(x))
+        return W_REJECT;
+    char buf[8];
+    int rc = size == 4 ? PyFloat_Pack4(PyFloat_AS_DOUBLE(x), buf, 1) : PyFloat_Pack8(PyFloat_AS_DOUBLE(x), buf, 1);
+    if (rc < 0) {
+        PyErr_Clear();
+        return W_REJECT;
+    }
+    return out_write(o, buf, size);
+}
+
 /* 0 written; W_REJECT (nothing to undo: the caller drops the whole output); -1 error set. */
 static int
 write_datum(PyObject *prog, PyObject *x, Out *o, int depth)
@@ -494,26 +510,10 @@ write_datum(PyObject *prog, PyObject *x, Out *o, int depth)
         if ((rc = exact_long(x, &v)) != 0)
             return rc;
         return out_long(o, v);
-    case OP_FLOAT: {
-        if (!PyFloat_CheckExact(x))
-            return W_REJECT;
-        char buf[4];
-        if (PyFloat_Pack4(PyFloat_AS_DOUBLE(x), buf, 1) < 0) { /* beyond float32: the Python writer's inf */
-            PyErr_Clear();
-            return W_REJECT;
-        }
-        return out_write(o, buf, 4);
-    }
-    case OP_DOUBLE: {
-        if (!PyFloat_CheckExact(x))
-            return W_REJECT;
-        char buf[8];
-        if (PyFloat_Pack8(PyFloat_AS_DOUBLE(x), buf, 1) < 0) {
-            PyErr_Clear();
-            return W_REJECT;
-        }
-        return out_write(o, buf, 8);
-    }
+    case OP_FLOAT:
+        return write_real(o, x, 4);
+    case OP_DOUBLE:
+        return write_real(o, x, 8);
     case OP_STRING:
         return write_string(o, x);
     case OP_BYTES:
