@@ -240,6 +240,22 @@ class UndecodableMessage(SwarmlogError):
         super().__init__(f"undecodable message {where}: {reason}")
 
 
+class TrailingBytesInValue(UndecodableMessage):
+    """A message's value holds a whole event and then more bytes: a second event appended to it,
+    or garbage. A value is exactly one event, so the message is not one: readers name it, the sink
+    dead-letters it, and nothing vouches for the event alone while the log holds something else."""
+
+    def __init__(self, *, offset: int | None, end: int, size: int) -> None:
+        self.end = end
+        """Where the event ends in the value (bytes)."""
+        self.size = size
+        """The value's size (bytes)."""
+        super().__init__(offset=offset, reason=(
+            f"the event ends at byte {end} of its {size}-byte value: {size - end} byte(s) follow it (a second "
+            f"event or bytes appended to it). A message's value is exactly one event; fix the producer that "
+            f"wrote it"))
+
+
 # --- the log -------------------------------------------------------------------------
 
 

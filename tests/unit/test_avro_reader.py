@@ -14,10 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarmlog.errors import UndecodableMessage
+from swarmlog.errors import TrailingBytesInValue, UndecodableMessage
 from swarmlog.log.memory import MemoryMessage
 from swarmlog.schema import _avro_reader, codec
 from swarmlog.schema._avro_reader import (
+    TrailingBytes,
     Unsupported,
     compile_reader,
     fastavro_reader,
@@ -226,9 +227,10 @@ def test_no_truncation_or_single_byte_change_is_accepted_where_fastavro_refuses(
                 assert identical(ours[1], theirs[1]), (v, ours, theirs)
             else:
                 # Refused where fastavro reads something: only bytes no writer writes (a negative
-                # index, an over-long varint): fastavro's datum is not what they encode.
+                # index, an over-long varint), or a datum that ends before the value does (fastavro
+                # ignores the bytes after it): fastavro's datum is not what the whole value encodes.
                 written = fastavro_bytes(schema_parsed, theirs[1])
-                assert written != v[pos:pos + len(written)], (v, ours)
+                assert written != v[pos:], (v, ours)
 
 
 def test_decoder_refuses_every_damaged_event_that_fastavro_refuses(registry):
@@ -337,11 +339,16 @@ def test_where_fastavro_refuses_the_compiled_reader_refuses(field_type, body):
     ("long", b"\x80" * 10 + b"\x01"),
     (ENUM, b"\x01"),  # index -1: fastavro gives the last symbol
     (["null", "string"], b"\x01\x02a"),  # branch -1: fastavro reads the last branch
+    ("string", b"\x04ab" + b"trailing"),  # bytes after the datum: fastavro ignores them
+    ("long", b"\x02\x00"),
+    ({"type": "array", "items": "long"}, b"\x00\x00"),
 ])
 def test_the_compiled_reader_refuses_what_no_writer_writes_where_fastavro_reads_something(field_type, body):
     ours, theirs = _read_both(field_type, body)
     assert theirs[0] == "datum"
     assert ours[0] == "error"
+    if fastavro_bytes(_one(field_type), theirs[1]) == body[:len(fastavro_bytes(_one(field_type), theirs[1]))]:
+        assert isinstance(ours[1], TrailingBytes)  # a whole datum, then more
 
 
 @pytest.mark.parametrize(("field_type", "body"), [
@@ -349,7 +356,6 @@ def test_the_compiled_reader_refuses_what_no_writer_writes_where_fastavro_reads_
     ("long", b"\x81\x80\x80\x80\x80\x80\x80\x80\x80\x00"),  # 10 bytes, -1
     ("int", b"\xff\xff\xff\xff\x7f"),  # beyond 32 bits: fastavro does not check an int's range
     ("boolean", b"\x05"),  # any byte but 0 is true
-    ("string", b"\x04ab" + b"trailing"),  # bytes after the datum are ignored
     ({"type": "array", "items": "long"}, b"\x03\x04\x02\x04\x00"),  # a block of -2 items, its byte size 2
     ({"type": "array", "items": "long"}, b"\x02\x02\x02\x04\x00"),  # two blocks of one
     ({"type": "map", "values": "long"}, b"\x04\x02a\x02\x02a\x04\x00"),  # a key twice: the last value
@@ -419,3 +425,42 @@ def test_a_truncated_or_bad_body_is_undecodable_at_its_offset(registry):
         with pytest.raises(UndecodableMessage) as info:
             Decoder(registry).decode(cut, 11)
         assert info.value.offset == 11
+
+
+TAILS = st.binary(min_size=1, max_size=40) | st.sampled_from([b"\x00", b"\x02"])
+
+
+@pytest.mark.parametrize(("schema", "value"), EVENTS, ids=[f"{s.event_type}-v{s.version}-{i}"
+                                                          for i, (s, _) in enumerate(EVENTS)])
+@settings(max_examples=40, deadline=None)
+@given(tail=TAILS)
+def test_a_value_with_bytes_after_its_event_is_refused_by_every_reader(schema, value, tail):
+    """A value is the whole value: a valid event followed by anything is not an event. The C and
+    Python readers (whole record and payload alone) raise TrailingBytes where fastavro would read
+    the event and ignore the rest; the Decoder names it (TrailingBytesInValue, where it ends)."""
+    extended = value + tail
+    end = _envelope_fields(extended)[-1]
+    for read, pos in ((compile_reader(schema.parsed), HEADER_LEN), (compile_reader(_payload_parsed(schema)), end)):
+        assert identical(_fastavro_read(schema.parsed if pos == HEADER_LEN else _payload_parsed(schema),
+                                        extended, pos),
+                         read(value, pos))  # fastavro reads the event and ignores the tail
+        with pytest.raises(TrailingBytes) as info:
+            read(extended, pos)
+        assert (info.value.end, info.value.size) == (len(value), len(extended))
+    decoder = Decoder(REGISTRY)
+    for decode in (lambda: decoder.decode(extended, 9),
+                   lambda: decoder.decode_fields(MemoryMessage(9, extended, None, [], 0))):
+        with pytest.raises(TrailingBytesInValue) as named:
+            decode()
+        assert (named.value.offset, named.value.end, named.value.size) == (9, len(value), len(extended))
+
+
+def test_a_second_whole_event_appended_to_a_value_makes_it_undecodable(registry):
+    schema, value = EVENTS[0]
+    twice = value + value
+    with pytest.raises(TrailingBytesInValue) as info:
+        Decoder(registry).decode(twice, 4)
+    assert info.value.end == len(value) and "a second event" in str(info.value)
+    resolving = fastavro_reader(schema.parsed, registry.latest(schema.event_type).parsed)  # fastavro's path too
+    with pytest.raises(TrailingBytes):
+        resolving(twice, HEADER_LEN)

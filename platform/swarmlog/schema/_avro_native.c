@@ -11,12 +11,13 @@
  * The same datum, or the Python reader. A Program is built with the Python reader compiled
  * from the same schema as its fallback. The C walk reads only well-formed data: every read
  * is bounds-checked, every varint at most 10 bytes and 64 bits, every string strict UTF-8,
- * every union branch and enum index in range, and a block never promises more items than
- * bytes are left. At the first thing it does not accept it stops, throws away what it built,
- * and returns the Python reader's result for the same bytes -- the datum, or the error the
- * Python reader raises. So the C path never decides anything the Python reader would not
- * (tests/unit/test_avro_reader.py holds both to fastavro on every schema in schemas/, every
- * truncation and every single-byte change of encoded events).
+ * every union branch and enum index in range, a block never promises more items than
+ * bytes are left, and the datum ends exactly where the value does. At the first thing it does
+ * not accept it stops, throws away what it built, and returns the Python reader's result for
+ * the same bytes -- the datum, or the error the Python reader raises. So the C path never
+ * decides anything the Python reader would not (tests/unit/test_avro_reader.py holds both to
+ * fastavro on every schema in schemas/, every truncation and every single-byte change of
+ * encoded events, and every value with bytes after it).
  *
  * The same bytes, or the Python writer. EventEncoder writes only exact types (str, int within
  * the field's bits, float, bool, bytes, list or tuple, dict) and hands anything else -- a
@@ -284,7 +285,8 @@ valid_program(PyObject *prog, int depth)
     }
 }
 
-/* read(b, i): the datum whose encoding starts at b[i], as the Python reader reads it. */
+/* read(b, i): the datum whose encoding starts at b[i] and ends where b does, as the Python reader
+   reads it; anything else (bytes after the datum too) is the Python reader's to refuse. */
 static PyObject *
 Program_call(Program *p, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -294,8 +296,13 @@ Program_call(Program *p, PyObject *const *args, size_t nargsf, PyObject *kwnames
         if (start >= 0 && start <= PyBytes_GET_SIZE(args[0])) {
             Buf buf = {(const unsigned char *)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), start};
             PyObject *datum = read_datum(p->program, &buf, 0);
-            if (datum != NULL)
-                return datum;
+            if (datum != NULL) {
+                if (buf.i == buf.n)
+                    return datum;
+                /* Bytes after the datum: a value is exactly one event. The Python reader raises
+                   TrailingBytes for them (a datum read whole, the buffer going on). */
+                Py_DECREF(datum);
+            }
             if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError))
                 PyErr_Clear();
             if (PyErr_Occurred())

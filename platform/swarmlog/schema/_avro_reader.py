@@ -60,11 +60,25 @@ except ImportError:  # pragma: no cover - where it could not be built
 logger = logging.getLogger(__name__)
 
 Reader = Callable[[bytes, int], Any]
-"""``read(buf, pos)``: the datum whose encoding starts at ``buf[pos]``; raises if ``buf``
-ends before it; what follows it is ignored."""
+"""``read(buf, pos)``: the datum whose encoding starts at ``buf[pos]`` and ends where ``buf``
+ends; raises if ``buf`` ends before it, and :class:`TrailingBytes` if bytes follow it."""
 
-__all__ = ["Reader", "Unsupported", "compile_reader", "fastavro_reader", "payload_reader", "read_length",
-           "read_long"]
+__all__ = ["Reader", "TrailingBytes", "Unsupported", "compile_reader", "fastavro_reader", "payload_reader",
+           "read_length", "read_long"]
+
+
+class TrailingBytes(ValueError):
+    """A datum was read whole and the buffer goes on: ``extra`` bytes follow it, from ``end`` on.
+
+    Every reader here reads a message's value (or its payload) to the end: a value is exactly one
+    event, so whatever follows the record makes the message undecodable
+    (:class:`~swarmlog.errors.UndecodableMessage`), never silently dropped."""
+
+    def __init__(self, *, end: int, size: int) -> None:
+        self.end = end
+        self.size = size
+        self.extra = size - end
+        super().__init__(f"the datum ends at byte {end} of {size}: {size - end} byte(s) follow it")
 
 
 def read_long(b: bytes, i: int) -> tuple[int, int]:
@@ -120,11 +134,17 @@ def _truncated(b: bytes, i: int) -> EOFError:
     return EOFError(f"the datum needs {i} bytes, the buffer holds {len(b)}")
 
 
+def _not_at_end(b: bytes, i: int) -> Exception:
+    """Where a whole datum was read to ``i``: truncated (past the end) or trailing bytes (before it)."""
+    return _truncated(b, i) if i > len(b) else TrailingBytes(end=i, size=len(b))
+
+
 # Why the end is checked once, after the datum: a slice past the end of ``bytes`` is short,
 # not an error, and positions only grow; so a datum that ran past the end leaves the final
 # position past it, and every read of a byte (b[i]) past it raises at once. Only fixed reads
 # no byte of its own (checked where it is read), and a loop over a block's items is bounded
-# first (an item of at least one byte each cannot outnumber the bytes left).
+# first (an item of at least one byte each cannot outnumber the bytes left). The same one check
+# refuses a datum that ends before the buffer does (trailing bytes: a value is exactly one event).
 _ZIGZAG = tuple((x >> 1) ^ -(x & 1) for x in range(0x80))
 """``_ZIGZAG[x]``: the value of the one-byte varint ``x``."""
 _unpack_float = struct.Struct("<f").unpack_from
@@ -138,7 +158,7 @@ class _Compiler:
     def __init__(self) -> None:
         self.ns: dict[str, Any] = {"_long": read_long, "_str": _read_string, "_bytes": _read_bytes,
                                    "_index": _read_index, "_f": _unpack_float, "_d": _unpack_double,
-                                   "_trunc": _truncated, "_Z": _ZIGZAG}
+                                   "_trunc": _truncated, "_end": _not_at_end, "_Z": _ZIGZAG}
         self.named: dict[str, Any] = {}  # full name -> its schema (parse_schema names a type once)
         self.records: dict[str, str] = {}  # full name -> its function's name in ns
         self.stack: list[str] = []  # the records being read, outermost first
@@ -309,13 +329,14 @@ class _Compiler:
         return fname
 
     def top(self, schema: dict[str, Any]) -> Reader:
-        """The reader of a whole record: its fields inline, the end checked once."""
+        """The reader of a whole record: its fields inline, the end checked once (the datum must end
+        where the buffer does: neither past it, nor before it)."""
         if schema["type"] != "record":
             raise Unsupported(f"type {schema['type']!r}")
         self.named[schema["name"]] = schema
         lines, built = self.fields(schema, "    ")
         self.exec(schema["name"], "def _read(b, i):\n" + "".join(line + "\n" for line in lines)
-                  + f"    if i > len(b): raise _trunc(b, i)\n    return {built}\n")
+                  + f"    if i != len(b): raise _end(b, i)\n    return {built}\n")
         return self.ns["_read"]
 
     def exec(self, name: str, src: str) -> None:
@@ -379,12 +400,17 @@ def _program(c: _Compiler, schema: Any, stack: list[str]) -> tuple[Any, ...]:
 
 def fastavro_reader(parsed: Any, reader_parsed: Any = None) -> Reader:
     """The same contract by fastavro itself (the fallback), resolving into ``reader_parsed``
-    if given."""
+    if given: fastavro ignores what follows the datum, so the end is checked here."""
     schemaless_reader = fastavro.schemaless_reader
     bytes_io = io.BytesIO
 
     def read(b: bytes, i: int) -> Any:
-        return schemaless_reader(bytes_io(b[i:] if i else b), parsed, reader_parsed)
+        buf = bytes_io(b[i:] if i else b)
+        datum = schemaless_reader(buf, parsed, reader_parsed)
+        end = buf.tell()
+        if end != len(b) - i:
+            raise TrailingBytes(end=i + end, size=len(b))
+        return datum
 
     return read
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import fastavro
 
-from ..errors import SchemaNotFound, UndecodableMessage
+from ..errors import SchemaNotFound, TrailingBytesInValue, UndecodableMessage
 from ..protocol import (
     H_AGENT,
     H_STEP,
@@ -49,7 +49,7 @@ from ..protocol import (
     route,
     step_of,
 )
-from ._avro_reader import Reader, fastavro_reader, payload_reader, read_length, read_long
+from ._avro_reader import Reader, TrailingBytes, fastavro_reader, payload_reader, read_length, read_long
 from ._avro_writer import Unsupported, Writer, avro_long, avro_string, native_program, payload_writer
 from .registry import EventSchema, SchemaRegistry
 from .upcasting import upcasters_for
@@ -301,6 +301,8 @@ class Decoder:
             plan = self._plan(fp, offset)
         try:
             record = plan.read(value, HEADER_LEN)
+        except TrailingBytes as exc:  # a whole event, and more: a value is exactly one event
+            raise TrailingBytesInValue(offset=offset, end=exc.end, size=exc.size) from None
         except Exception as exc:  # EOFError, IndexError, ValueError, UnicodeDecodeError, struct.error...
             raise UndecodableMessage(offset=offset, reason=f"Avro body does not match its schema: {exc!r}") from None
         for step in plan.steps:
@@ -397,6 +399,8 @@ class Decoder:
                     to is not None and to not in utf8):
                 _check_utf8(utf8, run_id, agent, event_type, to)
             payload = plan.read(value, end)
+        except TrailingBytes as exc:
+            raise TrailingBytesInValue(offset=offset, end=exc.end, size=exc.size) from None
         except Exception as exc:  # as decode: IndexError/ValueError (truncated), UnicodeDecodeError, EOFError...
             raise UndecodableMessage(offset=offset, reason=f"Avro body does not match its schema: {exc!r}") from None
         headers = msg.headers()
