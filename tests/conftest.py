@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -60,6 +60,20 @@ def subprocess_env(settings: Settings) -> dict[str, str]:
     if settings.database_password is not None:  # taken out of the URL by Settings
         env["SWARMLOG_DATABASE_PASSWORD"] = settings.database_password.get_secret_value()
     return env
+
+
+def unchecked_event(registry: SchemaRegistry, event_type: str, payload: dict[str, Any], *, agent: str,
+                    to: str | None = None, causes: Sequence[int] = (), run_id: str = "",
+                    event_id: str | None = None) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """``(value, key, headers)`` of an event as swarmlog's writers would produce it, with none of their
+    checks (names, causes, ids): what another producer, an older writer or a copy tool may put in a
+    log, for ``EventLog.produce_raw``. Readers must take whatever is in the log."""
+    from swarmlog.schema.codec import Encoder
+
+    enc = Encoder(registry.latest(event_type))
+    value = enc.encode_event(event_id or f"unchecked-{uuid.uuid4().hex[:12]}", run_id, agent, to, list(causes),
+                             enc.schema.validate_payload(payload))
+    return value, agent.encode(), list(enc.headers(agent.encode(), None if to is None else to.encode()))
 
 
 GUARD_HOOKS = ("native", "python")

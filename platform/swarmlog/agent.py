@@ -34,7 +34,7 @@ from typing import Any
 
 from .errors import ConfigurationError
 from .events import Event
-from .protocol import AGENT_NAME_FORBIDDEN, MESSAGE, TIMER_FIRED
+from .protocol import AGENT_NAME_RULE, MESSAGE, TIMER_FIRED, agent_name_problem
 from .sdk import llm_client
 
 Handler = Callable[[Any, Any, Event], None]
@@ -82,9 +82,9 @@ class Agent:
         cls._handlers = handlers
 
     def __init__(self, name: str) -> None:
-        if not name or any(c in name for c in AGENT_NAME_FORBIDDEN):
-            raise ConfigurationError(f"agent name {name!r} must be non-empty, without spaces or any of "
-                                     f"{AGENT_NAME_FORBIDDEN.strip()!r} (they would make its event ids ambiguous)")
+        problem = agent_name_problem(name)
+        if problem is not None:
+            raise ConfigurationError(f"agent name {name!r} {problem}: {AGENT_NAME_RULE}")
         self.name = name
         self.state: dict[str, Any] = self.initial_state()
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from .errors import ConfigurationError, InvalidToken, SchemaError, ServiceUnavailable, SwarmlogError, UsageError
 from .settings import Settings
+from .terminal import PrintableFormatter, bounded, printable
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ def cmd_topic(args: argparse.Namespace) -> int:
 
 
 def cmd_append(args: argparse.Namespace) -> int:
+    from .errors import DuplicateEventId
     from .log.append import EventLog
 
     settings = _settings(args)
@@ -105,8 +107,13 @@ def cmd_append(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         raise UsageError(f"payload is not JSON: {exc}") from None
     with EventLog(settings=settings, run_id=args.run_id) as log:
-        offset = log.append(args.event_type, payload, agent=args.agent, to=args.to,
-                            causes=[int(c) for c in args.cause])
+        if args.event_id is not None:
+            # An event id names one event: one already in the log is refused, not written a second time.
+            found = log.offset_of(args.event_id)
+            if found is not None:
+                raise DuplicateEventId(event_type=args.event_type, event_id=args.event_id, offset=found)
+        offset = log.append(args.event_type, payload, agent=args.agent, to=args.to, event_id=args.event_id,
+                            causes=args.cause)
     print(offset)
     return 0
 
@@ -230,9 +237,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
         finally:
             if bar:
                 bar.close()
-        for u in result.undecodable:
-            print(f"warning: offset {u.offset} is not a readable event and was not replayed: {u.error}",
-                  file=sys.stderr)
+        # Bounded: past swarmlog.terminal.CAP, a summary by kind with offset ranges (every one with
+        # --json or -v), never a line per message of a log with ten thousand bad ones.
+        unreadable = [(u.offset, f"not readable events ({u.kind})",
+                       f"offset {u.offset} is not a readable event and was not replayed: {u.error}")
+                      for u in result.undecodable]
+        for line in bounded(unreadable, full=args.json or args.verbose > 0):
+            print(f"warning: {line}", file=sys.stderr)
         if result.start_offset:
             print(f"warning: the log starts at offset {result.start_offset}, not 0: this is not the whole run "
                   f"(its token records start_offset {result.start_offset})", file=sys.stderr)
@@ -242,7 +253,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"replayed {result.events} events from offset {result.start_offset} up to offset "
                   f"{result.end_offset} (exclusive)")
             for agent, h in sorted(result.agents.items()):
-                print(f"  {agent:<20} {h}")
+                print(f"  {printable(agent):<20} {h}")
             print(f"stream hash {result.stream_hash}")
         status = EXIT_UNREADABLE if (args.strict and result.undecodable) else EXIT_OK
     if expected is not None:
@@ -310,10 +321,10 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
     else:
         print(f"replayed {result.events} events of {args.swarm} up to offset {result.end_offset} (exclusive)")
         for agent, h in sorted(result.agents.items()):
-            print(f"  {agent:<20} {h}  ({result.steps.get(agent, 0)} steps)")
+            print(f"  {printable(agent):<20} {h}  ({result.steps.get(agent, 0)} steps)")
         print(f"stream hash {result.stream_hash}")
         for agent, offset in sorted(result.unverified_from.items()):
-            print(f"  {agent}: unverified from offset {offset} (what it wrote there lies past the cut, "
+            print(f"  {printable(agent)}: unverified from offset {offset} (what it wrote there lies past the cut, "
                   f"or it never got there live)")
         checked, recorded = sum(result.states_checked.values()), sum(result.states_recorded.values())
         print(f"state digests: {checked} step(s) checked of {recorded} recorded"
@@ -322,8 +333,9 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
         if first is None:
             print("no divergence: the code does exactly what the log recorded")
         else:
-            print(f"DIVERGED first at offset {first.offset} (agent {first.agent}, {first.kind}): {first.detail}")
-            print(f"  recorded: {json.dumps(first.recorded, default=str)}")
+            print(printable(f"DIVERGED first at offset {first.offset} (agent {first.agent}, {first.kind}): "
+                            f"{first.detail}"))
+            print(f"  recorded: {json.dumps(first.recorded, default=str)}")  # ASCII: JSON escapes the rest
             print(f"  now:      {json.dumps(first.replayed, default=str)}")
             if len(result.divergences) > 1:
                 print(f"  ({len(result.divergences) - 1} more divergence(s) after it)")
@@ -360,7 +372,7 @@ def _mirror_verify(args: argparse.Namespace) -> int:
         if mirror.position < mirror.log_end:
             print(f"  offsets from {mirror.position} on are not mirrored yet")
         for problem in mirror.problems:
-            print(f"  {problem}")
+            print(f"  {printable(problem)}")
         print("the mirror matches the log" if mirror.ok else
               f"the mirror does NOT match the log: {len(mirror.problems)} row(s)")
     return EXIT_TOKEN_MISMATCH if not mirror.ok else status
@@ -425,12 +437,26 @@ def _first_reason(reasons: list[str | None]) -> str | None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .causality import check_causality
+    from .causality import SECTIONS, check_causality
 
     count, violations = check_causality(settings=_settings(args))
-    for v in violations:
-        print(v)
-    print(f"checked {count} events: {len(violations)} causality violation(s)")
+    if args.json:
+        print(json.dumps({"events": count, "ok": not violations,
+                          "counts": {section: sum(v.section == section for v in violations) for section, _ in SECTIONS},
+                          "findings": [v.to_json() for v in violations]}, indent=2))
+        return EXIT_PROBLEMS_FOUND if violations else EXIT_OK
+    # One section each: an unreadable message is not a causality violation, and ten thousand of either
+    # are a summary with offset ranges (swarmlog.terminal.bounded), every one with --json or -v.
+    counts = []
+    for section, title in SECTIONS:
+        found = [v for v in violations if v.section == section]
+        counts.append(f"{len(found)} {title}")
+        if found:
+            print(f"{title} ({len(found)}):")
+            for line in bounded([(v.offset, v.rule, str(v)) for v in found], full=args.verbose > 0):
+                print(f"  {line}")
+    causality = sum(v.section == "causality" for v in violations)
+    print(f"checked {count} events: {causality} causality violation(s); " + ", ".join(counts[:-1]))
     return EXIT_PROBLEMS_FOUND if violations else EXIT_OK
 
 
@@ -506,7 +532,8 @@ def configure_logging(verbosity: int, *, service: bool = False) -> None:
         return
     if _handler is None:
         _handler = logging.StreamHandler(sys.stderr)
-        _handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        # Log messages name agents, kinds and errors that may come from the log: escaped (swarmlog.terminal).
+        _handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(_handler)
     quiet = logging.INFO if service else logging.WARNING
     level = quiet if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
@@ -587,7 +614,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     a.add_argument("payload", help="the payload as JSON")
     a.add_argument("--agent", required=True)
     a.add_argument("--to")
-    a.add_argument("--cause", action="append", default=[], help="offset of a cause (repeatable)")
+    a.add_argument("--cause", action="append", default=[], type=int, metavar="OFFSET",
+                   help="offset of a cause: an earlier event of this log (repeatable; checked before writing)")
+    a.add_argument("--event-id", metavar="ID", help="the event's id (default: a new unique one); one already in "
+                                                    "the log is refused (the whole log is read to know)")
     a.add_argument("--run-id", default="")
     a.add_argument("--topic")
     a.set_defaults(func=cmd_append)
@@ -676,6 +706,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="check a whole log", parents=[verbose])
     c.add_argument("what", choices=["causality"])
     c.add_argument("--topic")
+    c.add_argument("--json", action="store_true", help="every finding as JSON (the text lists at most 20 of a kind "
+                                                      "one a line, then a summary; -v lists them all)")
     c.set_defaults(func=cmd_check)
 
     if command is None or command in _DEBUG_COMMANDS:
@@ -743,7 +775,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tracing.shutdown()  # what is still batched goes out before the process exits
     except SwarmlogError as exc:
         logger.debug("the error's traceback", exc_info=exc)
-        print(f"swarmlog: error: {exc}", file=sys.stderr)
+        print(f"swarmlog: error: {printable(exc)}", file=sys.stderr)  # it may name what the log holds
         return exit_code(exc)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

@@ -26,17 +26,21 @@ import uuid as _uuid
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from .errors import ConfigurationError, EffectDiverged, EffectFailed, NoRunStarted, OutsideStep
+from .errors import ConfigurationError, EffectDiverged, EffectFailed, InvalidEvent, NoRunStarted, OutsideStep
 from .events import Event
 from .guard import allowed
 from .hashing import canonical, short_sha256
 from .protocol import (
+    AGENT_NAME_RULE,
     EFFECT_RECORDED,
+    LABEL_RULE,
     LLM_CALL,
     MESSAGE,
     TIMER_CANCELLED,
     TIMER_FIRED,
     TIMER_SET,
+    agent_name_problem,
+    name_problem,
     output_id,
 )
 from .schema.registry import SchemaRegistry
@@ -75,7 +79,7 @@ class Context:
     """One per agent, reused for every step (so the hot path allocates little)."""
 
     __slots__ = ("agent", "registry", "llm_client", "run_effect", "_sink", "_event", "_step", "_index",
-                 "_rand_index", "_effects", "_rand_prefix", "seed", "run_id", "_http")
+                 "_rand_index", "_effects", "_rand_prefix", "seed", "run_id", "_http", "_named", "_labelled")
 
     def __init__(self, *, agent: str, registry: SchemaRegistry, llm_client: Any = None,
                  run_effect: EffectRunner | None = None) -> None:
@@ -98,6 +102,8 @@ class Context:
         self._rand_index = 0
         self._effects: list[int] = []
         self._http: dict[Any, Any] = {}  # (library, options) -> (client, transport), kept across steps
+        self._named: set[str] = set()  # recipients found to follow the name grammar (they repeat)
+        self._labelled: set[str] = set()  # message kinds and timer names found to follow it
 
     # -- driven by the runtime -----------------------------------------------------------
 
@@ -333,10 +339,31 @@ class Context:
         index = self._index
         self._index = index + 1
         with allowed():
+            # The grammar of what terminals and ids will show (protocol.name_problem), checked once
+            # per distinct name: a recipient, a message kind or a timer name a handler made up.
+            if to is not None and to not in self._named:
+                self._check_name(event_type, "to", to, agent=True)
+            if event_type == MESSAGE:
+                if payload["kind"] not in self._labelled:
+                    self._check_name(event_type, "payload.kind", payload["kind"], agent=False)
+            elif (event_type == TIMER_SET or event_type == TIMER_CANCELLED) and payload["name"] not in self._labelled:
+                self._check_name(event_type, "payload.name", payload["name"], agent=False)
             if event_id is None:
                 event_id = output_id(self.agent, self._step, index)
             offset = sink.write(Output(event_id, event_type, payload, to, causes), locate=locate)
         return -1 if offset is None else offset
+
+    def _check_name(self, event_type: str, field: str, value: str, *, agent: bool) -> None:
+        """:class:`InvalidEvent` unless ``value`` follows the grammar of names (``agent``: a recipient)
+        or of labels (a kind, a timer name); remembered once it does."""
+        problem = agent_name_problem(value) if agent else name_problem(value, agent=False)
+        if problem is not None:
+            raise InvalidEvent(event_type=event_type, field=field,
+                               problem=f"{value!r} {problem}; {AGENT_NAME_RULE if agent else LABEL_RULE}")
+        known = self._named if agent else self._labelled
+        if len(known) >= 4096:  # names repeat; anything else must not grow this forever
+            known.clear()
+        known.add(value)
 
     def output_timer_fired(self, *, name: str, set_offset: int, clock: str, causes: list[int]) -> None:
         """The runtime's own output: a logical timer fired during this step."""

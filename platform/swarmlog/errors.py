@@ -322,6 +322,34 @@ class AppendIncomplete(AppendFailed):
         return {f.event_id: f.error for f in self.fates if f.error is not None}
 
 
+class InvalidCause(InvalidEvent):
+    """An event's cause that cannot be one: negative, at or past the log's end (the writer's own offset
+    is later still), or an offset that holds no event (a transaction marker, an aborted or deleted
+    record, a message that is not an event). Refused before anything is written."""
+
+    def __init__(self, *, event_type: str, cause: int, why: str) -> None:
+        self.cause = cause
+        self.why = why
+        super().__init__(event_type=event_type, field="causes", problem=(
+            f"cause {cause} {why}; a cause names an earlier event of the same log by its offset "
+            f"(`swarmlog log` lists them)"))
+
+
+class DuplicateEventId(InvalidEvent):
+    """An event id this writer already appended: a second event with it would be a copy that every
+    reader must name and skip. Refused before anything is written."""
+
+    def __init__(self, *, event_type: str, event_id: str, offset: int | None) -> None:
+        self.event_id = event_id
+        self.offset = offset
+        """Where the first event with the id is (None: still queued in this producer)."""
+        where = f"at offset {offset}" if offset is not None else "(still queued, not acknowledged yet)"
+        super().__init__(event_type=event_type, field="event_id", problem=(
+            f"{event_id!r} was already appended by this log {where}: an event id names one event, and readers "
+            f"skip a second one as a copy. Give the new event an id of its own; to finish an incomplete append, "
+            f"append the same ids again after AppendIncomplete (written and queued ones are not sent twice)"))
+
+
 class RoutingHeaderMismatch(SwarmlogError):
     """A message's routing header says something else than its envelope (its Avro body).
 

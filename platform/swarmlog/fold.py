@@ -27,8 +27,12 @@ class Reducer(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Undecodable:
+    """A message of the log that is not a readable event: where, why, and what kind of error."""
+
     offset: int
     error: str
+    kind: str = "UndecodableMessage"
+    """The error's type (``SchemaNotFound``, ``TrailingBytesInValue``, ...): what a long list is summarised by."""
 
 
 @dataclass(slots=True)
@@ -51,7 +55,7 @@ class ReplayResult:
             "events": self.events,
             "agents": dict(sorted(self.agents.items())),
             "stream_hash": self.stream_hash,
-            "undecodable": [{"offset": u.offset, "error": u.error} for u in self.undecodable],
+            "undecodable": [{"offset": u.offset, "kind": u.kind, "error": u.error} for u in self.undecodable],
         }
 
 
@@ -106,7 +110,7 @@ class Fold:
         self.events += len(msgs) - (len(self.undecodable) - undecodable)
 
     def _undecodable(self, offset: int, exc: SwarmlogError) -> None:
-        self.undecodable.append(Undecodable(offset=offset, error=str(exc)))
+        self.undecodable.append(Undecodable(offset=offset, error=str(exc), kind=type(exc).__name__))
 
     def result(self, end_offset: int, *, start_offset: int = 0) -> ReplayResult:
         return ReplayResult(

@@ -211,8 +211,71 @@ _INDEX_MARK_B = _INDEX_MARK.encode()
 _DIGEST_MARK = "@state"
 _DIGEST_MARK_B = _DIGEST_MARK.encode()
 _STOP_MARK = "@stop"
-AGENT_NAME_FORBIDDEN = "@#:/ "
-"""Characters an agent name may not hold: they would make its event ids ambiguous."""
+AGENT_NAME_FORBIDDEN = "@#:/ *"
+"""Characters an agent name may not hold besides the non-printable ones (:func:`name_problem`):
+``@ # :`` and ``/`` would make its event ids ambiguous, and ``*`` is how ``swarmlog log`` shows a
+broadcast's recipient."""
+
+# --- names ----------------------------------------------------------------------------------
+# The grammar of what the log names (docs/edges.md, "Names"). Names are read back into terminals
+# (``swarmlog log``, ``show``, ``timeline``, ``replay``, ``check``), into Kafka resource names and
+# into event ids, so they are checked where they are written: an agent's name when the agent is
+# made, a recipient, a message kind and a timer name when a step or ``EventLog`` writes them, an
+# explicit event id and a run id by ``EventLog``. What an older writer or another tool put in the
+# log is escaped on its way to a terminal (:mod:`swarmlog.terminal`), never trusted to be clean.
+
+NAME_MAX = 128
+"""The most characters an agent name, a recipient, a message kind or a timer name may have."""
+ID_MAX = 256
+"""The most characters an event id or a run id may have."""
+
+
+AGENT_NAME_RULE = (f"an agent name (and a recipient) is 1 to {NAME_MAX} printable characters, without whitespace or "
+                   f"any of {AGENT_NAME_FORBIDDEN.strip()!r} (docs/edges.md, Names)")
+LABEL_RULE = f"a message kind or a timer name is 1 to {NAME_MAX} printable characters (docs/edges.md, Names)"
+ID_RULE = f"an event id or a run id is 1 to {ID_MAX} printable characters, without whitespace (docs/edges.md, Names)"
+
+
+def name_problem(name: object, *, agent: bool = True, limit: int = NAME_MAX) -> str | None:
+    """What is wrong with ``name``, or None if nothing.
+
+    ``agent`` (agent names and recipients, event ids, run ids): 1 to ``limit`` printable characters,
+    no whitespace; an agent name also none of :data:`AGENT_NAME_FORBIDDEN`. Otherwise (a message
+    kind, a timer name): 1 to ``limit`` printable characters, spaces allowed. *Printable* is
+    Python's ``str.isprintable``: no control characters (C0, DEL, C1: ESC, BEL, newline, CSI...),
+    no format characters (bidirectional overrides, zero-width joiners), no line or paragraph
+    separators, nothing unassigned; letters, digits, punctuation and symbols of any script are.
+    """
+    if type(name) is not str:
+        return f"is a {type(name).__name__}, not a string"
+    if not name:
+        return "is empty"
+    if len(name) > limit:
+        return f"has {len(name)} characters, more than {limit}"
+    if name.isprintable() and (not agent or " " not in name):
+        return None
+    for i, c in enumerate(name):
+        if not c.isprintable() or (agent and c == " "):
+            return f"holds {'a space' if c == ' ' else f'the non-printable character U+{ord(c):04X}'} at index {i}"
+    return None  # pragma: no cover - isprintable() said otherwise
+
+
+def agent_name_problem(name: object) -> str | None:
+    """What is wrong with ``name`` as an agent's name (or a message's recipient), or None."""
+    problem = name_problem(name)
+    if problem is None and isinstance(name, str):
+        bad = sorted({c for c in name if c in AGENT_NAME_FORBIDDEN})
+        if bad:
+            return (f"holds {' '.join(repr(c) for c in bad)} (none of {AGENT_NAME_FORBIDDEN.strip()!r}: they "
+                    f"would make its event ids ambiguous, and '*' means a broadcast)")
+    return problem
+
+
+def id_problem(value: object, *, empty: bool = False) -> str | None:
+    """What is wrong with ``value`` as an event id (or, ``empty`` allowed, a run id), or None."""
+    if empty and value == "":
+        return None
+    return name_problem(value, limit=ID_MAX)
 
 
 def output_id(agent: str, step: int, index: int) -> str:

@@ -11,6 +11,7 @@ from swarmlog.runtime import run_agents, start_run
 from swarmlog_connectors.postgres_sink import PostgresSink
 
 from .. import swarms
+from ..conftest import unchecked_event
 from .test_runtime import _env
 
 
@@ -21,8 +22,10 @@ def _verify(settings, *argv: str) -> subprocess.CompletedProcess:
 
 def _mirrored(settings, registry, n: int = 30) -> list[int]:
     with EventLog(settings=settings, run_id="m") as log:
-        for i in range(n):
-            log.produce("agent.message", {"kind": "k", "body": f"m{i}"}, agent="a", to="b", causes=[i] if i else [])
+        for i in range(n):  # causes as another producer may write them: not checked, not events
+            value, key, headers = unchecked_event(registry, "agent.message", {"kind": "k", "body": f"m{i}"},
+                                                  agent="a", to="b", causes=[i] if i else [], run_id="m")
+            log.produce_raw(value, key=key, headers=headers)
         offsets = log.flush()
     PostgresSink(settings=settings, registry=registry).run(until_end=True)
     return offsets

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import MissingDependency, UsageError
 from ..settings import Settings
+from ..terminal import PrintableFormatter, printable, printable_lines
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -48,7 +49,7 @@ def _notes() -> None:
     log = logging.getLogger("swarmlog.debug")
     if not log.handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("note: %(message)s"))
+        handler.setFormatter(PrintableFormatter("note: %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.WARNING)
 
@@ -84,16 +85,18 @@ def cmd_show(args: argparse.Namespace) -> int:
     e = x.event
     ev = e.event
     if ev is None:
-        print(f"offset {e.offset}: not a readable event: {e.error}")
+        print(f"offset {e.offset}: not a readable event: {printable(e.error)}")
         return 0
-    print(f"offset {e.offset}: {ev.event_type} v{ev.version}, event id {ev.event_id}, run {ev.run_id!r}")
-    print(f"  from {ev.agent_id} to {ev.to if ev.to is not None else 'every other agent (broadcast)'}, "
-          f"log time {ev.timestamp_ms} ms")
+    # Everything from the log is escaped on its way to the terminal (swarmlog.terminal): --json is exact.
+    print(f"offset {e.offset}: {printable(ev.event_type)} v{ev.version}, event id {printable(ev.event_id)}, "
+          f"run {printable(repr(ev.run_id))}")
+    to = printable(ev.to) if ev.to is not None else "every other agent (broadcast)"
+    print(f"  from {printable(ev.agent_id)} to {to}, log time {ev.timestamp_ms} ms")
     print("payload:")
-    print("  " + _dump(ev.payload).replace("\n", "\n  "))
+    print("  " + printable_lines(_dump(ev.payload)).replace("\n", "\n  "))
     print("headers:")
     for k, v in e.headers:
-        print(f"  {k} = {v.decode(errors='replace')}")
+        print(f"  {printable(k)} = {printable(v.decode(errors='replace')) if v is not None else '(no value)'}")
     print(f"caused by ({len(x.causes)}):")
     for c in x.causes:
         print(f"  {c.line()}" if not isinstance(c, int) else f"  {c:>7}  (no readable event)")
@@ -114,25 +117,27 @@ def cmd_state(args: argparse.Namespace) -> int:
             print(_dump(st.to_json()))
         else:
             origin = f"snapshot at {st.from_snapshot}" if st.from_snapshot is not None else "offset 0"
-            print(f"{st.agent} just before offset {st.at} ({st.steps} handler run(s); code {session.code_version}, "
-                  f"rebuilt from {origin}):")
-            print(_dump(st.state))
+            print(f"{printable(st.agent)} just before offset {st.at} ({st.steps} handler run(s); code "
+                  f"{printable(session.code_version)}, rebuilt from {origin}):")
+            print(printable_lines(_dump(st.state)))
         return 0
     a, b = args.diff
     d = session.diff(args.agent, a, b)
     if args.json:
         print(_dump(d.to_json()))
         return 0
-    print(f"{d.agent} from just before offset {a} to just before offset {b} ({d.steps} handler run(s) in between):")
+    print(f"{printable(d.agent)} from just before offset {a} to just before offset {b} ({d.steps} handler run(s) "
+          f"in between):")
     if not d.changes:
         print("  no change")
     for c in d.changes:
         if c.kind == "changed":
-            print(f"  ~ {c.path_text()}: {json.dumps(c.before, default=str)} -> {json.dumps(c.after, default=str)}")
+            print(printable(f"  ~ {c.path_text()}: {json.dumps(c.before, default=str)} -> "
+                            f"{json.dumps(c.after, default=str)}"))
         elif c.kind == "added":
-            print(f"  + {c.path_text()}: {json.dumps(c.after, default=str)}")
+            print(printable(f"  + {c.path_text()}: {json.dumps(c.after, default=str)}"))
         else:
-            print(f"  - {c.path_text()}: {json.dumps(c.before, default=str)}")
+            print(printable(f"  - {c.path_text()}: {json.dumps(c.before, default=str)}"))
     return 0
 
 
@@ -142,9 +147,9 @@ def cmd_debug(args: argparse.Namespace) -> int:
     def on_stop(stop: Any) -> None:
         e = stop.event
         what = f"{e.event_type} {e.kind!r}" if e.kind is not None else e.event_type
-        print(f"swarmlog debug: offset {stop.offset}: {stop.agent} runs {stop.handler} (its handler run "
-              f"#{stop.number}) on {what} from {e.agent_id}; everything before is rebuilt. Leave the debugger "
-              f"(continue, or quit) and the replay carries on.", file=sys.stderr, flush=True)
+        print(printable(f"swarmlog debug: offset {stop.offset}: {stop.agent} runs {stop.handler} (its handler run "
+                        f"#{stop.number}) on {what} from {e.agent_id}; everything before is rebuilt. Leave the "
+                        f"debugger (continue, or quit) and the replay carries on."), file=sys.stderr, flush=True)
 
     result = session.debug(at=args.at, agent=args.agent, step=args.step, divergence=args.divergence, to=args.to,
                            on_stop=on_stop)
@@ -155,14 +160,14 @@ def cmd_debug(args: argparse.Namespace) -> int:
                          + "; `swarmlog log` shows what the log holds there, `swarmlog show OFFSET` who it is for")
     for stop in result.stops:
         state = result.states[stop.agent]
-        print(f"carried on to offset {result.end}: {stop.agent} now {json.dumps(state, default=str)}")
+        print(printable(f"carried on to offset {result.end}: {stop.agent} now {json.dumps(state, default=str)}"))
         if not stop.attached:
             print("note: no debugger attached (PYTHONBREAKPOINT=0?); the handler ran undebugged", file=sys.stderr)
     first = result.first_divergence
     if first is None:
         print("no divergence: the code does exactly what the log recorded")
         return 0
-    print(f"DIVERGED first at offset {first.offset} (agent {first.agent}): {first.detail}")
+    print(printable(f"DIVERGED first at offset {first.offset} (agent {first.agent}): {first.detail}"))
     return 4
 
 
@@ -171,7 +176,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if args.list:
         for info in session.store.kept():
             mark = "" if info.code_version == session.code_version else "  (another code version)"
-            print(f"{info.agent:<16} at {info.at:>10}  code {info.code_version}{mark}")
+            print(printable(f"{info.agent:<16} at {info.at:>10}  code {info.code_version}{mark}"))
         return 0
     taken = session.snapshot(every=args.every, to=args.to)
     origin = f"the snapshot at {taken.from_snapshot}" if taken.from_snapshot is not None else "offset 0"
@@ -179,7 +184,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
           f"{len(taken.offsets)} offset(s) {taken.offsets[:5]}{' ...' if len(taken.offsets) > 5 else ''} "
           f"in {session.store.snapshot_topic} (code {session.code_version})")
     for agent, why in taken.skipped.items():
-        print(f"note: some snapshots of {agent} were not written: {why}", file=sys.stderr)
+        print(printable(f"note: some snapshots of {agent} were not written: {why}"), file=sys.stderr)
     return 0
 
 

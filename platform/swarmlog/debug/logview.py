@@ -42,6 +42,7 @@ from ..protocol import (
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
+from ..terminal import printable
 
 logger = logging.getLogger(__name__)
 
@@ -84,15 +85,20 @@ class LoggedEvent:
         return self.event.kind if self.event is not None else None
 
     def summary(self, width: int = 72) -> str:
-        """A short text of the payload, by event type (what ``swarmlog log`` prints after the routing)."""
-        return _clip(_summary(self), width)
+        """A short text of the payload, by event type (what ``swarmlog log`` prints after the routing),
+        non-printable characters escaped (:func:`swarmlog.terminal.printable`)."""
+        return _clip(printable(_summary(self)), width)
 
     def line(self, width: int = 72) -> str:
-        """The event on one line: offset, agent, type, recipient, a short payload."""
+        """The event on one line: offset, agent, type, recipient, a short payload. Whatever came from
+        the log is escaped (:func:`swarmlog.terminal.printable`): a name holding a newline or an escape
+        sequence shows as its escapes, and cannot forge a line or act on the terminal."""
         if self.event is None:
-            return f"{self.offset:>7}  {'?':<12} {'(undecodable)':<16}   {'':<12} {_clip(self.error or '', width)}"
-        to = self.to if self.to is not None else BROADCAST
-        return f"{self.offset:>7}  {self.agent:<12} {self.event_type:<16} → {to:<12} {self.summary(width)}"
+            return (f"{self.offset:>7}  {'?':<12} {'(undecodable)':<16}   {'':<12} "
+                    f"{_clip(printable(self.error or ''), width)}")
+        to = printable(self.to) if self.to is not None else BROADCAST
+        return (f"{self.offset:>7}  {printable(self.agent):<12} {printable(self.event_type):<16} → {to:<12} "
+                f"{self.summary(width)}")
 
     def to_json(self) -> dict[str, Any]:
         """Every field, JSON-able (``swarmlog log --json`` prints one of these a line)."""

@@ -30,10 +30,28 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..errors import AppendFailed, AppendIncomplete, EventFate, UsageError
+from ..errors import (
+    AppendFailed,
+    AppendIncomplete,
+    DuplicateEventId,
+    EventFate,
+    InvalidCause,
+    InvalidEvent,
+    SwarmlogError,
+    UsageError,
+)
 from ..kafka.backend import KafkaBackend
-from ..protocol import Headers
-from ..schema.codec import Encoder
+from ..protocol import (
+    AGENT_NAME_RULE,
+    ID_RULE,
+    LABEL_RULE,
+    MESSAGE,
+    Headers,
+    agent_name_problem,
+    id_problem,
+    name_problem,
+)
+from ..schema.codec import Decoder, Encoder
 from ..schema.registry import EventSchema, SchemaRegistry
 from ..settings import Settings
 from .base import Appender, Delivered, LogBackend
@@ -44,6 +62,15 @@ _NOT_SEEN: Any = object()
 _FATES_MAX = 100_000
 """Written events whose fates an incomplete append remembers (for its retry), at most; pending
 and refused ones are always kept (forgetting a pending one would let its retry duplicate it)."""
+_NAMES_MAX = 4096
+_IDS_KEPT = 100_000
+"""Explicit event ids an EventLog remembers having appended, at most (the newest): the duplicates it can know."""
+_EVENTS_KEPT = 100_000
+"""Offsets an EventLog remembers holding events (for checking causes without a read), at most."""
+
+
+def _bad_name(event_type: str, field: str, value: object, problem: str | None, rule: str) -> InvalidEvent:
+    return InvalidEvent(event_type=event_type, field=field, problem=f"{value!r} {problem}; {rule}")
 
 
 class EventLog:
@@ -70,6 +97,8 @@ class EventLog:
         backend: LogBackend | None = None,
         producer_config: Mapping[str, object] | None = None,
     ) -> None:
+        if id_problem(run_id, empty=True) is not None:  # before a producer is made
+            raise _bad_name("(any)", "run_id", run_id, id_problem(run_id, empty=True), ID_RULE)
         self.settings = settings
         self.topic = topic or settings.topic
         self.registry = registry or SchemaRegistry.load(settings.schema_dirs())
@@ -82,6 +111,11 @@ class EventLog:
         self._appender: Appender = backend.appender(self.topic)
         self._encoders: dict[str, Encoder] = {}
         self._agent_bytes: dict[str, bytes] = {}
+        """Agent names (writers and recipients) found to follow the name grammar, encoded."""
+        self._labels: set[str] = set()
+        """Message kinds found to follow theirs."""
+        self._run_ids: set[str] = {run_id}
+        """Run ids found to follow theirs (an empty one is allowed)."""
         # Unique event ids without a clock or a random call per event.
         self._id_prefix = os.urandom(8).hex() + "-"
         self._counter = 0
@@ -94,6 +128,17 @@ class EventLog:
         """Ids of this call that were not sent again: a retry of a written or pending event."""
         self._fates: dict[str, int | str | None] = {}
         """The fates an incomplete flush reported, for the retry: offset, refusal, or None (pending)."""
+        self._ids: dict[str, int | None] = {}
+        """Explicit event ids this log appended (the latest ``_IDS_KEPT``): offset, or None while queued.
+        A second event with one is refused (DuplicateEventId): readers would skip it as a copy."""
+        self._explicit: list[int] = []
+        """Where in ``_call`` the events with explicit ids are."""
+        self._backend = backend
+        self._events: set[int] = set()
+        """Offsets known to hold events of this log (its own, and causes found to): causes need no read."""
+        self._end = 0
+        """The log's end as last known (exclusive): a cause below it needs no watermark request."""
+        self._decoder_: Decoder | None = None
 
     # -- the hot path ---------------------------------------------------------------
 
@@ -113,28 +158,132 @@ class EventLog:
         An ``event_id`` an incomplete flush reported as written or still queued is not sent
         again: the next flush gives its offset (see :class:`~swarmlog.errors.AppendIncomplete`).
         """
+        explicit = event_id is not None
         if event_id is None:
             self._counter += 1
             event_id = self._id_prefix + str(self._counter)
-        elif self._fates and self._known(event_id):
-            return
+        else:
+            if self._fates and self._known(event_id):
+                return
+            if event_id in self._ids:  # an id this log already appended: a second event would be a copy
+                raise DuplicateEventId(event_type=event_type, event_id=event_id, offset=self._ids[event_id])
+            if id_problem(event_id) is not None:
+                raise _bad_name(event_type, "event_id", event_id, id_problem(event_id), ID_RULE)
         enc = self._encoders.get(event_type)
         if enc is None:
             enc = self._encoder(event_type)
         payload = enc.schema.validate_payload(payload)
-        value = enc.encode_event(event_id, self.run_id if run_id is None else run_id, agent, to, causes, payload)
+        if causes:
+            self._check_causes(event_type, causes)
+        if run_id is not None and run_id not in self._run_ids:
+            self._run_id(event_type, run_id)
         names = self._agent_bytes
+        # Names are checked (protocol.name_problem) the first time this log sees them: they repeat.
         agent_b = names.get(agent)
         if agent_b is None:
-            agent_b = names[agent] = agent.encode()
+            agent_b = self._name(event_type, "agent_id", agent)
         if to is None:
             to_b = None
         else:
             to_b = names.get(to)
             if to_b is None:
-                to_b = names[to] = to.encode()
+                to_b = self._name(event_type, "to", to)
+        if event_type == MESSAGE and payload["kind"] not in self._labels:
+            self._label(event_type, payload["kind"])
+        value = enc.encode_event(event_id, self.run_id if run_id is None else run_id, agent, to, causes, payload)
         self._appender.send(value, agent_b, enc.headers(agent_b, to_b))
+        if explicit:
+            self._explicit.append(len(self._call))
+            self._remember_id(event_id, None)
         self._call.append(event_id)
+
+    def _remember_id(self, event_id: str, offset: int | None) -> None:
+        ids = self._ids
+        ids[event_id] = offset
+        if len(ids) > _IDS_KEPT:  # the oldest first: a dict keeps insertion order
+            del ids[next(iter(ids))]
+
+    # -- causes ---------------------------------------------------------------------------
+
+    def _check_causes(self, event_type: str, causes: Sequence[int]) -> None:
+        """:class:`~swarmlog.errors.InvalidCause` unless every cause is an event already in this log.
+
+        Why at write: a cause is what ``show``, the timeline, tracing and ``check`` follow back, and
+        a reader cannot tell a cause that never named an event from one whose event the log lost
+        since (a hole: compaction, a deletion). So a negative cause, one at or past the log's end
+        (the new event's own offset is later still), and one at an offset that holds no event (a
+        transaction marker, an aborted or deleted record, a message that is not an event) are
+        refused before anything is written. The offsets this log wrote itself and those it found
+        to hold events are known without asking; any other costs one read of that offset.
+        """
+        for c in causes:
+            if type(c) is not int or c < 0:
+                raise InvalidCause(event_type=event_type, cause=c, why="is negative" if type(c) is int
+                                   else f"is a {type(c).__name__}, not an offset")
+            if c in self._events:
+                continue
+            if c >= self._end:
+                self._end = max(self._end, self._backend.watermarks(self.topic)[1])
+                if c >= self._end:
+                    raise InvalidCause(event_type=event_type, cause=c, why=(
+                        f"is at or past the end of the log (the next offset is {self._end}): it cannot cause an "
+                        f"event appended now, whose own offset is later still"))
+            why = self._holds_no_event(c)
+            if why is not None:
+                raise InvalidCause(event_type=event_type, cause=c, why=why)
+            self._known_event(c)
+
+    def _holds_no_event(self, offset: int) -> str | None:
+        with self._backend.reader(self.topic) as reader:
+            low, _ = self._backend.watermarks(self.topic)
+            if offset < low:
+                return f"is before the log's first offset {low} (deleted)"
+            reader.assign(offset)
+            found = [m for batch in reader.batches(end=offset + 1) for m in batch]
+        if not found or found[0].offset() != offset:
+            return ("holds no event (a transaction marker, an aborted record, or an offset not yet committed: "
+                    "readers see none there)")
+        try:
+            self._decoder().decode(found[0].value(), offset)
+        except SwarmlogError as exc:
+            return f"holds a message that is not a readable event ({exc})"
+        return None
+
+    def _known_event(self, offset: int) -> None:
+        if len(self._events) >= _EVENTS_KEPT:
+            self._events.clear()
+        self._events.add(offset)
+
+    def _decoder(self) -> Decoder:
+        if self._decoder_ is None:
+            self._decoder_ = Decoder(self.registry)
+        return self._decoder_
+
+    def _name(self, event_type: str, field: str, name: str) -> bytes:
+        problem = agent_name_problem(name)
+        if problem is not None:
+            raise _bad_name(event_type, field, name, problem, AGENT_NAME_RULE)
+        names = self._agent_bytes
+        if len(names) >= _NAMES_MAX:  # names repeat; anything else must not grow this forever
+            names.clear()
+        b = names[name] = name.encode()
+        return b
+
+    def _label(self, event_type: str, kind: str) -> None:
+        problem = name_problem(kind, agent=False)
+        if problem is not None:
+            raise _bad_name(event_type, "payload.kind", kind, problem, LABEL_RULE)
+        if len(self._labels) >= _NAMES_MAX:
+            self._labels.clear()
+        self._labels.add(kind)
+
+    def _run_id(self, event_type: str, run_id: str) -> None:
+        problem = id_problem(run_id, empty=True)
+        if problem is not None:
+            raise _bad_name(event_type, "run_id", run_id, problem, ID_RULE)
+        if len(self._run_ids) >= _NAMES_MAX:
+            self._run_ids.clear()
+        self._run_ids.add(run_id)
 
     def produce_raw(self, value: bytes | None, *, key: bytes | None = None, headers: Headers | None = None) -> None:
         """Produce bytes as they are (tools and tests: e.g. a message no schema describes)."""
@@ -147,10 +296,24 @@ class EventLog:
         offsets in produce order, or raise :class:`~swarmlog.errors.AppendIncomplete`."""
         delivered = self._appender.flush(timeout)
         call, self._call = self._call, []
+        explicit, self._explicit = self._explicit, []
         if not (self._carried or self._reused or delivered.errors or delivered.pending) \
                 and len(delivered.offsets) == len(call):
-            return delivered.offsets  # the common case: this call's events, all written, in order
+            offsets = delivered.offsets  # the common case: this call's events, all written, in order
+            if offsets:
+                self._wrote(offsets)
+                for i in explicit:
+                    self._ids[call[i]] = offsets[i]
+            return offsets
         return self._settle(call, delivered, timeout)
+
+    def _wrote(self, offsets: list[int]) -> None:
+        """Offsets this log's events got: events a later cause may name without a read to check it."""
+        if len(self._events) + len(offsets) > _EVENTS_KEPT:
+            self._events.clear()
+        self._events.update(offsets)
+        if offsets[-1] >= self._end:
+            self._end = offsets[-1] + 1
 
     def _known(self, event_id: str) -> bool:
         """Whether a retried event is already written or queued (then it joins this call unsent)."""
@@ -183,6 +346,16 @@ class EventLog:
             if eid in fates:  # an event of an earlier call, whose retry will ask for it
                 fates[eid] = fate
         result = [now[eid] if eid in now else fates.get(eid) for eid in call]
+        written = sorted(f for f in result if type(f) is int)
+        if written:
+            self._wrote(written)
+        ids = self._ids
+        for eid, fate in zip(call, result, strict=True):
+            if eid in ids:  # an explicit id: its offset once written; forgotten if refused (sent anew)
+                if isinstance(fate, str):
+                    del ids[eid]
+                elif fate is not None:
+                    ids[eid] = fate
         if all(type(f) is int for f in result):
             for eid in call:
                 fates.pop(eid, None)  # settled, and the caller has the offsets
@@ -227,6 +400,19 @@ class EventLog:
             raise AppendFailed(topic=self.topic, detail=(
                 f"closed with {abandoned} event(s) still queued after {timeout}s (Kafka unreachable?): they "
                 f"may or may not be in the log; read it for their event ids before appending them again"))
+
+    def offset_of(self, event_id: str) -> int | None:
+        """The offset of the event with ``event_id`` in the whole log, None if there is none: a read of
+        every message's envelope (``swarmlog append --event-id`` asks before it writes)."""
+        want = event_id.encode()
+        find = Decoder.event_id
+        with self._backend.reader(self.topic) as reader:
+            reader.assign(0)
+            for batch in reader.batches():
+                for m in batch:
+                    if find(m) == want:
+                        return int(m.offset())
+        return None
 
     def __enter__(self) -> EventLog:
         return self

@@ -131,6 +131,14 @@ class History:
             return f"the topic deletes history: {self.deletes}"
         return "deleted by DeleteRecords or an earlier retention setting; the topic now keeps what is left"
 
+    @staticmethod
+    def remedy(topic: str) -> str:
+        """What keeps every event of ``topic`` from now on (the one wording every command gives)."""
+        return (f"A swarm's log must keep every event forever: set cleanup.policy=delete, retention.ms=-1 and "
+                f"retention.bytes=-1 on it (kafka-configs.sh --alter --entity-type topics --entity-name {topic} "
+                f"--add-config cleanup.policy=delete,retention.ms=-1,retention.bytes=-1), as `swarmlog topic "
+                f"create` makes it; what compaction or retention already deleted is gone")
+
 
 class Appender(Protocol):
     """An idempotent, ordered producer: one producer's messages land once, in send order.

@@ -355,6 +355,18 @@ class Decoder:
         step = step_of(event_id)
         return None if step is None else int(step)
 
+    @staticmethod
+    def event_id(msg: Any) -> bytes | None:
+        """The envelope's event id as its bytes, read without decoding the payload; None for a message
+        that is not an event."""
+        value = msg.value()
+        if value is None or value[:2] != MAGIC:
+            return None
+        try:
+            return _envelope_route(value)[0]
+        except (IndexError, ValueError):
+            return None
+
     def decode_checked(self, msg: Any) -> tuple[EventSchema, dict[str, Any]]:
         """:meth:`decode` a message and check its routing headers against the decoded envelope."""
         value = msg.value()

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..settings import Settings
+from ..terminal import printable
 from ._chain import DEFAULT_EVERY
 
 DEFAULT_CHECKPOINTS = DEFAULT_EVERY
@@ -86,7 +87,7 @@ def verify_v1_result(args: argparse.Namespace, expected: Any, settings: Settings
         print(f"the replay of {settings.topic} does NOT match the token {args.verify} (version 1: it holds one "
               f"stream hash, so it cannot say where the history differs):")
         for line in diff:
-            print(f"  {line}")
+            print(f"  {printable(line)}")
         return EXIT_TOKEN_MISMATCH
     print(f"the replay of {settings.topic} matches the token {args.verify}: {token.events} events, offsets "
           f"[{token.start_offset}, {token.end_offset}), stream {token.stream_hash[:16]}, "
@@ -111,7 +112,7 @@ def verify_v2(args: argparse.Namespace, token: Any, *, source: str) -> int:
         print(json.dumps(check.to_json(), indent=2, default=str))
     else:
         for line in check.lines():
-            print(line)
+            print(printable(line))  # names from the topic and the token: escaped (swarmlog.terminal)
     return EXIT_OK if check.ok else EXIT_TOKEN_MISMATCH
 
 
@@ -128,8 +129,8 @@ def cmd_token(args: argparse.Namespace) -> int:
 
         saved = list_tokens(settings, topic=args.topic)
         for t in saved:
-            print(f"{t.token_id}  {t.topic}  [{t.start_offset}, {t.end_offset})  {t.events} events  "
-                  f"chain {t.chain_hash[:16]}  {'signed' if t.signed else 'unsigned'}  "
+            print(f"{printable(t.token_id)}  {printable(t.topic)}  [{t.start_offset}, {t.end_offset})  "
+                  f"{t.events} events  chain {t.chain_hash[:16]}  {'signed' if t.signed else 'unsigned'}  "
                   f"saved {t.saved_at:%Y-%m-%d %H:%M:%S}")
         print(f"{len(saved)} saved token(s)", file=sys.stderr)
         return 0
@@ -183,22 +184,22 @@ def _token_show(args: argparse.Namespace, token: Any, settings: Settings) -> int
         print(json.dumps({**(token.to_json() if isinstance(token, ReplayTokenV2) else vars(token)),
                           "signature_status": status}, indent=2, default=str))
         return 0
-    print(f"replay token, version {token.version}, of topic {token.topic}")
+    print(printable(f"replay token, version {token.version}, of topic {token.topic}"))
     print(f"  offsets      [{token.start_offset}, {token.end_offset}), {token.events} events")
-    print(f"  run          {token.run_id} (seed {token.seed}), code {token.code_version}")
+    print(printable(f"  run          {token.run_id} (seed {token.seed}), code {token.code_version}"))
     if isinstance(token, ReplayTokenV2):
         print(f"  interpreter  {json.dumps(token.interpreter, sort_keys=True)}")
         print(f"  chain        {len(token.checkpoints)} checkpoint(s), one every {token.chain_every} events; "
               f"last link {token.chain_hash}")
         for name, fp in sorted(token.schemas.items()):
-            print(f"  schema       {name:<24} {fp}")
+            print(printable(f"  schema       {name:<24} {fp}"))
         print(f"  agents       (from the {token.agents_from})")
         for agent, digest in sorted(token.agents.items()):
-            print(f"    {agent:<20} {digest}  as of offset {token.agent_positions.get(agent)}")
+            print(printable(f"    {agent:<20} {digest}  as of offset {token.agent_positions.get(agent)}"))
     else:
         print(f"  stream hash  {token.stream_hash}; agents ({token.reducer}):")
         for agent, digest in sorted(token.agents.items()):
-            print(f"    {agent:<20} {digest}")
+            print(printable(f"    {agent:<20} {digest}"))
     print(f"  signature    {status}" + {
         "unchecked": " (signed; SWARMLOG_TOKEN_KEY is not set, so it was NOT checked)",
         "invalid": " (does NOT match SWARMLOG_TOKEN_KEY)", "valid": " (checked with SWARMLOG_TOKEN_KEY)",

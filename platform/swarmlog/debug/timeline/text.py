@@ -24,6 +24,7 @@ import os
 import sys
 from typing import TextIO
 
+from ...terminal import printable
 from .model import (
     BROADCAST_ROW,
     EFFECT_ROW,
@@ -74,7 +75,9 @@ def render(timeline: Timeline, *, color: bool = False, note_width: int = 60) -> 
 
 
 def lines(timeline: Timeline, *, color: bool = False, note_width: int = 60) -> list[str]:
-    lanes = timeline.lanes
+    # Names, kinds and summaries come from the log: escaped before they are laid out (and before
+    # this module's own colour sequences are added), so none can act on the terminal or forge a line.
+    lanes = [printable(name) for name in timeline.lanes]
     width = min(max([14, *(len(n) + 2 for n in lanes)]), 22)
     centers = [i * width + width // 2 for i in range(len(lanes))]
     span = len(lanes) * width
@@ -101,7 +104,7 @@ def _title(t: Timeline) -> str:
     what = f"{n} event{'s' if n != 1 else ''}"
     timeouts = sum(r.is_timeout for r in t.rows)
     extra = f", {timeouts} timeout{'s' if timeouts != 1 else ''}" if timeouts else ""
-    return f"timeline of {t.topic}, offsets {t.start}..{t.end - 1}: {what}, {len(t.lanes)} agents{extra}"
+    return f"timeline of {printable(t.topic)}, offsets {t.start}..{t.end - 1}: {what}, {len(t.lanes)} agents{extra}"
 
 
 def _row_lines(row: Row, t: Timeline, lanes: list[str], centers: list[int], span: int, width: int, color: bool,
@@ -109,7 +112,8 @@ def _row_lines(row: Row, t: Timeline, lanes: list[str], centers: list[int], span
     mark = "!!" if row.divergence else "  "
     gutter = f"{row.offset:>{GUTTER - 2}}{mark}"
     if row.lane is None:  # a banner: the run's own record, or a message that does not decode
-        text = f"═══ {row.label}: {row.summary} ═══" if row.kind == RUN_ROW else f"??? {row.summary}"
+        text = (f"═══ {printable(row.label)}: {printable(row.summary)} ═══" if row.kind == RUN_ROW
+                else f"??? {printable(row.summary)}")
         line = gutter + text
         return [_paint(line, _STYLES.get(row.kind), color)]
     cells = [" "] * span
@@ -117,19 +121,19 @@ def _row_lines(row: Row, t: Timeline, lanes: list[str], centers: list[int], span
         cells[c] = "│"
     src = centers[row.lane]
     if row.kind in (MESSAGE_ROW, BROADCAST_ROW) and row.targets:
-        _arrow(cells, src, [centers[t_] for t_ in row.targets], row.label)
+        _arrow(cells, src, [centers[t_] for t_ in row.targets], printable(row.label))
     elif row.kind in (MESSAGE_ROW, BROADCAST_ROW):
         cells[src] = "●"  # to no one this range shows
     else:
         cells[src] = GLYPHS.get(row.kind, "○")
-    note = _note(row)
+    note = printable(_note(row))
     diagram = "".join(cells)
     style = _DIVERGED if row.divergence else _STYLES.get(row.kind)
     causes = f"  ⇠ {' '.join(map(str, row.causes))}" if row.causes else ""
     line = gutter + diagram + "  " + _clip(note, note_width)
     out = [_paint(line, style, color) + (_paint(causes, _DIM, color) if causes else "")]
     if row.divergence:
-        out.append(_paint(f"{'':>{GUTTER}}^ DIVERGES: {row.divergence}", _DIVERGED, color))
+        out.append(_paint(f"{'':>{GUTTER}}^ DIVERGES: {printable(row.divergence)}", _DIVERGED, color))
     return out
 
 
@@ -176,9 +180,10 @@ def _footer(t: Timeline) -> list[str]:
     if t.code_version is None:
         return []
     if d is None:
-        return [f"no divergence: code {t.code_version} does exactly what the log recorded"]
+        return [f"no divergence: code {printable(t.code_version)} does exactly what the log recorded"]
     where = "marked !! above" if t.divergence_in_range else f"outside offsets {t.start}..{t.end - 1}"
-    return [f"DIVERGED first at offset {d.offset} (agent {d.agent}, code {t.code_version}, {where}): {d.detail}"]
+    return [printable(f"DIVERGED first at offset {d.offset} (agent {d.agent}, code {t.code_version}, {where}): "
+                      f"{d.detail}")]
 
 
 def _clip(text: str, width: int) -> str:
