@@ -139,6 +139,8 @@ class EventLog:
         self._end = 0
         """The log's end as last known (exclusive): a cause below it needs no watermark request."""
         self._decoder_: Decoder | None = None
+        self._raw = ""
+        """Once produce_raw was used: what its messages' ids in ``_call`` start with (they are no events)."""
 
     # -- the hot path ---------------------------------------------------------------
 
@@ -289,7 +291,8 @@ class EventLog:
         """Produce bytes as they are (tools and tests: e.g. a message no schema describes)."""
         self._appender.send(value, key, headers)
         self._counter += 1
-        self._call.append(f"{self._id_prefix}raw{self._counter}")
+        self._raw = self._id_prefix + "raw"  # from now on, flushes tell its messages from events
+        self._call.append(f"{self._raw}{self._counter}")
 
     def flush(self, timeout: float = 60.0) -> list[int]:
         """Wait up to ``timeout`` s for every event produced since the last flush; return their
@@ -301,7 +304,8 @@ class EventLog:
                 and len(delivered.offsets) == len(call):
             offsets = delivered.offsets  # the common case: this call's events, all written, in order
             if offsets:
-                self._wrote(offsets)
+                self._wrote(offsets if not self._raw else [o for e, o in zip(call, offsets, strict=True)
+                                                           if not e.startswith(self._raw)])
                 for i in explicit:
                     self._ids[call[i]] = offsets[i]
             return offsets
@@ -309,6 +313,8 @@ class EventLog:
 
     def _wrote(self, offsets: list[int]) -> None:
         """Offsets this log's events got: events a later cause may name without a read to check it."""
+        if not offsets:
+            return
         if len(self._events) + len(offsets) > _EVENTS_KEPT:
             self._events.clear()
         self._events.update(offsets)
@@ -346,7 +352,8 @@ class EventLog:
             if eid in fates:  # an event of an earlier call, whose retry will ask for it
                 fates[eid] = fate
         result = [now[eid] if eid in now else fates.get(eid) for eid in call]
-        written = sorted(f for f in result if type(f) is int)
+        written = sorted(f for e, f in zip(call, result, strict=True)
+                         if type(f) is int and not (self._raw and e.startswith(self._raw)))
         if written:
             self._wrote(written)
         ids = self._ids
