@@ -268,7 +268,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                               to=result.end_offset, every=args.checkpoint_every,
                               replayed=result if args.swarm else None)
         token2.signed(settings.token_key_bytes()).save(args.token_out)
-        print(f"replay token (version 2) written to {args.token_out}", file=sys.stderr)
+        print(f"replay token (version {token2.version}) written to {args.token_out}", file=sys.stderr)
     return status
 
 
@@ -355,7 +355,7 @@ def _mirror_verify(args: argparse.Namespace) -> int:
 
         token = load_token(args.token)
         if not isinstance(token, ReplayTokenV2):
-            raise UsageError("mirror verify --token needs a version 2 token (`swarmlog token create`)")
+            raise UsageError("mirror verify --token needs a chained token, version 2 or 3 (`swarmlog token create`)")
         signature = check_signature(token, settings.token_key_bytes(), source=args.token,
                                     allow_unchecked=args.unchecked_signature)
         check = verify_token(backend=backend_of(settings), token=token, topic=settings.topic,
@@ -646,7 +646,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     mi.add_argument("--writer-role", default="swarmlog_sink", help="group role the sink runs as (created if missing)")
     mi.add_argument("--reader-role", default="swarmlog_reader", help="read-only group role (created if missing)")
     mi.add_argument("--topic", help="verify: the topic whose rows to check (default SWARMLOG_TOPIC)")
-    mi.add_argument("--token", metavar="FILE", help="verify: first check the log against this token (version 2)")
+    mi.add_argument("--token", metavar="FILE", help="verify: first check the log against this token (version 2 or 3)")
     mi.add_argument("--unchecked-signature", action="store_true",
                     help="verify --token: accept a signed token without SWARMLOG_TOKEN_KEY")
     mi.add_argument("--json", action="store_true", help="verify: the result as JSON")
@@ -664,7 +664,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("--strict", action="store_true", help="exit 3 if any message could not be read")
     r.add_argument("--from-log-start", action="store_true",
                    help="replay what is left of a log whose first offsets were deleted (refused otherwise)")
-    r.add_argument("--token-out", metavar="FILE", help="write a replay token (version 2, as `token create`)")
+    r.add_argument("--token-out", metavar="FILE", help="write a replay token (version 3, as `token create`)")
     r.add_argument("--checkpoint-every", type=int, default=DEFAULT_CHECKPOINTS, metavar="K",
                    help=f"with --token-out: a chain checkpoint every K events (default {DEFAULT_CHECKPOINTS})")
     r.add_argument("--verify", metavar="FILE", help="check the token against --topic (default: its own topic) "

@@ -43,7 +43,8 @@ def test_a_cause_that_names_no_earlier_event_is_refused_by_the_cli_and_the_api(s
     marker = _marker_after_a_transaction(settings)
     end = watermarks(settings, settings.topic)[1]
     for cause, why in (("999999999", "is at or past the end of the log"), ("-5", "is negative"),
-                       (str(marker), "holds no event"), (str(marker - 1), "holds a message that is not a readable event"),
+                       (str(marker), "holds no event"),
+                       (str(marker - 1), "holds a message that is not a readable event"),
                        (str(end), "is at or past the end of the log")):
         refused = _append(settings, "--cause", str(first), "--cause", cause)
         assert refused.returncode == 70, refused.stderr

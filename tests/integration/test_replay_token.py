@@ -1,4 +1,4 @@
-"""Replay tokens from `swarmlog replay`: `--token-out` writes a version 2 token, `--verify` checks one of
+"""Replay tokens from `swarmlog replay`: `--token-out` writes a version 3 token, `--verify` checks one of
 either version against the topic named; version 1 tokens made before version 2 still verify."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_a_token_verifies_the_same_range_and_names_what_changed(settings, tmp_pa
     made = _cli(settings, "replay", "--token-out", str(token), "--checkpoint-every", "5")
     assert made.returncode == 0, made.stderr
     doc = json.loads(token.read_text())
-    assert doc["version"] == 2 and doc["run_id"] == "tok" and doc["seed"] == 21 and doc["code_version"] == "relay-1"
+    assert doc["version"] == 3 and doc["run_id"] == "tok" and doc["seed"] == 21 and doc["code_version"] == "relay-1"
     assert doc["start_offset"] == 0 and doc["events"] == 21 and len(doc["checkpoints"]) == 5
 
     # More events after the token: verification checks only the token's range, and agrees.

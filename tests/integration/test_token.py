@@ -1,4 +1,4 @@
-"""Replay tokens, version 2, on the real broker and through the CLI: a token made from the log alone,
+"""Replay tokens, versions 2 and 3, on the real broker and through the CLI: a token made from the log alone,
 checked against the topic named (a copy, a backup), naming the first offset whose bytes differ;
 signatures never silently accepted; tokens kept beside the log and listed."""
 
@@ -93,7 +93,7 @@ def test_one_flipped_byte_at_offset_k_in_a_copy_is_named_by_token_verify(setting
     made = _cli(settings, "token", "create", "--out", str(token), "--checkpoint-every", str(EVERY))
     assert made.returncode == 0, made.stderr
     doc = json.loads(token.read_text())
-    assert doc["version"] == 2 and doc["start_offset"] == 0 and doc["events"] == 41
+    assert doc["version"] == 3 and doc["start_offset"] == 0 and doc["events"] == 41
     assert len(doc["checkpoints"]) == 6 and doc["chain_every"] == EVERY
     assert doc["schemas"] == {"agent.message/v3": _fingerprint(doc, "agent.message/v3"),
                               "run.started/v2": _fingerprint(doc, "run.started/v2")}
@@ -158,6 +158,63 @@ def test_a_flipped_byte_in_an_offset_true_copy_of_a_swarms_log_is_named_with_its
                     "--json")
     first = json.loads(replayed.stdout)["replay"]["first_divergence"]
     assert (first["offset"], first["agent"], first["kind"]) == (step[0], writer, "output")
+
+
+class _Rerouted:
+    """A message read from the log whose ``sl.to`` header names another agent: the value untouched."""
+
+    def __init__(self, m):
+        self._m = m
+
+    def headers(self):
+        return [(k, b"r0" if k == "sl.to" else v) for k, v in self._m.headers()]
+
+    def __getattr__(self, name):
+        return getattr(self._m, name)
+
+
+def test_a_copy_whose_routing_headers_were_changed_fails_the_token_and_an_older_token_says_it_cannot_see_it(
+        settings, registry, tmp_path):
+    """The chain covers what readers route by (issue 28, item 6): a copy with one ``sl.to`` header
+    changed, values untouched, is refused by `replay --swarm`, and so by a version 3 token; a version 2
+    token (offsets and values) still matches it, and says that it does not cover headers."""
+    from dataclasses import replace
+
+    from swarmlog.kafka import KafkaBackend
+    from swarmlog.kafka.reader import watermarks
+    from swarmlog.token import load_token
+    from swarmlog.token._chain import VALUES, ChainBuilder
+
+    offsets = _appended_log(settings)
+    k = offsets[9]
+    token = tmp_path / "t3.json"
+    assert _cli(settings, "token", "create", "--out", str(token), "--checkpoint-every", str(EVERY)).returncode == 0
+    copy = new_topic_name("rerouted")
+    with LogReader(settings=settings) as reader:
+        reader.assign(0)
+        msgs = [_Rerouted(m) if m.offset() == k else m for batch in reader.batches() for m in batch]
+    KafkaBackend(settings).create_copy(copy, msgs, end=watermarks(settings, settings.topic)[1])
+
+    replayed = _cli(settings, "replay", "--swarm", "tests.swarms:relay", topic=copy)
+    assert replayed.returncode == 70 and f"message at offset {k}: header sl.to says 'r0'" in replayed.stderr
+
+    bad = _cli(settings, "token", "verify", str(token), "--topic", copy)
+    assert bad.returncode == 5, bad.stdout + bad.stderr
+    assert f"FIRST DIFFERENCE at offset {k}: the same value, but its headers differ (header #3 sl.to:" in bad.stdout
+    assert "the chain covers offsets, keys, headers and values" in bad.stdout
+
+    v3 = load_token(token)
+    builder = ChainBuilder(start_offset=v3.start_offset, every=EVERY, covers=VALUES)  # as version 2 made it
+    with LogReader(settings=settings) as reader:
+        reader.assign(0)
+        for batch in reader.batches():
+            builder.update_batch(batch)
+    old = tmp_path / "t2.json"
+    replace(v3, version=2, checkpoints=builder.finish(v3.end_offset)).save(old)
+    blind = _cli(settings, "token", "verify", str(old), "--topic", copy)
+    assert blind.returncode == 0, blind.stdout + blind.stderr
+    assert "NOTE: a version 2 token: its chain covers each message's offset and value, not its key or its " \
+           "headers" in blind.stdout and "the topic matches the token" in blind.stdout
 
 
 def test_a_re_produced_copy_of_a_transactional_log_is_named_as_renumbered(settings, tmp_path):

@@ -95,8 +95,8 @@ def test_both_versions_read_and_unknown_ones_are_refused(tmp_path):
     v1 = {"topic": "t", "run_id": None, "seed": None, "code_version": None, "start_offset": 0, "end_offset": 1,
           "events": 1, "stream_hash": "a" * 64, "agents": {}, "reducer": "ledger", "version": 1, "signature": None}
     assert isinstance(parse_token(v1, source="s"), ReplayToken)
-    with pytest.raises(InvalidToken, match="version 3"):
-        parse_token({**v1, "version": 3}, source="s")
+    with pytest.raises(InvalidToken, match="version 4"):
+        parse_token({**v1, "version": 4}, source="s")
     path = tmp_path / "bad.json"
     path.write_text("{not json")
     with pytest.raises(InvalidToken, match="cannot read"):
@@ -177,3 +177,48 @@ def test_a_refused_token_exits_as_a_usage_error():
 
     assert cli.exit_code(SignatureUnchecked(source="t.json")) == cli.EXIT_USAGE
     assert cli.exit_code(InvalidToken(source="t.json", problem="bad signature")) == cli.EXIT_USAGE
+
+
+def test_a_version_3_chain_covers_the_key_every_header_and_a_tombstone_and_version_2_does_not():
+    """Tokens cover what readers route by (issue 28, item 6): a message's key, its headers in order
+    (one without a value apart from an empty one) and its value (a tombstone apart from empty bytes)."""
+    from swarmlog.token._chain import VALUES, WHOLE, value_frame, whole_frame
+
+    base = MemoryMessage(7, b"v", b"alice", [("sl.type", b"agent.message"), ("sl.to", b"bob")], 0)
+    variants = [MemoryMessage(7, b"v", b"mallory", base.headers(), 0),
+                MemoryMessage(7, b"v", None, base.headers(), 0),
+                MemoryMessage(7, b"v", b"alice", [("sl.type", b"agent.message"), ("sl.to", b"carol")], 0),
+                MemoryMessage(7, b"v", b"alice", [("sl.to", b"bob"), ("sl.type", b"agent.message")], 0),
+                MemoryMessage(7, b"v", b"alice", [*base.headers(), ("x", None)], 0),
+                MemoryMessage(7, b"v", b"alice", [*base.headers(), ("x", b"")], 0),
+                MemoryMessage(7, b"v", b"alice", None, 0)]
+    frames = {whole_frame(m) for m in [base, *variants]}
+    assert len(frames) == len(variants) + 1  # each one a different frame
+    assert {value_frame(m) for m in [base, *variants]} == {value_frame(base)}  # version 2 sees none of it
+    assert whole_frame(MemoryMessage(7, None, None, None, 0)) != whole_frame(MemoryMessage(7, b"", None, None, 0))
+    for covers, caught in ((WHOLE, False), (VALUES, True)):
+        builder = ChainBuilder(start_offset=7, every=1, covers=covers)
+        builder.update_batch([base])
+        checker = ChainChecker(start_offset=7, checkpoints=builder.finish(8), covers=covers)
+        checker.update_batch([variants[2]])  # sl.to names another agent
+        assert [r.ok for r in checker.finish()] == [caught]
+
+
+def test_a_version_2_token_still_verifies_as_before_and_says_what_it_does_not_cover(backend, run_settings, registry):
+    from dataclasses import replace
+
+    from swarmlog.token._chain import VALUES
+
+    _appended(backend, run_settings, n=12)
+    v3 = create_token(backend=backend, topic=run_settings.topic, registry=registry, every=5)
+    assert v3.version == 3 and v3.uncovered is None
+    builder = ChainBuilder(start_offset=v3.start_offset, every=5, covers=VALUES)  # the chain version 2 made
+    with backend.reader(run_settings.topic) as reader:
+        reader.assign(0)
+        for batch in reader.batches():
+            builder.update_batch(batch)
+    v2 = replace(v3, version=2, checkpoints=builder.finish(v3.end_offset))
+    assert parse_token(json.loads(json.dumps(v2.to_json())), source="s") == v2
+    check = verify_token(backend=backend, token=v2, topic=run_settings.topic, registry=registry, signature="unsigned")
+    assert check.ok and check.to_json()["covers"] == "offsets and values"
+    assert any("NOTE: a version 2 token" in line and "not its key or its headers" in line for line in check.lines())

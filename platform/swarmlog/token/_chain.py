@@ -1,42 +1,86 @@
-"""The hash chain of a replay token (version 2): links over segments of K events.
+"""The hash chain of a replay token (versions 2 and 3): links over segments of K events.
 
 The log's events in offset order are cut into segments of K events each (the last
 one shorter). Each segment's link is::
 
-    link[0]   = sha256("swarmlog.chain.v1" | start offset)          (the genesis)
+    link[0]   = sha256(tag | start offset)                          (the genesis)
     link[j+1] = sha256(link[j] | frame(e) for every event e of segment j)
-    frame(e)  = 8-byte big-endian offset | 4-byte big-endian length | the value's bytes
 
-exactly the frames of the v1 stream hash, so two logs chain alike only if they hold
-the same bytes at the same offsets. A token keeps every link with the offset where its
-segment ends (a *checkpoint*). Because a link starts from the previous link *as the
-token holds it*, each segment of a topic can be checked on its own: a change in one
-segment fails that segment's checkpoint and no other. So a check reads the topic once
-and names every segment that differs, rather than bisecting a prefix hash (which reads
-just as much of a Kafka partition, and finds only the first); the first differing
-segment is then compared event by event with a copy that still matches the token.
+and a frame is, by the chain's version:
+
+* **version 2 tokens** (tag ``swarmlog.chain.v1``)::
+
+      frame(e) = 8-byte offset | 4-byte length | the value's bytes
+
+  exactly the frames of the v1 stream hash: the offsets and values, **not** the keys or the
+  headers. A copy whose routing headers were changed (``sl.to`` naming another agent) chains
+  alike, though every reader that routes by them would send its messages elsewhere.
+* **version 3 tokens** (tag ``swarmlog.chain.v2``, :func:`whole_frame`): the offset, the key, every
+  header in order (name and value, a header without a value kept apart from an empty one) and
+  the value (a tombstone kept apart from an empty value): whatever a reader of the message reads.
+
+(All integers big-endian.) Two logs chain alike only if they hold the same messages at the same
+offsets. A token keeps every link with the offset where its segment ends (a *checkpoint*).
+Because a link starts from the previous link *as the token holds it*, each segment of a topic
+can be checked on its own: a change in one segment fails that segment's checkpoint and no other.
+So a check reads the topic once and names every segment that differs, rather than bisecting a
+prefix hash (which reads just as much of a Kafka partition, and finds only the first); the first
+differing segment is then compared event by event with a copy that still matches the token.
 """
 
 from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..hashing import FRAME, frame
+from ..hashing import FRAME
 
 DEFAULT_EVERY = 1000
 """Events per checkpoint: a token of a million events holds 1,000 checkpoints (about 90 kB),
 and a change is located to within 1,000 events without any other copy of the log."""
 
-_GENESIS_TAG = b"swarmlog.chain.v1"
+VALUES = "offsets and values"
+"""What a version 2 token's chain covers of each message."""
+WHOLE = "offsets, keys, headers and values"
+"""What a version 3 token's chain covers: the whole message, as a reader reads it."""
+_GENESIS_TAGS = {VALUES: b"swarmlog.chain.v1", WHOLE: b"swarmlog.chain.v2"}
+_U32 = struct.Struct(">I")
+_NONE = b"\xff\xff\xff\xff"
+"""A length that stands for no bytes at all (a null key, a header without a value, a tombstone)."""
 
 
-def genesis(start_offset: int) -> str:
+def genesis(start_offset: int, covers: str = VALUES) -> str:
     """The link before the first segment of a chain that starts at ``start_offset``."""
-    return hashlib.sha256(_GENESIS_TAG + struct.pack(">Q", start_offset)).hexdigest()
+    return hashlib.sha256(_GENESIS_TAGS[covers] + struct.pack(">Q", start_offset)).hexdigest()
+
+
+def value_frame(m: Any) -> bytes:
+    """A version 2 chain's frame of a message: offset, length, value (a tombstone as empty)."""
+    value = m.value() or b""
+    return FRAME.pack(m.offset(), len(value)) + value
+
+
+def _sized(b: bytes | None) -> bytes:
+    return _NONE if b is None else _U32.pack(len(b)) + b
+
+
+def whole_frame(m: Any) -> bytes:
+    """A version 3 chain's frame of a message: offset, key, every header in order, value — each
+    length-prefixed, ``None`` (no key, no header value, a tombstone) apart from empty bytes."""
+    headers = m.headers() or ()
+    parts = [struct.pack(">Q", m.offset()), _sized(m.key()), _U32.pack(len(headers))]
+    for name, v in headers:
+        parts.append(_sized(name.encode("utf-8", "surrogateescape")))
+        parts.append(_sized(v))
+    parts.append(_sized(m.value()))
+    return b"".join(parts)
+
+
+FRAMES: dict[str, Callable[[Any], bytes]] = {VALUES: value_frame, WHOLE: whole_frame}
+"""A chain's frame function, by what the chain covers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,30 +105,32 @@ class Checkpoint:
 class ChainBuilder:
     """Builds a chain from a log's messages, in offset order (``token create``)."""
 
-    __slots__ = ("every", "start_offset", "checkpoints", "events", "_h", "_in_segment", "_last_offset")
+    __slots__ = ("every", "start_offset", "covers", "checkpoints", "events", "_h", "_in_segment", "_last_offset",
+                 "_frame")
 
-    def __init__(self, *, start_offset: int, every: int = DEFAULT_EVERY) -> None:
+    def __init__(self, *, start_offset: int, every: int = DEFAULT_EVERY, covers: str = WHOLE) -> None:
         if every < 1:
             raise ValueError("checkpoints come every 1 or more events")
         self.every = every
         self.start_offset = start_offset
+        self.covers = covers
         self.checkpoints: list[Checkpoint] = []
         self.events = 0
-        self._h = hashlib.sha256(bytes.fromhex(genesis(start_offset)))
+        self._h = hashlib.sha256(bytes.fromhex(genesis(start_offset, covers)))
         self._in_segment = 0
         self._last_offset = start_offset - 1
+        self._frame = FRAMES[covers]
 
     @property
     def last_link(self) -> str:
-        return self.checkpoints[-1].link if self.checkpoints else genesis(self.start_offset)
+        return self.checkpoints[-1].link if self.checkpoints else genesis(self.start_offset, self.covers)
 
     def update_batch(self, msgs: Iterable[Any]) -> None:
         h = self._h
-        pack = FRAME.pack
+        frame_of = self._frame
         for m in msgs:
-            value = m.value() or b""
             off = m.offset()
-            h.update(pack(off, len(value)) + value)
+            h.update(frame_of(m))
             self.events += 1
             self._in_segment += 1
             self._last_offset = off
@@ -125,13 +171,14 @@ class SegmentResult:
 class ChainChecker:
     """Checks a topic's messages against a token's checkpoints, segment by segment, in one pass."""
 
-    def __init__(self, *, start_offset: int, checkpoints: list[Checkpoint]) -> None:
+    def __init__(self, *, start_offset: int, checkpoints: list[Checkpoint], covers: str = WHOLE) -> None:
         self.start_offset = start_offset
         self.checkpoints = checkpoints
         self.results: list[SegmentResult] = []
         self._seg = 0
         self._count = 0
-        self._h = hashlib.sha256(bytes.fromhex(genesis(start_offset)))
+        self._h = hashlib.sha256(bytes.fromhex(genesis(start_offset, covers)))
+        self._frame = FRAMES[covers]
 
     def _segment_start(self, j: int) -> int:
         return self.checkpoints[j - 1].end_offset if j else self.start_offset
@@ -150,15 +197,14 @@ class ChainChecker:
         self._h = hashlib.sha256(bytes.fromhex(cp.link))  # the token's link: each segment stands alone
 
     def update_batch(self, msgs: Iterable[Any]) -> None:
-        pack = FRAME.pack
+        frame_of = self._frame
         for m in msgs:
             off = m.offset()
             while self._seg < len(self.checkpoints) and off >= self.checkpoints[self._seg].end_offset:
                 self._close()
             if self._seg >= len(self.checkpoints):
                 return  # past the token's range
-            value = m.value() or b""
-            self._h.update(pack(off, len(value)) + value)
+            self._h.update(frame_of(m))
             self._count += 1
 
     def finish(self) -> list[SegmentResult]:
@@ -167,9 +213,10 @@ class ChainChecker:
         return self.results
 
 
-def segment_link(previous_link: str, msgs: Iterable[Any]) -> str:
+def segment_link(previous_link: str, msgs: Iterable[Any], covers: str = WHOLE) -> str:
     """The link a run of messages makes after ``previous_link`` (one segment, checked alone)."""
     h = hashlib.sha256(bytes.fromhex(previous_link))
+    frame_of = FRAMES[covers]
     for m in msgs:
-        h.update(frame(m.offset(), m.value()))
+        h.update(frame_of(m))
     return h.hexdigest()

@@ -22,7 +22,7 @@ from ..runtime import SwarmReplayResult, replay_swarm_log
 from ..runtime._digests import DigestRecord
 from ..schema.codec import FINGERPRINT_LEN, MAGIC, Decoder
 from ..schema.registry import SchemaRegistry
-from ._chain import DEFAULT_EVERY, ChainBuilder
+from ._chain import DEFAULT_EVERY, WHOLE, ChainBuilder
 from ._document import ReplayTokenV2
 
 _FP = slice(len(MAGIC), len(MAGIC) + FINGERPRINT_LEN)
@@ -86,13 +86,13 @@ class LogFacts:
 def create_token(*, backend: LogBackend, topic: str, registry: SchemaRegistry, to: int | None = None,
                  every: int = DEFAULT_EVERY, swarm: Swarm | None = None,
                  replayed: SwarmReplayResult | None = None) -> ReplayTokenV2:
-    """A version 2 token of ``topic`` from its real start up to ``to`` (exclusive; default: its end).
+    """A version 3 token of ``topic`` from its real start up to ``to`` (exclusive; default: its end).
 
     The agents' states come from the digests the run recorded, or — with ``swarm``, or
     ``replayed``, a replay of the same range already made — from the swarm's code.
     """
     low, _ = backend.watermarks(topic)
-    chain = ChainBuilder(start_offset=low, every=every)
+    chain = ChainBuilder(start_offset=low, every=every, covers=WHOLE)  # version 3: whole messages
     facts = LogFacts(registry=registry)
     with backend.reader(topic) as reader:
         reader.assign(low)

@@ -1,13 +1,13 @@
-"""The replay token as a document: version 2, reading version 1, signatures, files.
+"""The replay token as a document: version 3, reading versions 2 and 1, signatures, files.
 
-A version 2 token pins a range of a swarm's log down:
+A version 3 token pins a range of a swarm's log down:
 
 * where it is: ``topic``, the **real** ``start_offset`` (the log's first offset when the
   token was made: a topic whose older events were deleted, or a backup restored from
   a later point, does not start at zero) and ``end_offset`` (exclusive);
-* what it holds: ``events``, the hash chain over their bytes with a checkpoint every
-  ``chain_every`` events (:mod:`._chain`), and the writer ``schemas`` in use (type,
-  version, fingerprint);
+* what it holds: ``events``, the hash chain over each message whole — offset, key, every
+  header, value — with a checkpoint every ``chain_every`` events (:mod:`._chain`), and the
+  writer ``schemas`` in use (type, version, fingerprint);
 * what made it: ``run_id``, ``seed``, ``code_version`` and the ``interpreter`` the run was
   pinned to (``run.started`` v2's string-hash seed and algorithm,
   :func:`swarmlog.interpreter.as_recorded`);
@@ -34,17 +34,25 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidToken, SignatureUnchecked
-from ._chain import Checkpoint
+from ._chain import VALUES, WHOLE, Checkpoint
 from ._v1 import ReplayToken
 
 logger = logging.getLogger(__name__)
 
-TOKEN_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+TOKEN_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+CHAINED_VERSIONS = (2, 3)
+"""Versions held by :class:`ReplayTokenV2`: a hash chain with checkpoints (2: over offsets and values;
+3: over whole messages, keys and headers too)."""
 
 
 @dataclass(frozen=True)
 class ReplayTokenV2:
+    """A chained token: version 3 (made now), or version 2 (read and verified as it was made).
+
+    Version 2's chain covers each message's offset and value only; :attr:`covers` says what a
+    token's chain covers, and :attr:`uncovered` what it cannot vouch for."""
+
     topic: str
     run_id: str | None
     seed: int | None
@@ -64,6 +72,20 @@ class ReplayTokenV2:
     """``log`` (the digests the live run recorded) or ``replay:<swarm>`` (a replay of the code)."""
     version: int = TOKEN_VERSION
     signature: str | None = field(default=None, compare=False)
+
+    @property
+    def covers(self) -> str:
+        """What the chain covers of each message (``_chain.WHOLE`` or, version 2, ``_chain.VALUES``)."""
+        return VALUES if self.version == 2 else WHOLE
+
+    @property
+    def uncovered(self) -> str | None:
+        """What of a checked topic this token cannot vouch for, in words (None: nothing)."""
+        if self.version == 2:
+            return ("a version 2 token: its chain covers each message's offset and value, not its key or its "
+                    "headers, so a copy whose routing headers (sl.*) or keys were changed still matches it; "
+                    "`swarmlog token create` makes a version 3 token, which covers them")
+        return None
 
     @property
     def chain_hash(self) -> str:
@@ -111,7 +133,7 @@ def parse_token(doc: Any, *, source: str) -> AnyToken:
     if not isinstance(doc, dict):
         raise InvalidToken(source=source, problem="not a JSON object")
     version = doc.get("version")
-    if version == 2:
+    if version in CHAINED_VERSIONS:
         return ReplayTokenV2.from_json(doc, source=source)
     if version == 1:
         try:

@@ -31,7 +31,7 @@ from ..runtime import replay_swarm_log
 from ..runtime._digests import DigestRecord
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
-from ._chain import ChainChecker, SegmentResult, genesis, segment_link
+from ._chain import VALUES, ChainChecker, SegmentResult, genesis, segment_link
 from ._create import LogFacts
 from ._document import ReplayTokenV2
 
@@ -58,19 +58,23 @@ class FirstDifference:
     offset: int
     """The offset in the checked topic (for an event it lacks: the offset the token's log has it at)."""
     what: str
-    """``bytes`` (same offset, other bytes), ``missing`` (the token's event is not there), ``extra``
-    (an event the token's history does not have), ``offset`` (the same event at another offset)."""
+    """``bytes`` (same offset, other bytes), ``key`` or ``headers`` (same offset and value, another key or
+    other headers: a version 3 token's chain covers them), ``missing`` (the token's event is not there),
+    ``extra`` (an event the token's history does not have), ``offset`` (the same event at another offset)."""
     token_side: EventBrief | None
     topic_side: EventBrief | None
     first_byte: int | None = None
     """With ``bytes``: the index of the first differing byte in the message's value."""
+    header: str | None = None
+    """With ``headers``: the first header that differs, in words."""
     step: str | None = None
     """Which step's outputs or state the event is, in words."""
     departs: str | None = None
     """``outputs`` or ``state``: what of that step the difference changes (None: no step's)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "what": self.what, "first_byte": self.first_byte, "step": self.step,
+        return {"offset": self.offset, "what": self.what, "first_byte": self.first_byte, "header": self.header,
+                "step": self.step,
                 "departs": self.departs,
                 "token": self.token_side.to_json() if self.token_side else None,
                 "topic": self.topic_side.to_json() if self.topic_side else None}
@@ -123,6 +127,7 @@ class TokenCheck:
                              for s in self.bad_segments],
             "first_difference": self.first_difference.to_json() if self.first_difference else None,
             "located": self.located, "run": self.run, "schemas": self.schemas, "agents": self.agents,
+            "version": self.token.version, "covers": self.token.covers, "uncovered": self.token.uncovered,
             "replay": self.replay,
         }
 
@@ -132,7 +137,9 @@ class TokenCheck:
                  f"checking topic {self.topic} against a token of topic {t.topic} (a copy, a restored backup or "
                  f"a mirror of it)")
         out = [f"{which}: offsets [{t.start_offset}, {t.end_offset}), {t.events} events, a checkpoint every "
-               f"{t.chain_every}; signature {self.signature}"]
+               f"{t.chain_every}; the chain covers {t.covers}; signature {self.signature}"]
+        if t.uncovered:
+            out.append(f"NOTE: {t.uncovered}")
         if self.topic_start > t.start_offset:
             out.append(f"the topic starts at offset {self.topic_start}, the token's history at {t.start_offset}: "
                        f"events before {self.topic_start} are gone")
@@ -148,6 +155,10 @@ class TokenCheck:
             if d.what == "bytes":
                 out.append(f"FIRST DIFFERENCE at offset {d.offset}: its bytes differ (first at byte {d.first_byte} "
                            f"of the value)")
+            elif d.what in ("key", "headers"):
+                out.append(f"FIRST DIFFERENCE at offset {d.offset}: the same value, but its {d.what} differ"
+                           + (f" ({d.header})" if d.header else "") + ": readers that route by them would act "
+                           "on it otherwise")
             elif d.what == "missing":
                 out.append(f"FIRST DIFFERENCE at offset {d.offset}: the topic lacks the event the token's history "
                            f"has there")
@@ -185,7 +196,7 @@ def verify_token(*, backend: LogBackend, token: ReplayTokenV2, topic: str, regis
     """Check ``topic`` against ``token``; ``reference`` is a copy to narrow a difference down with
     (default: the token's own topic, when another one is checked)."""
     low, _ = backend.watermarks(topic)
-    checker = ChainChecker(start_offset=token.start_offset, checkpoints=token.checkpoints)
+    checker = ChainChecker(start_offset=token.start_offset, checkpoints=token.checkpoints, covers=token.covers)
     facts = LogFacts(registry=registry)
     with backend.reader(topic) as reader:
         reader.assign(max(low, token.start_offset))
@@ -257,8 +268,8 @@ def _locate(check: TokenCheck, backend: LogBackend, registry: SchemaRegistry, se
     except TopicNotFound:
         check.located = f"the reference topic {reference} does not exist; {hint}"
         return
-    previous = token.checkpoints[seg.index - 1].link if seg.index else genesis(token.start_offset)
-    if segment_link(previous, ref) != token.checkpoints[seg.index].link:
+    previous = token.checkpoints[seg.index - 1].link if seg.index else genesis(token.start_offset, token.covers)
+    if segment_link(previous, ref, token.covers) != token.checkpoints[seg.index].link:
         check.located = (f"the reference topic {reference} does not match the token in this segment either, so "
                          f"it cannot say which event differs; {hint}")
         return
@@ -266,9 +277,10 @@ def _locate(check: TokenCheck, backend: LogBackend, registry: SchemaRegistry, se
     check.located = f"narrowed down event by event against {reference}, which matches the token in this segment"
     decoder = Decoder(registry)
     for i in range(max(len(ref), len(mine))):
-        a = ref[i] if i < len(ref) else None
-        b = mine[i] if i < len(mine) else None
-        if a is not None and b is not None and a.offset() == b.offset() and a.value() == b.value():
+        a: Any = ref[i] if i < len(ref) else None
+        b: Any = mine[i] if i < len(mine) else None
+        same = a is not None and b is not None and a.offset() == b.offset() and a.value() == b.value()
+        if same and (token.covers == VALUES or (a.key() == b.key() and (a.headers() or []) == (b.headers() or []))):
             continue
         ta, tb = _brief(decoder, a), _brief(decoder, b)
         if a is None:
@@ -283,6 +295,9 @@ def _locate(check: TokenCheck, backend: LogBackend, registry: SchemaRegistry, se
                 d = FirstDifference(offset=a.offset(), what="missing", token_side=ta, topic_side=tb)
             else:
                 d = FirstDifference(offset=b.offset(), what="extra", token_side=ta, topic_side=tb)
+        elif same:  # the same value at the same offset: the key or a header differs (a version 3 chain)
+            d = FirstDifference(offset=a.offset(), what="key" if a.key() != b.key() else "headers", token_side=ta,
+                                topic_side=tb, header=_first_header(a.headers() or [], b.headers() or []))
         else:
             va, vb = a.value() or b"", b.value() or b""
             first = next((k for k, (x, y) in enumerate(zip(va, vb, strict=False)) if x != y), min(len(va), len(vb)))
@@ -290,6 +305,18 @@ def _locate(check: TokenCheck, backend: LogBackend, registry: SchemaRegistry, se
         d.step, d.departs = _which_step(decoder, a if a is not None else b, b if a is not None else None)
         check.first_difference = d
         return
+
+
+def _first_header(mine: list[Any], theirs: list[Any]) -> str | None:
+    """The first header that differs, in words (its name, and both values)."""
+    for i in range(max(len(mine), len(theirs))):
+        a: Any = mine[i] if i < len(mine) else None
+        b: Any = theirs[i] if i < len(theirs) else None
+        if a != b:
+            name = (a or b)[0]
+            return (f"header #{i} {name}: {'absent' if a is None else repr(a[1])} in the token's history, "
+                    f"{'absent' if b is None else repr(b[1]) if b[0] == name else f'{b[0]}={b[1]!r}'} in the topic")
+    return None
 
 
 def _brief(decoder: Decoder, m: Any) -> EventBrief | None:
