@@ -52,7 +52,8 @@ import weakref
 
 from .table import Row
 
-__all__ = ["DEBUGGER_MODULES", "LIBRARY_SETUP", "TRUSTED_KINDS", "TRUSTED_LIBRARIES", "exemption", "trust_library"]
+__all__ = ["DEBUGGER_MODULES", "FRAMEWORKS", "LIBRARY_SETUP", "TRUSTED_KINDS", "TRUSTED_LIBRARIES", "exemption",
+           "trust_library"]
 
 # HTTP clients and the SDKs built on them read the clock and OS entropy for their own
 # bookkeeping while a handler uses ctx.http(): timeouts and timings, retry jitter and backoff,
@@ -67,8 +68,24 @@ __all__ = ["DEBUGGER_MODULES", "LIBRARY_SETUP", "TRUSTED_KINDS", "TRUSTED_LIBRAR
 # still fails at its first connect.
 # swarmlog's own tracing times a step's recorded calls from inside the handler (when each asks
 # for its record and when it writes it); the times go only into spans, never into the step.
+#
+# The agent frameworks swarmlog integrates (swarmlog.integrations) do the same for their own bookkeeping, so
+# a user of a supported framework writes no trust_library line. LangGraph and LangChain: the environment
+# (LANGCHAIN_*/LANGSMITH_* tracing switches, OPENAI_API_KEY and OPENAI_BASE_URL read by ChatOpenAI's
+# defaults), run ids for callbacks (uuid4), checkpoint ids and timestamps (uuid6: the clock and entropy),
+# and callback timings. What of it reaches the handler is ids, never decisions: the ids of messages the
+# graph makes itself (add_messages gives an id-less message a uuid4) and of checkpoints; what reaches
+# the log (requests, outputs) is compared on replay, and an id kept in state is a state divergence
+# (docs/integrations/langgraph.md says to keep them out of state). Threads stay refused for them too:
+# LangGraph's prebuilt ToolNode runs tools on a thread pool (a sync graph runs its tools in a node of
+# its own; an async one on the step's loop).
+FRAMEWORKS: dict[str, frozenset[str]] = {
+    "langgraph": frozenset({"langgraph", "langchain_core", "langchain_openai", "langsmith"}),
+}
+"""Per supported framework, the packages whose own clock, environment, machine and entropy reads pass."""
+
 TRUSTED_LIBRARIES: set[str] = {"httpx", "httpx2", "httpcore", "httpcore2", "openai", "anthropic", "opentelemetry",
-                               "http.cookiejar", "swarmlog.observe.tracing"}
+                               "http.cookiejar", "swarmlog.observe.tracing", *FRAMEWORKS["langgraph"]}
 """Packages (or exact modules) whose own clock, environment, machine and entropy reads pass inside handlers."""
 TRUSTED_KINDS = frozenset({"clock", "timezone", "random", "entropy", "environment", "machine"})
 
