@@ -290,8 +290,8 @@ def _tool_result_named(body: Any, part: str) -> str | None:
     for earlier in reversed(items[:i]):
         if not isinstance(earlier, dict):
             continue
-        calls = [*(earlier.get("tool_calls") or ()), earlier,
-                 *(c for c in (earlier.get("content") if isinstance(earlier.get("content"), list) else ()))]
+        content = earlier.get("content")
+        calls = [*(earlier.get("tool_calls") or ()), earlier, *(content if isinstance(content, list) else ())]
         for call in calls:
             if not isinstance(call, dict):
                 continue
