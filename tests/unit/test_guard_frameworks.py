@@ -44,3 +44,21 @@ def test_langchains_thread_pool_stays_refused():
         with guarded(agent="a", offset=1):
             with get_executor_for_config({}) as pool:
                 list(pool.map(str, [1, 2]))
+
+
+def test_anthropics_credential_discovery_passes_but_a_handlers_read_of_the_same_file_does_not(tmp_path, monkeypatch):
+    import pathlib
+
+    import anthropic
+    import httpx2
+
+    config = tmp_path / "anthropic"
+    config.mkdir()
+    (config / "active_config").write_text("default\n")
+    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(config))
+    client = httpx2.Client()
+    with guarded(agent="a", offset=1):  # anthropic 2.17 reads its active profile whenever a client is built
+        anthropic.Anthropic(api_key="sk-ant-test", http_client=client)
+    with pytest.raises(ForbiddenCall, match=r"read_text"):
+        with guarded(agent="a", offset=1):
+            pathlib.Path(config / "active_config").read_text()
