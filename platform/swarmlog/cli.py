@@ -244,6 +244,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
                       for u in result.undecodable]
         for line in bounded(unreadable, full=args.json or args.verbose > 0):
             print(f"warning: {line}", file=sys.stderr)
+        holes = [(h.offset, "offsets that hold no event any more", f"offset {h.offset} holds no event, though the "
+                  f"event at {h.named_by} names it as a cause: the log lost it") for h in result.holes]
+        for line in bounded(holes, full=args.json or args.verbose > 0):
+            print(f"warning: {line}", file=sys.stderr)
         if result.start_offset:
             print(f"warning: the log starts at offset {result.start_offset}, not 0: this is not the whole run "
                   f"(its token records start_offset {result.start_offset})", file=sys.stderr)
@@ -363,6 +367,9 @@ def _mirror_verify(args: argparse.Namespace) -> int:
         for line in check.lines():
             print(line)
         status = EXIT_OK if check.ok else EXIT_TOKEN_MISMATCH
+    from .kafka.backend import warn_about_history
+
+    warn_about_history(settings)
     mirror = verify_mirror(settings=settings)
     if args.json:
         print(json.dumps(mirror.to_json(), indent=2))

@@ -396,6 +396,24 @@ class HistoryIncomplete(SwarmlogError):
             f"records the real start)")
 
 
+class HistoryHoles(SwarmlogError):
+    """Offsets inside the log hold no event any more, though later events name them as causes: the log
+    lost events (compaction keeps only the newest message per key; a topic once compacted keeps its
+    holes). What a fold rebuilds from the rest is not the run, so it stops and says where."""
+
+    def __init__(self, *, topic: str, holes: dict[int, int], remedy: str) -> None:
+        self.topic = topic
+        self.holes = dict(sorted(holes.items()))
+        """Offset that holds nothing -> the first event that names it as a cause."""
+        shown = ", ".join(f"{o} (named by {by})" for o, by in list(self.holes.items())[:10])
+        more = f" and {len(self.holes) - 10} more" if len(self.holes) > 10 else ""
+        super().__init__(
+            f"topic {topic!r} has lost events: offset(s) {shown}{more} hold nothing, though later events name them "
+            f"as causes (causes are checked when written). Compaction or a deletion removed them, so what would be "
+            f"rebuilt is not the run. {remedy}; to look at what is left anyway, `swarmlog replay --from-log-start` "
+            f"(it reports the holes)")
+
+
 class TransactionAborted(SwarmlogError):
     """An agent's transaction did not commit: none of its outputs became visible.
 

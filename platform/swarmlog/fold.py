@@ -35,6 +35,14 @@ class Undecodable:
     """The error's type (``SchemaNotFound``, ``TrailingBytesInValue``, ...): what a long list is summarised by."""
 
 
+@dataclass(frozen=True, slots=True)
+class Hole:
+    """An offset that holds nothing, named as a cause by the event at ``named_by``: a lost event."""
+
+    offset: int
+    named_by: int
+
+
 @dataclass(slots=True)
 class ReplayResult:
     end_offset: int
@@ -47,6 +55,9 @@ class ReplayResult:
     states: dict[str, Any] = field(default_factory=dict, repr=False)
     start_offset: int = 0
     """The first offset replayed: 0, unless a replay ``from_log_start`` found history deleted."""
+    holes: list[Hole] = field(default_factory=list)
+    """Offsets that hold nothing though an event names them as its cause (a replay ``from_log_start``
+    reports them; any other refuses the log: :class:`~swarmlog.errors.HistoryHoles`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,22 +67,30 @@ class ReplayResult:
             "agents": dict(sorted(self.agents.items())),
             "stream_hash": self.stream_hash,
             "undecodable": [{"offset": u.offset, "kind": u.kind, "error": u.error} for u in self.undecodable],
+            "holes": [{"offset": h.offset, "named_by": h.named_by} for h in self.holes],
         }
 
 
 class Fold:
     """Applies decoded messages, batch by batch, to per-agent states with a reducer."""
 
-    __slots__ = ("decoder", "reducer", "states", "hasher", "events", "undecodable")
+    __slots__ = ("decoder", "reducer", "states", "hasher", "events", "undecodable", "present", "base", "holes")
 
     def __init__(self, *, registry: SchemaRegistry, reducer: Reducer | None = None,
-                 decoder: Decoder | None = None) -> None:
+                 decoder: Decoder | None = None, start: int = 0) -> None:
         self.decoder = decoder or Decoder(registry)
         self.reducer = reducer or Ledger()
         self.states: dict[str, Any] = {}
         self.hasher = StreamHasher()
         self.events = 0
         self.undecodable: list[Undecodable] = []
+        # Holes: one byte per offset from ``start``, set for each message read; a cause pointing at a
+        # zero byte names an event no message holds any more (apply_batch). A byte, not a bit: the
+        # fold marks every message, and a million offsets are a megabyte.
+        self.present = bytearray()
+        self.base = start
+        self.holes: dict[int, int] = {}
+        """Offset that holds nothing -> the first event naming it as a cause."""
 
     def apply_batch(self, msgs: list[Any]) -> None:
         """Hash, decode and fold a batch of messages (in offset order), in one pass over it.
@@ -84,6 +103,12 @@ class Fold:
         reducer = self.reducer
         frames = self.hasher.sink(len(msgs))
         undecodable = len(self.undecodable)
+        if not msgs:
+            return
+        present, base = self.present, self.base
+        need = msgs[-1].offset() - base + 1  # offsets ascend: the batch's last is its highest
+        if need > len(present):
+            present.extend(bytes(max(need - len(present), 65_536)))
         if type(reducer) is Ledger:
             # The default ledger folds the raw messages itself, as they are decoded: no Event
             # per event, no row handed between loops, and a batch's 5,000 decoded records
@@ -91,7 +116,7 @@ class Fold:
             # the same few freed blocks). Exactly Ledger: a subclass may override apply(), and
             # like any other reducer it is given Events.
             reducer.fold_messages(self.states, msgs, decode=self.decoder.decode, frames=frames,
-                                  undecodable=self._undecodable)
+                                  undecodable=self._undecodable, present=present, base=base, hole=self._hole)
         else:
             decode = self.decoder.decode
             apply = reducer.apply
@@ -101,13 +126,20 @@ class Fold:
                 value = m.value()
                 off = m.offset()
                 frames(frame(off, value))
+                present[off - base] = 1
                 try:
                     writer, record = decode(value, off)
                 except SwarmlogError as exc:
                     self._undecodable(off, exc)
                     continue
+                for c in record["causes"]:
+                    if base <= c < off and not present[c - base]:
+                        self._hole(off, c)
                 apply(states, from_message(m, writer, record))
         self.events += len(msgs) - (len(self.undecodable) - undecodable)
+
+    def _hole(self, offset: int, cause: int) -> None:
+        self.holes.setdefault(cause, offset)
 
     def _undecodable(self, offset: int, exc: SwarmlogError) -> None:
         self.undecodable.append(Undecodable(offset=offset, error=str(exc), kind=type(exc).__name__))
@@ -121,4 +153,5 @@ class Fold:
             stream_hash=self.hasher.hexdigest(),
             undecodable=list(self.undecodable),
             states=self.states,
+            holes=[Hole(offset=o, named_by=by) for o, by in sorted(self.holes.items())],
         )

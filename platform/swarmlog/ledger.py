@@ -79,7 +79,9 @@ class Ledger:
     def fold_messages(self, states: dict[str, Any], msgs: Iterable[Any], *,
                       decode: Callable[[bytes | None, int], tuple[Any, dict[str, Any]]],
                       frames: Callable[[bytes], None],
-                      undecodable: Callable[[int, SwarmlogError], None]) -> None:
+                      undecodable: Callable[[int, SwarmlogError], None],
+                      present: bytearray | None = None, base: int = 0,
+                      hole: Callable[[int, int], None] | None = None) -> None:
         """:meth:`fold_rows` of a batch of raw messages, in one pass that also hashes the stream.
 
         The plain replay's hot loop (:class:`~swarmlog.fold.Fold`): each message's frame goes
@@ -94,6 +96,11 @@ class Ledger:
         body is :meth:`fold_rows`' with :func:`swarmlog.hashing.frame` inlined before it;
         ``test_the_fused_fold_gives_the_two_pass_hash_and_states`` holds the two to the same
         digest and states.
+
+        Holes, in the same pass (``present``: one byte per offset from ``base``, long enough for the
+        batch): each message marks its offset, and a cause at an earlier offset that no message holds
+        is given to ``hole(offset, cause)`` — causes are checked when written, so the log has lost
+        that event since (compaction, a deletion).
         """
         type_crcs = self._type_crcs
         crc32 = zlib.crc32
@@ -101,6 +108,7 @@ class Ledger:
         encode = _mark_json
         frame = FRAME.pack
         get = states.get
+        marks = present if present is not None else bytearray(0)
         for m in msgs:
             value = m.value()
             offset = m.offset()
@@ -109,11 +117,17 @@ class Ledger:
             else:
                 frames(frame(offset, len(value)))
                 frames(value)
+            if present is not None:
+                marks[offset - base] = 1
             try:
                 writer, record = decode(value, offset)
             except SwarmlogError as exc:
                 undecodable(offset, exc)
                 continue
+            if present is not None:
+                for c in record["causes"]:
+                    if base <= c < offset and not marks[c - base]:
+                        hole(offset, c)  # type: ignore[misc]
             event_type = writer.event_type
             sender = record["agent_id"]
             to = record["to"]

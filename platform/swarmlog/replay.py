@@ -31,10 +31,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._lazy import exports
-from .errors import UsageError
+from .errors import HistoryHoles, UsageError
 from .fold import Fold, Reducer, ReplayResult, Undecodable
 from .kafka.backend import backend_for
-from .log.base import LogBackend, read_from_log_start, require_complete_history
+from .log.base import History, LogBackend, read_from_log_start, require_complete_history, warn_if_history_deletes
 from .protocol import agent_group, replay_group
 from .schema.registry import SchemaRegistry
 from .settings import Settings
@@ -87,9 +87,11 @@ def replay(
     fold = Fold(registry=registry, reducer=reducer)
     with backend.reader(topic, group=group) as reader:
         low, high = backend.watermarks(topic)
+        fold.base = low
         if from_log_start:
+            history = backend.history(topic)
+            warn_if_history_deletes(history, topic)
             if low != 0:
-                history = backend.history(topic)
                 logger.warning("topic %r starts at offset %d, not 0 (%s): replaying what is left, which is not "
                                "the whole run", topic, history.log_start, history.describe())
         else:
@@ -101,9 +103,17 @@ def replay(
             if progress is not None:
                 progress(reader.position.end_offset - low, total)
         end = reader.position.end_offset
+        if fold.holes and not from_log_start:
+            # Causes are checked when written: one naming an offset that holds nothing is an event the
+            # log lost since. The states folded from the rest are not the run's: stop, and say where.
+            raise HistoryHoles(topic=topic, holes=fold.holes, remedy=History.remedy(topic))
         if group is not None:
             reader.commit(end)
-    return fold.result(end, start_offset=low)
+    result = fold.result(end, start_offset=low)
+    if result.holes:
+        logger.warning("topic %r has lost events: %d offset(s) hold nothing though later events name them as causes "
+                       "(the first: %d); replayed what is left", topic, len(result.holes), result.holes[0].offset)
+    return result
 
 
 def replay_swarm(

@@ -19,7 +19,13 @@ from ..terminal import PrintableFormatter, printable, printable_lines
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return Settings.from_env(topic=getattr(args, "topic", None))
+    """The settings, ``--topic`` over ``SWARMLOG_TOPIC``; and a warning if that topic deletes events or has
+    lost its beginning (what is shown or rebuilt from it then is not the whole run)."""
+    from ..kafka.backend import warn_about_history
+
+    settings = Settings.from_env(topic=getattr(args, "topic", None))
+    warn_about_history(settings)
+    return settings
 
 
 def _swarm(args: argparse.Namespace, settings: Settings) -> Any:

@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..log.base import History, LogBackend
+from ..log.base import History, LogBackend, warn_if_history_deletes
 from ..settings import Settings
 from .channel import KafkaAgentChannel
 from .config import SHORT_READ_TUNING, admin_client, watermark_consumer
@@ -118,15 +118,14 @@ class KafkaBackend:
                                                                            client=self._admin_client())))
 
     def warn_if_history_is_finite(self, topic: str) -> History:
-        """Log (once per process and topic) that the topic deletes or has lost history."""
+        """Log (once per process and topic) that the topic deletes or has lost history; its History."""
         history = self.history(topic)
+        warn_if_history_deletes(history, topic)
         key = (self.settings.bootstrap_servers, topic)
-        if (history.deletes or not history.complete) and key not in _warned:
+        if not history.complete and not history.deletes and key not in _warned:
             _warned.add(key)
-            logger.warning("topic %r does not keep its whole history (%s; it starts at offset %d): replay and "
-                           "agents rebuild from offset 0 and will refuse it once offsets are gone. Set "
-                           "retention.ms=-1 and retention.bytes=-1, as `swarmlog topic create` does", topic,
-                           history.deletes or history.describe(), history.log_start)
+            logger.warning("topic %r starts at offset %d, not 0 (%s): replay and agents rebuild from offset 0 "
+                           "and refuse it. %s", topic, history.log_start, history.describe(), History.remedy(topic))
         return history
 
     def agent_channel(self, topic: str, agent: str) -> KafkaAgentChannel:
@@ -175,6 +174,21 @@ def _close_idle(idle: list[LogReader]) -> None:
             return
         reader._on_close = None
         reader.close()
+
+
+def warn_about_history(settings: Settings, topic: str | None = None) -> None:
+    """For a command that reads or writes a swarm's log without going through the runtime or a replay:
+    warn (once) if ``topic`` deletes events or has lost its beginning (:meth:`KafkaBackend.warn_if_history_is_finite`).
+    A topic that does not exist is the command's own error to report, not this warning's."""
+    from ..errors import TopicNotFound
+
+    backend = KafkaBackend(settings)
+    try:
+        backend.warn_if_history_is_finite(topic or settings.topic)
+    except TopicNotFound:
+        pass
+    finally:
+        backend.close()
 
 
 def backend_for(settings: Settings, backend: LogBackend | None = None, *, short_reads: bool = False) -> LogBackend:

@@ -30,12 +30,15 @@ What every backend must keep, because the guarantees rest on it:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import GroupNotAtStart, HistoryIncomplete
 from ..protocol import Headers
+
+logger = logging.getLogger(__name__)
 
 BATCH = 5000
 """Messages per batch a reader hands out at most."""
@@ -232,20 +235,33 @@ class LogBackend(Protocol):
         opened (a Kafka client's connections and threads are the parent's), the same log."""
 
 
-def require_complete_history(backend: LogBackend, topic: str, *, log_start: int | None = None) -> None:
-    """:class:`~swarmlog.errors.HistoryIncomplete` unless the topic starts at offset 0.
+_warned: set[tuple[str, str]] = set()
+"""(topic, what deletes it) already warned about by this process: once is enough for a log line."""
 
-    ``log_start``: the first offset held, when the caller has just read the watermarks. Only a log
-    that lost its beginning is asked for its whole :class:`History` (what deletes it: a config
-    request), to say so in the error; a complete one costs no request at all.
+
+def warn_if_history_deletes(history: History, topic: str) -> None:
+    """Log (once per process, topic and setting) that ``topic``'s configuration deletes events."""
+    if history.deletes and (topic, history.deletes) not in _warned:
+        _warned.add((topic, history.deletes))
+        logger.warning(
+            "topic %r deletes events (%s): compaction keeps only the newest message per key and leaves holes in the "
+            "offsets, retention deletes the oldest; replay, `swarmlog check` and the agents rebuild from every offset "
+            "and stop at a hole or a lost beginning. %s", topic, history.deletes, History.remedy(topic))
+
+
+def require_complete_history(backend: LogBackend, topic: str, *, log_start: int | None = None) -> History:
+    """:class:`~swarmlog.errors.HistoryIncomplete` unless the topic starts at offset 0; a warning
+    (:func:`warn_if_history_deletes`) if its configuration deletes events (compaction, retention).
+
+    Every command that reads or writes a swarm's log asks, so that a topic which will lose events is
+    named before it has (a config request: a few ms). ``log_start``: the first offset held, when the
+    caller has just read the watermarks (it is read again with the configuration).
     """
-    if log_start is None:
-        log_start = backend.watermarks(topic)[0]
-    if log_start == 0:
-        return
     history = backend.history(topic)
+    warn_if_history_deletes(history, topic)
     if not history.complete:
         raise HistoryIncomplete(topic=topic, log_start=history.log_start, retention=history.describe())
+    return history
 
 
 def read_from_log_start(backend: LogBackend, reader: Reader, *, topic: str, group: str | None, low: int,

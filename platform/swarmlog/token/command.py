@@ -40,10 +40,17 @@ def pinned_swarm(args: argparse.Namespace, settings: Settings) -> Any:
     return load_swarm(args.swarm)
 
 
-def backend_of(settings: Settings) -> Any:
-    from ..kafka.backend import backend_for
+def backend_of(settings: Settings, topic: str | None = None) -> Any:
+    """The Kafka backend; a warning if the topic a token is made of or checked against deletes events."""
+    from ..errors import TopicNotFound
+    from ..kafka.backend import KafkaBackend
 
-    return backend_for(settings, None)
+    backend = KafkaBackend(settings)
+    try:
+        backend.warn_if_history_is_finite(topic or settings.topic)
+    except TopicNotFound:
+        pass  # the token command reports it
+    return backend
 
 
 def registry_of(settings: Settings) -> Any:
@@ -106,7 +113,7 @@ def verify_v2(args: argparse.Namespace, token: Any, *, source: str) -> int:
               f"not set): its contents are checked below, which proves nothing about who made it", file=sys.stderr)
     topic = args.topic or token.topic  # the report's first line says which was checked
     swarm = pinned_swarm(args, settings.model_copy(update={"topic": topic}))
-    check = verify_token(backend=backend_of(settings), token=token, topic=topic, registry=registry_of(settings),
+    check = verify_token(backend=backend_of(settings, topic), token=token, topic=topic, registry=registry_of(settings),
                          signature=status, reference=getattr(args, "reference", None), swarm=swarm)
     if args.json:
         print(json.dumps(check.to_json(), indent=2, default=str))
