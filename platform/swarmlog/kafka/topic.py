@@ -215,10 +215,13 @@ def set_topic_config(settings: Settings, topic: str, config: Mapping[str, str]) 
 
 def deletes_history(config: dict[str, str]) -> str | None:
     """What in a topic's configuration deletes its history (None: it keeps everything forever)."""
-    reasons = [f"{key}={config[key]}" for key in ("retention.ms", "retention.bytes")
-               if key in config and config[key] not in ("-1", "")]
-    if "compact" in config.get("cleanup.policy", "delete"):
-        reasons.append(f"cleanup.policy={config['cleanup.policy']}")
+    policy = config.get("cleanup.policy", "delete")
+    reasons = []
+    if "compact" in policy:  # keeps only the newest message per key: holes anywhere in the log
+        reasons.append(f"cleanup.policy={policy}")
+    if "delete" in policy:  # retention applies only under the delete policy
+        reasons += [f"{key}={config[key]}" for key in ("retention.ms", "retention.bytes")
+                    if key in config and config[key] not in ("-1", "")]
     return ", ".join(reasons) or None
 
 
