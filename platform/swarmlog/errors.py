@@ -217,17 +217,42 @@ class SchemaClash(SchemaError):
 
 
 class SchemaNotFound(SwarmlogError):
-    """A message names a writer schema this process does not know."""
+    """A message names a writer schema this process does not know.
 
-    def __init__(self, *, offset: int | None, fingerprint: str) -> None:
+    Where the message's routing headers say what it is (``sl.type``, ``sl.v``), the error says so:
+    most often a writer already upgraded to a newer version than this reader (a rolling upgrade),
+    which an upgraded reader reads — nothing is lost, the message waits in the log.
+    """
+
+    def __init__(self, *, offset: int | None, fingerprint: str, event_type: str | None = None,
+                 version: int | None = None, known_version: int | None = None) -> None:
         self.offset = offset
         self.fingerprint = fingerprint
+        self.event_type = event_type
+        """What the message's ``sl.type`` header says it is (None: no header to go by)."""
+        self.version = version
+        """What its ``sl.v`` header says (None: none)."""
+        self.known_version = known_version
+        """The newest version of ``event_type`` this reader knows (None: not that type at all)."""
         where = f"at offset {offset} " if offset is not None else ""
+        if event_type is not None and version is not None and known_version is not None and version > known_version:
+            what = (f"; its routing headers say it is a newer {event_type} (v{version}) than this reader knows "
+                    f"(up to v{known_version}): a writer was upgraded before this reader. Upgrade this reader (its "
+                    f"swarmlog and schemas, or SWARMLOG_SCHEMA_PATH) to one that has {event_type} v{version}; the "
+                    f"message stays in the log and is read then")
+        elif event_type is not None and known_version is None:
+            what = (f"; its routing headers say it is a {event_type}, an event type this reader does not know: "
+                    f"add {event_type}'s schemas (SWARMLOG_SCHEMA_PATH)")
+        elif event_type is not None:
+            what = (f"; its routing headers say {event_type} v{version}, which this reader knows with another "
+                    f"fingerprint: the writer's schema file differs from this reader's (a version edited after "
+                    f"events were written with it?)")
+        else:
+            what = ("; deploy the schema that wrote it (built-in, or in a directory on SWARMLOG_SCHEMA_PATH: old "
+                    "versions must stay there forever)")
         super().__init__(
             f"message {where}was written with schema fingerprint {fingerprint}, which no schema this "
-            f"process loaded has; deploy the schema that wrote it (built-in, or in a directory on "
-            f"SWARMLOG_SCHEMA_PATH: old versions must stay there forever)"
-        )
+            f"process loaded has{what}")
 
 
 class UndecodableMessage(SwarmlogError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .errors import SwarmlogError
+from .errors import SchemaNotFound, SwarmlogError
 from .events import Event
 from .hashing import StreamHasher, frame, state_hash
 from .ledger import Ledger
@@ -130,7 +130,7 @@ class Fold:
                 try:
                     writer, record = decode(value, off)
                 except SwarmlogError as exc:
-                    self._undecodable(off, exc)
+                    self._undecodable(off, exc, m)
                     continue
                 for c in record["causes"]:
                     if base <= c < off and not present[c - base]:
@@ -141,7 +141,9 @@ class Fold:
     def _hole(self, offset: int, cause: int) -> None:
         self.holes.setdefault(cause, offset)
 
-    def _undecodable(self, offset: int, exc: SwarmlogError) -> None:
+    def _undecodable(self, offset: int, exc: SwarmlogError, message: Any = None) -> None:
+        if isinstance(exc, SchemaNotFound) and message is not None:
+            exc = self.decoder.unknown_writer(exc, message.headers())  # "a newer agent.message (v4) than..."
         self.undecodable.append(Undecodable(offset=offset, error=str(exc), kind=type(exc).__name__))
 
     def result(self, end_offset: int, *, start_offset: int = 0) -> ReplayResult:

@@ -79,7 +79,7 @@ class Ledger:
     def fold_messages(self, states: dict[str, Any], msgs: Iterable[Any], *,
                       decode: Callable[[bytes | None, int], tuple[Any, dict[str, Any]]],
                       frames: Callable[[bytes], None],
-                      undecodable: Callable[[int, SwarmlogError], None],
+                      undecodable: Callable[[int, SwarmlogError, Any], None],
                       present: bytearray | None = None, base: int = 0,
                       hole: Callable[[int, int], None] | None = None) -> None:
         """:meth:`fold_rows` of a batch of raw messages, in one pass that also hashes the stream.
@@ -88,7 +88,7 @@ class Ledger:
         into the stream hash (``frames``: :meth:`swarmlog.hashing.StreamHasher.sink`), then it
         is decoded (``decode(value, offset)`` -> ``(writer, record)``) and folded, with
         no row built between the two. A message that does not decode is hashed all the same
-        and given to ``undecodable(offset, error)``; the fold goes on with the next.
+        and given to ``undecodable(offset, error, message)``; the fold goes on with the next.
 
         Why one pass: a second loop over the batch for the hash, and a generator handing rows
         from the decoding loop to the folding one, cost about 0.4 and 0.2 us an event, of the
@@ -122,7 +122,7 @@ class Ledger:
             try:
                 writer, record = decode(value, offset)
             except SwarmlogError as exc:
-                undecodable(offset, exc)
+                undecodable(offset, exc, m)
                 continue
             if present is not None:
                 for c in record["causes"]:

@@ -67,7 +67,7 @@ def _two_passes(msgs: list[MemoryMessage]) -> tuple[str, dict[str, Any], list[Un
         try:
             writer, record = decoder.decode(m.value(), m.offset())
         except SwarmlogError as exc:
-            undecodable.append(Undecodable(offset=m.offset(), error=str(exc)))
+            undecodable.append(Undecodable(offset=m.offset(), error=str(exc), kind=type(exc).__name__))
             continue
         ledger.apply(states, Event.from_message(m, writer, record))
     return hasher.hexdigest(), states, undecodable

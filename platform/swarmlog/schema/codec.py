@@ -35,7 +35,7 @@ from typing import Any
 
 import fastavro
 
-from ..errors import SchemaNotFound, TrailingBytesInValue, UndecodableMessage
+from ..errors import SchemaNotFound, SwarmlogError, TrailingBytesInValue, UndecodableMessage
 from ..protocol import (
     H_AGENT,
     H_STEP,
@@ -367,11 +367,32 @@ class Decoder:
         except (IndexError, ValueError):
             return None
 
+    def unknown_writer(self, exc: SchemaNotFound, headers: Headers | None) -> SchemaNotFound:
+        """``exc`` told with what the message's routing headers say it is: most often a newer version of
+        a type this reader knows (``a newer agent.message (v4) than this reader knows``). The headers
+        only explain; they decide nothing."""
+        r = route(headers)
+        if not r.event_type:
+            return exc
+        version = None
+        for k, v in headers or ():
+            if k == H_VERSION and v is not None and v.isdigit():
+                version = int(v)
+        try:
+            known: int | None = self.registry.latest(r.event_type).version
+        except SwarmlogError:
+            known = None
+        return SchemaNotFound(offset=exc.offset, fingerprint=exc.fingerprint, event_type=r.event_type,
+                              version=version, known_version=known)
+
     def decode_checked(self, msg: Any) -> tuple[EventSchema, dict[str, Any]]:
         """:meth:`decode` a message and check its routing headers against the decoded envelope."""
         value = msg.value()
         offset = msg.offset()
-        writer, rec = self.decode(value, offset)
+        try:
+            writer, rec = self.decode(value, offset)
+        except SchemaNotFound as exc:
+            raise self.unknown_writer(exc, msg.headers()) from None
         headers = msg.headers()
         if headers:
             kind = self._kinds.get(writer.fingerprint) or self._kind_of(writer)
@@ -400,7 +421,10 @@ class Decoder:
         fp = value[2:HEADER_LEN]
         plan = self._payload_plans.get(fp, _UNPLANNED)
         if plan is _UNPLANNED:
-            plan = self._payload_plan(fp, offset)
+            try:
+                plan = self._payload_plan(fp, offset)
+            except SchemaNotFound as exc:
+                raise self.unknown_writer(exc, msg.headers()) from None
         if plan is None:
             return self._fields_whole(msg)
         try:
