@@ -76,6 +76,26 @@ def unchecked_event(registry: SchemaRegistry, event_type: str, payload: dict[str
     return value, agent.encode(), list(enc.headers(agent.encode(), None if to is None else to.encode()))
 
 
+def newer_schemas(into: Path) -> Path:
+    """A copy of the built-in schemas with ``agent.message`` v4: v3 and one more field with a default
+    (``trace``), a compatible change ``schema check`` passes. Point ``SWARMLOG_SCHEMA_DIR`` at it for a
+    process upgraded before (a writer) or after (a reader) the others: a rolling upgrade."""
+    import json
+    import shutil
+
+    from swarmlog.schema.registry import builtin_schema_dir
+
+    target = into / "schemas-v4"
+    shutil.copytree(builtin_schema_dir(), target, ignore=shutil.ignore_patterns("__pycache__"))
+    v3 = json.loads((target / "agent.message" / "v3.avsc").read_text())
+    payload = next(f for f in v3["fields"] if f["name"] == "payload")["type"]
+    payload["fields"].append({"name": "trace", "type": "string", "default": "",
+                              "doc": "v4: where the message came from (tests: a rolling upgrade)"})
+    v3["doc"] = "v4: v3 and a trace (a test's newer schema)"
+    (target / "agent.message" / "v4.avsc").write_text(json.dumps(v3, indent=2))
+    return target
+
+
 GUARD_HOOKS = ("native", "python")
 """The determinism guard's two profile hooks (swarmlog.guard._hook): the C one and the Python one."""
 

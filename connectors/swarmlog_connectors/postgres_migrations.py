@@ -5,12 +5,14 @@ needs only ``INSERT`` into them. Run as the database owner (a Helm hook Job, an 
 CI), :func:`migrate` applies every version the database lacks and grants two group roles
 (``NOLOGIN``; give them to login roles with ``GRANT swarmlog_sink TO <user>``):
 
-* **the sink's** (:data:`WRITER_ROLE`): ``INSERT`` on ``events`` and ``dead_letters``,
+* **the sink's** (:data:`WRITER_ROLE`): ``INSERT`` on ``events`` and ``dead_letters`` (and
+  ``SELECT, DELETE`` on ``dead_letters``: ``swarmlog mirror redrive`` moves a letter that now reads;
+  ``SELECT`` of ``events``' topic, offset and event id: a repeated id's dead letter names the first),
   ``SELECT, INSERT, UPDATE`` on ``sink_positions`` (the position row is locked with
   ``SELECT ... FOR UPDATE``), ``INSERT`` on ``replay_reports`` (the replay Job publishes
   there with the same credentials; and ``SELECT`` of its ``id``, which the insert returns),
   ``SELECT`` on the version table. Nothing else: it cannot create, alter or drop anything,
-  nor read the mirror.
+  nor read the mirror's events.
 * **readers'** (:data:`READER_ROLE`): ``SELECT`` on the mirror's tables (``psql``,
   :class:`swarmlog.mirror.Mirror`, dashboards).
 
@@ -121,6 +123,11 @@ def _grant(conn: psycopg.Connection[Any], *, writer_role: str, reader_role: str)
     for statement in (
         "GRANT SELECT ON {versions} TO {writer}, {reader}",
         "GRANT INSERT ON events, dead_letters TO {writer}",
+        # `swarmlog mirror redrive` moves a dead letter that now reads (a reader upgraded after the
+        # writers) into events: it deletes the letter in the same transaction (and finds it first).
+        "GRANT SELECT, DELETE ON dead_letters TO {writer}",
+        # A second event with an id already mirrored is a dead letter naming the first one's offset.
+        "GRANT SELECT (topic, seq, event_id) ON events TO {writer}",
         "GRANT SELECT, INSERT, UPDATE ON sink_positions TO {writer}",
         "GRANT INSERT, SELECT (id) ON replay_reports TO {writer}",  # INSERT ... RETURNING id reads it
         "GRANT USAGE ON SEQUENCE replay_reports_id_seq TO {writer}",  # its bigserial id

@@ -22,9 +22,11 @@ from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import EventSchema
 
 EVENT_COLUMNS = (
-    "topic", "seq", "event_id", "run_id", "agent_id", "event_type", "schema_version",
+    "topic", "seq", "event_id", "run_id", "agent_id", "event_type", "schema_version", "read_version",
     "recipient", "causes", "payload", "logged_at",
 )
+"""``read_version``: the version the payload was read into (the newest this sink's registry has of the
+type): the shape the row was written in, which ``mirror verify`` compares it with."""
 DEAD_LETTER_COLUMNS = ("topic", "seq", "error", "raw", "key", "header_keys", "header_values")
 
 
@@ -163,7 +165,7 @@ class RowBuilder:
                 logged_at = datetime.fromtimestamp(ts / 1000, UTC) if ts_type else None
             rows.append((
                 topic, off, rec["event_id"], rec["run_id"], rec["agent_id"], writer.event_type,
-                writer.version, rec["to"], array_literal(rec["causes"]), payload,
+                writer.version, self._read_version(writer), rec["to"], array_literal(rec["causes"]), payload,
                 logged_at if ts_type else None,
             ))
         return rows, dead
@@ -215,9 +217,17 @@ class RowBuilder:
 
     def _writer_fields(self, writer: EventSchema) -> tuple[bytes, Callable[[Any], bytes]]:
         dumps = _payload_encoders(self.decoder.registry.latest(writer.event_type).payload_schema)[1]
-        fields = (_text_field(writer.event_type) + struct.pack(">ii", 4, writer.version), dumps)
+        fields = (_text_field(writer.event_type) + struct.pack(">iiii", 4, writer.version, 4,
+                                                               self._read_version(writer)), dumps)
         self._writers[writer.fingerprint] = fields
         return fields
+
+    def _read_version(self, writer: EventSchema) -> int:
+        """The version the decoder reads ``writer``'s events into: the newest it knows of the type, or
+        the one it is told to read into (``Decoder.read_into``), never older than the writer's own."""
+        cap = self.decoder.read_into.get(writer.event_type)
+        newest = self.decoder.registry.latest(writer.event_type).version
+        return newest if cap is None or not writer.version <= cap < newest else cap
 
     def _name(self, name: bytes) -> bytes:
         if len(self._names) >= _NAMES_MAX:  # names repeat; anything else must not grow this forever

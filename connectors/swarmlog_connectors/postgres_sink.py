@@ -445,10 +445,13 @@ class PostgresSink:
                 self._set_position(cur, next_offset)
             conn.commit()
             dead_count = len(dead)
-        except psycopg.DataError:
-            # A row Postgres refuses (bad jsonb text, ...): redo the transaction row by row,
-            # dead-lettering the bad ones. A duplicate key is NOT caught: with the
-            # position fenced it cannot happen, and if it did, stopping loudly is right.
+        except (psycopg.DataError, psycopg.errors.UniqueViolation) as exc:
+            # A row Postgres refuses (bad jsonb text, ...), or a second event with an id already
+            # mirrored (events_by_event_id): redo the transaction row by row, dead-lettering the bad
+            # ones. A duplicate *offset* (the primary key) is not one of these: with the position
+            # fenced it cannot happen, and if it did, stopping loudly is right.
+            if isinstance(exc, psycopg.errors.UniqueViolation) and not _repeated_event_id(exc):
+                raise
             conn.rollback()
             done = self._write_slowly(conn, [m for b in batches for m in b.messages], expected, next_offset)
             if done is None:
@@ -482,6 +485,10 @@ class PostgresSink:
                         cur.execute(_INSERT_EVENT, row)
                 except psycopg.DataError as exc:
                     refused.append(dead_letter(self.topic, by_offset[row[1]], f"Postgres refused the row: {exc}"))
+                except psycopg.errors.UniqueViolation as exc:
+                    if not _repeated_event_id(exc):
+                        raise
+                    refused.append(dead_letter(self.topic, by_offset[row[1]], repeated_id(cur, self.topic, row)))
             for d in dead + refused:
                 self._insert_dead_letter(conn, cur, d)
             self._set_position(cur, next_offset)
@@ -520,6 +527,20 @@ class PostgresSink:
                      (self.topic,))
         row = conn.execute("SELECT next_offset FROM sink_positions WHERE topic = %s", (self.topic,)).fetchone()
         return 0 if row is None else int(row[0])
+
+
+def _repeated_event_id(exc: psycopg.errors.UniqueViolation) -> bool:
+    """Whether Postgres refused a row for its event id (the index migration 0006 made), not its offset."""
+    return exc.diag.constraint_name == "events_by_event_id"
+
+
+def repeated_id(cur: psycopg.Cursor[Any], topic: str, row: tuple[Any, ...]) -> str:
+    """The dead letter's error for a row whose event id is already mirrored: it names the first one."""
+    event_id = row[EVENT_COLUMNS.index("event_id")]
+    found = cur.execute("SELECT seq FROM events WHERE topic = %s AND event_id = %s", (topic, event_id)).fetchone()
+    first = f"the event at offset {found[0]}" if found else "an event already mirrored"
+    return (f"duplicate event id {event_id!r}: a second copy of {first}. An event id names one event: this "
+            f"message (re-sent by a producer or a copy tool) is not mirrored as another, and no agent handles it")
 
 
 def _slices(batch: list[Any]) -> list[list[Any]]:

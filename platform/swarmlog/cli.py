@@ -21,7 +21,7 @@ from typing import Any
 
 from .errors import ConfigurationError, InvalidToken, SchemaError, ServiceUnavailable, SwarmlogError, UsageError
 from .settings import Settings
-from .terminal import PrintableFormatter, bounded, printable
+from .terminal import PrintableFormatter, bounded, offset_ranges, printable
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +184,8 @@ def _sink_pattern(args: argparse.Namespace) -> int:
 def cmd_mirror(args: argparse.Namespace) -> int:
     if args.action == "verify":
         return _mirror_verify(args)
+    if args.action == "redrive":
+        return _mirror_redrive(args)
     from swarmlog_connectors.postgres_migrations import SCHEMA_VERSION, migrate, schema_version
     from swarmlog_connectors.postgres_sink import connect
 
@@ -346,6 +348,24 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
         if args.publish:
             print(f"report {report['report_id']} published to Postgres (table replay_reports)")
     return (EXIT_DIVERGED if result.divergences else EXIT_OK), result
+
+
+def _mirror_redrive(args: argparse.Namespace) -> int:
+    from swarmlog_connectors.mirror_redrive import redrive
+
+    settings = _settings(args, postgres=True)
+    done = redrive(settings=settings)
+    if args.json:
+        print(json.dumps(done.to_json(), indent=2))
+    else:
+        print(f"mirror of {done.topic}: {len(done.moved)} dead letter(s) read now and moved into events"
+              + (f" (offsets {offset_ranges(done.moved)})" if done.moved else ""))
+        kept = [(o, "still unreadable", f"offset {o}: {why}") for o, why in sorted(done.kept.items())]
+        if kept:
+            print(f"{len(kept)} kept as dead letters (they do not read with this swarmlog's schemas either):")
+        for line in bounded(kept, full=args.verbose > 0):
+            print(f"  {line}")
+    return EXIT_OK
 
 
 def _mirror_verify(args: argparse.Namespace) -> int:
@@ -648,15 +668,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_sink)
 
     mi = sub.add_parser("mirror", help="the Postgres mirror: migrate its schema (as the database owner) | status | "
-                                       "verify it against the log", parents=[verbose])
-    mi.add_argument("action", choices=["migrate", "status", "verify"])
+                                       "verify it against the log | redrive dead letters that read now",
+                        parents=[verbose])
+    mi.add_argument("action", choices=["migrate", "status", "verify", "redrive"])
     mi.add_argument("--writer-role", default="swarmlog_sink", help="group role the sink runs as (created if missing)")
     mi.add_argument("--reader-role", default="swarmlog_reader", help="read-only group role (created if missing)")
-    mi.add_argument("--topic", help="verify: the topic whose rows to check (default SWARMLOG_TOPIC)")
+    mi.add_argument("--topic", help="verify, redrive: the topic whose rows to check or letters to redrive "
+                                    "(default SWARMLOG_TOPIC)")
     mi.add_argument("--token", metavar="FILE", help="verify: first check the log against this token (version 2 or 3)")
     mi.add_argument("--unchecked-signature", action="store_true",
                     help="verify --token: accept a signed token without SWARMLOG_TOKEN_KEY")
-    mi.add_argument("--json", action="store_true", help="verify: the result as JSON")
+    mi.add_argument("--json", action="store_true", help="verify, redrive: the result as JSON")
     mi.set_defaults(func=cmd_mirror)
 
     r = sub.add_parser("replay", help="rebuild every agent's state from offset zero", parents=[verbose])

@@ -51,7 +51,7 @@ def test_missing_extra_and_altered_rows_are_each_named(settings, registry, db):
     db.execute("DELETE FROM events WHERE topic = %s AND seq = %s", (topic, offsets[3]))
     db.execute("UPDATE events SET agent_id = 'mallory', causes = '{}' WHERE topic = %s AND seq = %s",
                (topic, offsets[9]))
-    db.execute("INSERT INTO events SELECT topic, 100000, event_id, run_id, agent_id, event_type, schema_version, "
+    db.execute("INSERT INTO events SELECT topic, 100000, 'by-hand', run_id, agent_id, event_type, schema_version, "
                "recipient, causes, payload, logged_at FROM events WHERE topic = %s AND seq = %s", (topic, offsets[0]))
     report = json.loads(_verify(settings, "--json").stdout)
     assert report["ok"] is False and report["rows_checked"] == 30

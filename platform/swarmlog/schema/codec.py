@@ -251,8 +251,13 @@ class Decoder:
     resolution at all.
     """
 
-    def __init__(self, registry: SchemaRegistry, *, upcasters: dict[tuple[str, int], Upcaster] | None = None) -> None:
+    def __init__(self, registry: SchemaRegistry, *, upcasters: dict[tuple[str, int], Upcaster] | None = None,
+                 read_into: dict[str, int] | None = None) -> None:
         self.registry = registry
+        self.read_into = dict(read_into or {})
+        """Event type -> the version its events are read into, where not the newest this registry has
+        (``mirror verify`` rebuilds a row in the shape an older sink wrote it). A writer newer than that
+        version is read into its own."""
         # By default the upcasters beside the schemas (schemas/<type>/upcasters.py) apply;
         # an explicit {} means none.
         self.upcasters = dict(upcasters if upcasters is not None else upcasters_for(registry))
@@ -476,7 +481,11 @@ class Decoder:
         writer = self.registry.by_fingerprint(fp)
         if writer is None:
             raise SchemaNotFound(offset=offset, fingerprint=fp.hex())
-        plan = _chain_plan(self.registry, writer, self.registry.latest(writer.event_type), self.upcasters)
+        target = self.registry.latest(writer.event_type)
+        cap = self.read_into.get(writer.event_type)
+        if cap is not None and writer.version <= cap < target.version:
+            target = self.registry.get(writer.event_type, cap)
+        plan = _chain_plan(self.registry, writer, target, self.upcasters)
         self._plans[fp] = plan
         return plan
 
