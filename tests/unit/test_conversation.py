@@ -76,7 +76,7 @@ def test_streamed_chat_completion_is_assembled_into_its_reply_and_tool_calls() -
     c = conversation("http.exchange", _exchange("http://127.0.0.1:9/v1/chat/completions",
                                                 {**CHAT_REQUEST, "stream": True}, body, stream=True,
                                                 headers=[{"name": "openai-processing-ms", "value": "412"}]))
-    assert c is not None and c.streamed and c.model == "gpt-4o-mini-2024"
+    assert c is not None and c.streamed and c.model == "gpt-4o-mini" and c.extra == {"served_by": "gpt-4o-mini-2024"}
     assert c.reply[0].text == "Let me check."
     assert c.reply[0].tool_calls[0].name == "search" and c.reply[0].tool_calls[0].arguments == {"q": "kafka"}
     assert c.stop_reason == "tool_calls"

@@ -131,7 +131,7 @@ class Conversation:
                 "reply": [m.to_json() for m in self.reply], "tools": list(self.tools),
                 "usage": self.usage.to_json() if self.usage is not None else None, "latency_ms": self.latency_ms,
                 "streamed": self.streamed, "stop_reason": self.stop_reason, "status": self.status,
-                "error": self.error, "url": self.url}
+                "error": self.error, "url": self.url, **self.extra}
 
     @property
     def reply_text(self) -> str:
@@ -153,7 +153,8 @@ class Conversation:
 
     def lines(self, *, width: int = 100) -> list[str]:
         """The conversation as text, a turn a paragraph (``swarmlog show``)."""
-        head = [f"model {self.model or '?'} ({self.api}{', streamed' if self.streamed else ''})"]
+        served = f", served by {self.extra['served_by']}" if self.extra.get("served_by") else ""
+        head = [f"model {self.model or '?'} ({self.api}{', streamed' if self.streamed else ''}{served})"]
         facts = []
         if self.usage is not None:
             facts.append(self.usage.text())
@@ -272,9 +273,14 @@ def _parse(api: str, request: Mapping[str, Any], response: Mapping[str, Any], *,
         messages, reply, stop, usage = _anthropic(request, response)
     else:
         messages, reply, stop, usage = _chat(request, response)
-    model = response.get("model") or request.get("model")
+    # The model asked for (what a reader searches by); the one the API says served it, when it differs
+    # (a dated version of an alias), kept beside it.
+    asked, served = request.get("model"), response.get("model")
+    model = asked or served
+    extra = {"served_by": str(served)} if served and asked and served != asked else {}
     return Conversation(api=api, model=str(model) if model else None, messages=tuple(messages), reply=tuple(reply),
-                        tools=_tool_names(request.get("tools")), usage=usage, streamed=streamed, stop_reason=stop)
+                        tools=_tool_names(request.get("tools")), usage=usage, streamed=streamed, stop_reason=stop,
+                        extra=extra)
 
 
 # --- OpenAI chat completions -------------------------------------------------------------------------
