@@ -11,6 +11,7 @@ browser; screenshots go to ``docs/console/`` (what docs/console.md shows).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ import httpx2
 import openai
 import psycopg
 import pytest
+import yaml
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -45,6 +47,8 @@ from swarmlog_connectors.replay_reports import publish_report
 from .browser import ARTIFACTS, chromium, console_errors
 from .conftest import REPO, new_topic_name, subprocess_env
 from .dev_clusters import free_ports
+from .release import workloads
+from .test_helm_chart import CHART, DOCKERFILE, render
 
 BUGGY = "swarmlog.examples.case_study:buggy"
 FIXED = "swarmlog.examples.case_study:fixed"
@@ -97,9 +101,10 @@ class Researcher(Agent):
                 slot["arguments"] += tc.function.arguments or ""
         call = calls[0]
         result = ctx.effect("search", search, json.loads(call["arguments"])["q"])
-        messages += [{"role": "assistant", "content": None, "tool_calls": [
-            {"id": call["id"], "type": "function", "function": {"name": call["name"], "arguments": call["arguments"]}}]},
-            {"role": "tool", "tool_call_id": call["id"], "content": result}]
+        asked = {"id": call["id"], "type": "function",
+                 "function": {"name": call["name"], "arguments": call["arguments"]}}
+        messages += [{"role": "assistant", "content": None, "tool_calls": [asked]},
+                     {"role": "tool", "tool_call_id": call["id"], "content": result}]
         answer = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
             model="gpt-stub", messages=messages, tools=[SEARCH_TOOL], stream=True) if c.choices)
         self.state["answers"].append(answer)
@@ -208,16 +213,7 @@ def mirror(base_settings: Settings) -> Iterator[Mirror]:
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/healthz", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                assert proc.poll() is None, f"swarmlog ui exited: {proc.communicate()[1]}"
-                assert time.monotonic() < deadline, "swarmlog ui did not answer in 60 s"
-                time.sleep(0.2)
+        assert _get_when_up(f"{url}/healthz", proc) == "ok\n"
         yield Mirror(prefix=prefix, deadlocked=deadlocked, finished=finished, research=research, url=url)
     finally:
         proc.terminate()
@@ -414,3 +410,44 @@ def test_the_consoles_connection_cannot_write(mirror: Mirror, base_settings: Set
         conn.execute("DELETE FROM replay_reports")
     assert conn.execute("SELECT current_user").fetchone() == {"current_user": "swarmlog_reader"}
     reader.close()
+
+
+def test_the_charts_console_command_serves_the_mirror(mirror: Mirror, base_settings: Settings, helm: list[str],
+                                                      helm_env: dict[str, str], tmp_path: Path) -> None:
+    """The chart's console Deployment, its rendered command and environment run as a process (the release
+    tests' way): it reads this mirror and lists these runs. Only its address is local (port, loopback)."""
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({
+        "swarm": {"app": BUGGY, "agents": ["coordinator"]},
+        "kafka": {"bootstrapServers": base_settings.bootstrap_servers, "topic": mirror.deadlocked.topic},
+        "database": {"url": base_settings.database_url},
+        "console": {"enabled": True}}))
+    manifests = render(helm, helm_env, "template", "console", str(CHART), "-f", str(values))
+    home = tmp_path / "home"
+    home.mkdir()
+    (console,) = [w for w in workloads(manifests, dockerfile=DOCKERFILE, venv=Path(sys.prefix), home=home)
+                  if w.component == "console"]
+    argv = list(console.argv)
+    port = free_ports(1)[0]
+    argv[argv.index("--port") + 1] = str(port)
+    argv[argv.index("--host") + 1] = "127.0.0.1"
+    env = {**console.env, "PYTHONPATH": os.pathsep.join([str(REPO / "platform"), str(REPO / "connectors")])}
+    proc = subprocess.Popen(argv, env=env, cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        page = _get_when_up(f"http://127.0.0.1:{port}/?q={mirror.prefix}", proc)
+        assert "incident-7" in page and "routine-3" in page and "research-1" in page
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _get_when_up(url: str, proc: subprocess.Popen[str], timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return str(r.read().decode())
+        except OSError:
+            assert proc.poll() is None, f"the console exited: {proc.communicate()[1][-3000:]}"
+            assert time.monotonic() < deadline, f"the console did not answer in {timeout} s"
+            time.sleep(0.2)

@@ -37,7 +37,8 @@ CHAT_REQUEST = {
         {"role": "system", "content": "You are a researcher."},
         {"role": "user", "content": "What is the weather in Paris?"},
         {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+            {"id": "call_1", "type": "function",
+             "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "18C, cloudy"},
     ],
     "tools": [{"type": "function", "function": {"name": "weather", "parameters": {}}}],
@@ -63,11 +64,13 @@ def test_llm_call_of_openai_chat_shows_model_turns_reply_and_tokens() -> None:
 
 def test_streamed_chat_completion_is_assembled_into_its_reply_and_tool_calls() -> None:
     body = _sse(
-        {"id": "c1", "model": "gpt-4o-mini-2024", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+        {"id": "c1", "model": "gpt-4o-mini-2024",
+         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
         {"id": "c1", "choices": [{"index": 0, "delta": {"content": "Let me "}}]},
         {"id": "c1", "choices": [{"index": 0, "delta": {"content": "check."}}]},
         {"id": "c1", "choices": [{"index": 0, "delta": {"tool_calls": [
-            {"index": 0, "id": "call_9", "type": "function", "function": {"name": "search", "arguments": "{\"q\":"}}]}}]},
+            {"index": 0, "id": "call_9", "type": "function",
+             "function": {"name": "search", "arguments": "{\"q\":"}}]}}]},
         {"id": "c1", "choices": [{"index": 0, "delta": {"tool_calls": [
             {"index": 0, "function": {"arguments": "\"kafka\"}"}}]}}]},
         {"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
@@ -93,7 +96,8 @@ def test_openai_responses_plain_and_streamed_read_alike() -> None:
         {"type": "function_call_output", "call_id": "fc_1", "output": "kafka.apache.org"},
     ]}
     response = {"id": "resp_1", "model": "gpt-4.1", "status": "completed", "output": [
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "See kafka.apache.org."}]}],
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": "See kafka.apache.org."}]}],
         "usage": {"input_tokens": 50, "output_tokens": 6, "total_tokens": 56}}
     plain = conversation("http.exchange", _exchange("https://api.openai.com/v1/responses", request,
                                                     json.dumps(response)))

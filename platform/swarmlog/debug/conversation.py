@@ -347,7 +347,8 @@ def _response_items(items: Sequence[Any]) -> list[Message]:
         elif kind == "function_call_output":
             out.append(Message(role="tool", text=_content_text(item.get("output")), tool_call_id=item.get("call_id")))
         elif kind == "reasoning":
-            summary = " ".join(_content_text(s.get("text")) for s in item.get("summary") or () if isinstance(s, Mapping))
+            parts = [s for s in item.get("summary") or () if isinstance(s, Mapping)]
+            summary = " ".join(_content_text(s.get("text")) for s in parts)
             if summary:
                 out.append(Message(role="reasoning", text=summary))
         else:

@@ -106,7 +106,7 @@ class MirrorReader:
         if conn is not None and not conn.closed:
             return conn
         try:
-            conn = psycopg.connect(self._conninfo, autocommit=True, row_factory=dict_row)  # type: ignore[arg-type]
+            conn = psycopg.connect(self._conninfo, autocommit=True, row_factory=dict_row)
         except psycopg.OperationalError as exc:
             raise ServiceUnavailable(service="Postgres", address=self._address, detail=str(exc).strip()) from None
         try:
@@ -138,7 +138,7 @@ class MirrorReader:
 
     def _all(self, query: str, args: Any = None) -> list[dict[str, Any]]:
         with self._cursor() as cur:
-            return list(cur.execute(query, args).fetchall())  # type: ignore[arg-type]
+            return list(cur.execute(query, args).fetchall())
 
     def _one(self, query: str, args: Any = None) -> dict[str, Any] | None:
         rows = self._all(query, args)
@@ -153,15 +153,23 @@ class MirrorReader:
 
     def runs(self) -> list[RunRow]:
         """Every run of every topic the mirror holds, the newest first."""
+        return self._runs("TRUE", {})
+
+    def run(self, topic: str, run_id: str) -> RunRow | None:
+        """One run (its aggregate reads only its own rows, by the index on (run_id, seq))."""
+        rows = self._runs("run_id = %(run)s AND topic = %(topic)s", {"run": run_id, "topic": topic})
+        return rows[0] if rows else None
+
+    def _runs(self, where: str, args: dict[str, Any]) -> list[RunRow]:
         rows = self._all(f"""
             WITH r AS (
                 SELECT topic, run_id, count(*) AS events, min(seq) AS first_seq, max(seq) AS last_seq,
                        min(logged_at) AS first_at, max(logged_at) AS last_at,
                        count(*) FILTER (WHERE event_type = '{HANDLER_FAILED}') AS failures
-                FROM events GROUP BY topic, run_id
+                FROM events WHERE {where} GROUP BY topic, run_id
             ), started AS (
                 SELECT DISTINCT ON (topic, run_id) topic, run_id, payload
-                FROM events WHERE event_type = '{RUN_STARTED}' ORDER BY topic, run_id, seq
+                FROM events WHERE {where} AND event_type = '{RUN_STARTED}' ORDER BY topic, run_id, seq
             ), report AS (
                 SELECT DISTINCT ON (topic, coalesce(run_id, '')) id, topic, run_id, diverged
                 FROM replay_reports ORDER BY topic, coalesce(run_id, ''), id DESC
@@ -176,17 +184,8 @@ class MirrorReader:
             LEFT JOIN report rr ON rr.topic = r.topic AND rr.run_id = r.run_id
             -- a report published without a run id speaks for the topic: for its runs that end before its end
             LEFT JOIN report tr ON tr.topic = r.topic AND tr.run_id IS NULL AND rr.id IS NULL
-            ORDER BY r.last_at DESC NULLS LAST, r.topic, r.first_seq""")
+            ORDER BY r.last_at DESC NULLS LAST, r.topic, r.first_seq""", args)
         return [self._run_row(r) for r in rows]
-
-    def run(self, topic: str, run_id: str) -> RunRow | None:
-        for r in self.runs_of(topic):
-            if r.run_id == run_id:
-                return r
-        return None
-
-    def runs_of(self, topic: str) -> list[RunRow]:
-        return [r for r in self.runs() if r.topic == topic]
 
     def _run_row(self, r: dict[str, Any]) -> RunRow:
         started = r.get("started") or {}

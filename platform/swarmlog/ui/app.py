@@ -276,9 +276,13 @@ def _cells(row: Row, lanes: int) -> list[tuple[str, str]]:
         lo, hi = min([src, *row.targets]), max([src, *row.targets])
         for i in range(lo, hi + 1):
             cells[i] = ("shaft", "")
+        # The line runs from the sender's lane centre to the farthest recipient's: half cells at both ends.
         for t in row.targets:
-            cells[t] = ("head", "▶" if t > src else "◀")
-        cells[src] = ("sender", "●")
+            far = t in (lo, hi)
+            cells[t] = ("head " + (("end-right" if t > src else "end-left") if far else "through"),
+                        "▶" if t > src else "◀")
+        side = "both" if lo < src < hi else "right" if hi > src else "left"
+        cells[src] = (f"sender end-{side}" if side != "both" else "sender through", "●")
         return cells
     cells[src] = ("mark", "●" if row.kind in ("message", "broadcast") else GLYPHS.get(row.kind, "○"))
     return cells

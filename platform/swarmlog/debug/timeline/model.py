@@ -174,7 +174,7 @@ def from_graph(graph: CausalGraph, *, topic: str, start: int, end: int, order: I
         row = _row(e, index, graph)
         if divergence is not None and divergence.offset == e.offset:
             row = _with_divergence(row, divergence, input_row=True)
-        elif record is not None and record == e.offset:
+        elif divergence is not None and record == e.offset:
             row = _with_divergence(row, divergence, input_row=False)
         rows.append(row)
     return Timeline(topic=topic, start=start, end=end, lanes=lanes, rows=rows,
