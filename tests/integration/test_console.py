@@ -151,7 +151,7 @@ def _topic(base: Settings, prefix: str, what: str) -> Settings:
     return base.model_copy(update={"topic": topic})
 
 
-def _case_run(settings: Settings, run_id: str, *, late: bool) -> dict[str, dict]:
+def _case_run(settings: Settings, run_id: str, *, late: bool, swarm: Swarm = case_study.buggy) -> dict[str, dict]:
     view = LogView(settings=settings)
 
     def work(task: str) -> dict[str, Any]:
@@ -164,8 +164,8 @@ def _case_run(settings: Settings, run_id: str, *, late: bool) -> dict[str, dict]
 
     real, case_study.do_work = case_study.do_work, work
     try:
-        start_run(settings=settings, swarm=case_study.buggy, run_id=run_id, seed=5)
-        results = run_agents(settings=settings, swarm=case_study.buggy, until_quiet=1.0)
+        start_run(settings=settings, swarm=swarm, run_id=run_id, seed=5)
+        results = run_agents(settings=settings, swarm=swarm, until_quiet=1.0)
     finally:
         case_study.do_work = real
     return {r.agent: r.state for r in results}
@@ -185,7 +185,8 @@ def mirror(base_settings: Settings) -> Iterator[Mirror]:
     states = _case_run(deadlocked, "incident-7", late=True)
     assert case_study.deadlocked(states)
     finished = _topic(base_settings, prefix, "finished")
-    assert case_study.finished(_case_run(finished, "routine-3", late=False))
+    # The fixed code: it finishes whichever of the worker and the timeout comes first.
+    assert case_study.finished(_case_run(finished, "routine-3", late=False, swarm=case_study.fixed))
 
     research = _topic(base_settings, prefix, "research")
     with StubServer(model) as server:
@@ -205,7 +206,7 @@ def mirror(base_settings: Settings) -> Iterator[Mirror]:
     # Replay reports as the chart's Job publishes them: the fix against the deadlock (it diverges), and
     # the code that made the finished run against it (it reproduces it).
     assert _replay_cli(deadlocked, FIXED)["diverged"] is True
-    assert _replay_cli(finished, BUGGY)["diverged"] is False
+    assert _replay_cli(finished, FIXED)["diverged"] is False
 
     port = free_ports(1)[0]
     env = subprocess_env(base_settings)
@@ -451,3 +452,24 @@ def _get_when_up(url: str, proc: subprocess.Popen[str], timeout: float = 60) -> 
             assert proc.poll() is None, f"the console exited: {proc.communicate()[1][-3000:]}"
             assert time.monotonic() < deadline, f"the console did not answer in {timeout} s"
             time.sleep(0.2)
+
+
+def test_show_log_and_the_text_timeline_print_a_streamed_call_as_a_conversation(mirror: Mirror) -> None:
+    env = subprocess_env(mirror.research)
+
+    def cli(*args: str) -> str:
+        done = subprocess.run([*CLI, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    lines = [ln for ln in cli("log", "--type", "http.exchange").splitlines() if ln.strip()]
+    assert len(lines) == 3 and all("gpt-stub [" in ln for ln in lines)
+    first = int(lines[0].split()[0])
+    shown = cli("show", str(first))
+    assert "conversation:" in shown and "[system]\n    You are a careful researcher." in shown
+    assert '→ calls search({"q":"kafka ordering"})' in shown  # assembled from the stream's pieces
+    assert "data: " not in shown and "authorization" not in shown  # no raw stream, no header dump
+    raw = cli("show", str(first), "--raw")
+    assert "data: " in raw and '"name": "authorization"' in raw  # the bytes, one flag away
+    timeline = cli("timeline", "--color", "never")
+    assert "http gpt-stub [2 msg, streamed" in timeline

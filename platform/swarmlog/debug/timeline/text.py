@@ -164,7 +164,7 @@ def note(row: Row) -> str:
     if row.kind == LLM_ROW:
         return f"llm {row.summary}"
     if row.kind == HTTP_ROW:
-        return f"http {row.label}: {row.summary}" if row.model_call else f"http {row.label}"
+        return f"http {row.summary}" if row.model_call else f"http {row.label}"
     if row.kind == FAILURE_ROW:
         return f"FAILED {row.summary}"
     if row.kind == BROADCAST_ROW:
