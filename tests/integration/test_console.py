@@ -368,12 +368,12 @@ def test_a_streamed_model_call_reads_as_a_conversation_and_the_divergence_marks_
     assert "You are a careful researcher." in convo and "How does Kafka order events?" in convo
     assert '→ search({\n  "q": "kafka ordering"\n})' in convo  # the streamed tool call, assembled
     assert "\\\"" not in convo
+    assert _text(browser, "#recorded")  # this exchange is the diverging record: both sides here too
+    _shot(browser, "model-call")
     # The raw payload is one click away, and is what the log recorded.
     assert not browser.find_element(By.ID, "payload").is_displayed()
     browser.find_element(By.CSS_SELECTOR, "#raw summary").click()
     assert '"response_body": "data: ' in _text(browser, "#payload")
-    assert _text(browser, "#recorded")  # this exchange is the diverging record: both sides here too
-    _shot(browser, "model-call")
 
     browser.get(f"{base}/events/{second_call}")
     convo = _text(browser, "#conversation")
