@@ -21,7 +21,7 @@ from swarmlog.errors import GroupNotAtStart, NondeterminismError, RunAlreadyReco
 from swarmlog.log.append import EventLog
 from swarmlog.log.base import LogBackend
 from swarmlog.protocol import agent_group, parse_step, replay_group
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run, wait_for_run
 from swarmlog.schema.codec import Decoder
 

@@ -19,7 +19,7 @@ from swarmlog import interpreter
 from swarmlog.errors import HashSeedMismatch
 from swarmlog.log.append import EventLog
 from swarmlog.protocol import MESSAGE, RUN_STARTED
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
 
 from .. import swarms
 from .conftest import read_log, subprocess_env

@@ -69,8 +69,9 @@ PUBLIC = {
         "SignatureUnchecked", "TOKEN_VERSION", "TokenCheck", "check_signature", "create_token", "load_token",
         "mismatches", "parse_token", "signature_status", "token_from", "verify_token",
     ],
-    "swarmlog.replay": ["Divergence", "Fold", "LiveStates", "ReplayResult", "SwarmReplayResult", "Undecodable",
-                        "replay", "replay_swarm"],
+    "swarmlog.replaying": ["CausalityViolation", "Divergence", "Fold", "Ledger", "LiveStates", "Reducer",
+                           "ReplayResult", "SwarmReplayResult", "Undecodable", "check_causality", "replay",
+                           "replay_swarm", "swarm_report"],
 }
 
 

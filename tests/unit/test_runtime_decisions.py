@@ -6,7 +6,7 @@ from typing import Any
 
 from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.errors import NondeterminismError
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 
 

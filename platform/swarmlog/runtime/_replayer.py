@@ -1,6 +1,6 @@
 """Replaying a whole swarm's code against its log.
 
-Internal; the public entry point is :func:`swarmlog.replay.replay_swarm`.
+Internal; the public entry point is :func:`swarmlog.replay_swarm`.
 
 Every agent's handlers re-run, in offset order, on the inputs the log recorded;
 effects and LLM calls are served from the log; every output is compared with the

@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic_core import SchemaSerializer, core_schema
 
-from .errors import SwarmlogError
-from .events import Event
-from .hashing import FRAME
+from ..errors import SwarmlogError
+from ..events import Event
+from ..hashing import FRAME
 
 LedgerRow = tuple[int, str, str, str | None, dict[str, Any]]
 """What the ledger reads of an event: (offset, event_type, agent_id, to, payload)."""
@@ -82,7 +82,7 @@ class Ledger:
                       undecodable: Callable[[int, SwarmlogError], None]) -> None:
         """:meth:`fold_rows` of a batch of raw messages, in one pass that also hashes the stream.
 
-        The plain replay's hot loop (:class:`~swarmlog.fold.Fold`): each message's frame goes
+        The plain replay's hot loop (:class:`~swarmlog.replaying.fold.Fold`): each message's frame goes
         into the stream hash (``frames``: :meth:`swarmlog.hashing.StreamHasher.sink`), then it
         is decoded (``decode(value, offset)`` -> ``(writer, record)``) and folded, with
         no row built between the two. A message that does not decode is hashed all the same
