@@ -70,7 +70,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from .events import Event
-    from .http import HTTPRequestDiverged
+    from .llm import HTTPRequestDiverged
     from .log.append import EventLog
     from .log.memory import InMemoryLog
     from .replaying import Divergence, ReplayResult, SwarmReplayResult, replay, replay_swarm
@@ -137,7 +137,7 @@ _LAZY: dict[str, str] = {
     "UnmodelledEffect": ".errors",
     "UsageError": ".errors",
     "Event": ".events",
-    "HTTPRequestDiverged": ".http",
+    "HTTPRequestDiverged": ".llm",
     "EventLog": ".log.append",
     "InMemoryLog": ".log.memory",
     "Divergence": ".replaying",

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from swarmlog.guard import ForbiddenCall, guarded
-from swarmlog.http import (
+from swarmlog.llm.http import (
     REDACTED,
     HTTPRequestDiverged,
     RecordedHTTP,
@@ -270,7 +270,7 @@ def test_swarm_llm_takes_either_sdk_and_refuses_what_it_cannot_record():
 
     from swarmlog import Swarm
     from swarmlog.errors import ConfigurationError
-    from swarmlog.sdk import SDKChat
+    from swarmlog.llm.sdk import SDKChat
 
     with StubServer(lambda request: "hi there") as server:
         claude = Swarm(name="s", agents=list, llm=anthropic.Anthropic(api_key=KEY, base_url=server.anthropic_base_url))

@@ -46,6 +46,10 @@ PUBLIC = {
         "describe_topic", "group_members", "high_watermark", "require_single_partition", "reset_group",
         "topic_config", "watermarks",
     ],
+    "swarmlog.llm": [
+        "HTTPRequestDiverged", "LLMClient", "LLMRequestFailed", "LLMResponseInvalid", "LLMUnavailable", "OpenAIChat",
+        "RecordedHTTP", "Redaction", "SDKChat", "ScriptExhausted", "ScriptedLLM", "completion", "content", "llm_client",
+    ],
     "swarmlog.log": [
         "AgentChannel", "Appender", "BATCH", "Delivered", "History", "InMemoryLog", "LogBackend", "MemoryMessage",
         "Message", "ReadPosition", "Reader",

@@ -12,7 +12,7 @@ import pytest
 
 from ..conftest import REPO
 
-HEAVY = ("swarmlog.guard", "swarmlog.runtime", "swarmlog.context", "swarmlog.http", "swarmlog.debug.session",
+HEAVY = ("swarmlog.guard", "swarmlog.runtime", "swarmlog.context", "swarmlog.llm.http", "swarmlog.debug.session",
          "swarmlog.token._create", "psycopg", "textual", "opentelemetry", "swarmlog.observe._server", "http.server")
 
 
@@ -63,8 +63,8 @@ def test_starting_the_cli_and_building_its_parser_imports_no_agent_machinery():
     assert "swarmlog.cli" in loaded  # the code above ran
 
 
-@pytest.mark.parametrize("module", ["swarmlog", "swarmlog.replaying", "swarmlog.log", "swarmlog.token",
-                                    "swarmlog.debug", "swarmlog.observe"])
+@pytest.mark.parametrize("module", ["swarmlog", "swarmlog.replaying", "swarmlog.llm", "swarmlog.log",
+                                    "swarmlog.token", "swarmlog.debug", "swarmlog.observe"])
 def test_a_lazy_face_gives_each_public_name_as_the_object_itself_even_after_its_submodules_load(module):
     face = importlib.import_module(module)
     for name in face.__all__:
