@@ -35,7 +35,7 @@ from typing import Any
 from .errors import ConfigurationError
 from .events import Event
 from .llm.sdk import llm_client
-from .protocol import AGENT_NAME_FORBIDDEN, MESSAGE, TIMER_FIRED
+from .log.protocol import AGENT_NAME_FORBIDDEN, MESSAGE, TIMER_FIRED
 
 Handler = Callable[[Any, Any, Event], None]
 

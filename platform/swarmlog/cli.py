@@ -730,7 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(args_list[0] if args_list else None).parse_args(args_list)
         configure_logging(verbosity + getattr(args, "verbose", 0),
                           service=args.command in _SERVICES or bool(getattr(args, "publish", False)))
-        # Only a process started as the command line may replace itself (swarmlog.interpreter).
+        # Only a process started as the command line may replace itself (swarmlog.runtime.interpreter).
         args.may_reexec = argv is None
         from .observe import tracing
 

@@ -15,7 +15,7 @@ randomness) or *recorded in the log* (messages, timers, effects, LLM calls):
   differs from the recorded one is a divergence.
 
 Every output of a step gets the id ``<agent>@<offset>#<index>``
-(:func:`swarmlog.protocol.output_id`): deterministic, so the runtime can tell, for
+(:func:`swarmlog.log.protocol.output_id`): deterministic, so the runtime can tell, for
 each input, which outputs an earlier life of the agent already wrote.
 """
 
@@ -29,8 +29,8 @@ from typing import Any, NamedTuple, Protocol
 from .errors import ConfigurationError, EffectDiverged, EffectFailed, NoRunStarted, OutsideStep
 from .events import Event
 from .guard import allowed
-from .hashing import canonical, short_sha256
-from .protocol import (
+from .log.hashing import canonical, short_sha256
+from .log.protocol import (
     EFFECT_RECORDED,
     LLM_CALL,
     MESSAGE,

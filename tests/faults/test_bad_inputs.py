@@ -16,7 +16,7 @@ import pytest
 from swarmlog import Agent, Swarm, on_message
 from swarmlog.errors import KafkaOperationFailed, RoutingHeaderMismatch
 from swarmlog.log.append import EventLog
-from swarmlog.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION
+from swarmlog.log.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION
 from swarmlog.replaying import replay, replay_swarm
 from swarmlog.replaying.causality import check_causality
 from swarmlog.schema.codec import Encoder

@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from swarmlog.kafka.reader import high_watermark
 from swarmlog.kafka.topic import TOPIC_CONFIG, create_topic, topic_config, wait_until_known
-from swarmlog.protocol import agent_group
+from swarmlog.log.protocol import agent_group
 from swarmlog.replaying import replay_swarm
 from swarmlog.replaying.causality import check_causality
 from swarmlog.runtime import start_run

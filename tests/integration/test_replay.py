@@ -14,9 +14,9 @@ from fastavro.utils import generate_many
 from swarmlog.demo import main as demo_main
 from swarmlog.errors import GroupHasActiveMembers, GroupNotAtStart
 from swarmlog.events import Event
-from swarmlog.hashing import state_hash
 from swarmlog.kafka.reader import LogReader
 from swarmlog.log.append import EventLog
+from swarmlog.log.hashing import state_hash
 from swarmlog.replaying import Fold, replay
 from swarmlog.replaying.ledger import Ledger
 from swarmlog.schema.codec import Decoder, Encoder

@@ -19,7 +19,7 @@ from pydantic_core import to_json
 
 from swarmlog.errors import SwarmlogError
 from swarmlog.events import Event
-from swarmlog.hashing import StreamHasher, state_hash
+from swarmlog.log.hashing import StreamHasher, state_hash
 from swarmlog.log.memory import MemoryMessage
 from swarmlog.replaying.fold import Fold, Undecodable
 from swarmlog.replaying.ledger import Ledger, _mark_json, mark_json

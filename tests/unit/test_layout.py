@@ -173,7 +173,7 @@ def test_the_package_has_no_import_circle():
 EVENT_TYPES = ("run.started", "agent.message", "timer.set", "timer.fired", "timer.cancelled", "effect.recorded",
                "llm.call", "handler.failed", "state.digest")
 HEADERS = ("sl.type", "sl.v", "sl.agent", "sl.to", "sl.step")
-PROTOCOL = PACKAGE / "protocol.py"
+PROTOCOL = PACKAGE / "log" / "protocol.py"
 
 
 def _string_constants(path: Path) -> list[tuple[int, str]]:
@@ -193,7 +193,7 @@ def test_event_type_names_and_header_names_are_written_only_in_the_protocol_modu
         for line, value in _string_constants(path):
             if value in EVENT_TYPES or value in HEADERS:
                 strays.append(f"{path.relative_to(REPO)}:{line}: {value!r}")
-    assert strays == [], "use the constants of swarmlog.protocol"
+    assert strays == [], "use the constants of swarmlog.log.protocol"
 
 
 def test_the_event_id_grammar_is_spelled_only_in_the_protocol_module():
@@ -211,7 +211,7 @@ def test_the_event_id_grammar_is_spelled_only_in_the_protocol_module():
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
                     and any(mark in node.value for mark in ("@timer", "@state", "@stop")):
                 strays.append(f"{path.relative_to(REPO)}:{node.lineno}")
-    assert strays == [], "use swarmlog.protocol.output_id / wall_timer_id / state_digest_id / parse_step"
+    assert strays == [], "use swarmlog.log.protocol.output_id / wall_timer_id / state_digest_id / parse_step"
 
 
 # --- decisions by type, never by text ------------------------------------------------------------

@@ -16,7 +16,7 @@ from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.errors import RoutingHeaderMismatch
 from swarmlog.log.append import EventLog
 from swarmlog.log.memory import MemoryMessage
-from swarmlog.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION, Route
+from swarmlog.log.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION, Route
 from swarmlog.replaying import replay_swarm
 from swarmlog.replaying.causality import check_causality
 from swarmlog.runtime import run_agents, start_run

@@ -40,7 +40,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from ..errors import ConfigurationError, SwarmlogError
-from ..hashing import canonical
+from ..log.hashing import canonical
 
 __all__ = [
     "LLMClient",

@@ -61,7 +61,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigurationError, EffectDiverged
 from ..guard import allowed
-from ..protocol import HTTP_EXCHANGE
+from ..log.protocol import HTTP_EXCHANGE
 
 __all__ = ["EVENT_TYPE", "HTTPRequestDiverged", "RecordedHTTP", "Redaction", "httpx_library", "transport_type"]
 

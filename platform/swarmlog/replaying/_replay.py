@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend, read_from_log_start, require_complete_history
-from ..protocol import agent_group, replay_group
+from ..log.protocol import agent_group, replay_group
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
 from .fold import Fold, Reducer, ReplayResult

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from ..errors import RoutingHeaderMismatch, SwarmlogError
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
-from ..protocol import RUN_STARTED, TIMER_FIRED, TIMER_SET, parse_step
+from ..log.protocol import RUN_STARTED, TIMER_FIRED, TIMER_SET, parse_step
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from ..errors import SwarmlogError
 from ..events import Event
-from ..hashing import StreamHasher, frame, state_hash
+from ..log.hashing import StreamHasher, frame, state_hash
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from .ledger import Ledger

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import CopyFailed
-from ..protocol import agent_group
+from ..log.protocol import agent_group
 from ..settings import Settings
 from ..token import ReplayToken, mismatches, token_from
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, NoReturn
 
-from .errors import RoutingHeaderMismatch
+from ..errors import RoutingHeaderMismatch
 
 # --- event types ------------------------------------------------------------------------
 
