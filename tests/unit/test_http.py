@@ -315,6 +315,6 @@ def test_a_body_that_cannot_be_decoded_is_recorded_as_a_failure_and_replayed_as_
     ({"messages": [{"role": "user", "content": "q"}]}, "body.messages[0].content", None),
 ])
 def test_a_differing_tool_result_in_a_model_request_is_named_by_its_tool(body, part, named):
-    from swarmlog.http import _tool_result_named
+    from swarmlog.llm.http import _tool_result_named
 
     assert _tool_result_named(body, part) == named
