@@ -33,9 +33,9 @@ from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.debug import LogView
 from swarmlog.examples import case_study
 from swarmlog.kafka.topic import create_topic
-from swarmlog.protocol import TIMER_FIRED
-from swarmlog.replay import replay_swarm
-from swarmlog.replay_report import swarm_report
+from swarmlog.log.protocol import TIMER_FIRED
+from swarmlog.replaying import replay_swarm
+from swarmlog.replaying.report import swarm_report
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.settings import Settings
 from swarmlog.testing import StubServer, tool_call_reply

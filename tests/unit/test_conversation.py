@@ -7,8 +7,8 @@ import json
 from swarmlog.debug.conversation import conversation
 from swarmlog.debug.logview import LoggedEvent
 from swarmlog.events import Event
-from swarmlog.hashing import canonical
 from swarmlog.llm import completion
+from swarmlog.log.hashing import canonical
 
 
 def _exchange(url: str, request: dict, body: str, *, stream: bool = False, status: int = 200,

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..protocol import HTTP_EXCHANGE, LLM_CALL
+from ..log.protocol import HTTP_EXCHANGE, LLM_CALL
 
 logger = logging.getLogger(__name__)
 

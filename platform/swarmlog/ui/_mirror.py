@@ -25,7 +25,7 @@ from psycopg.rows import dict_row
 
 from ..errors import ConfigurationError, ServiceUnavailable
 from ..events import Event
-from ..protocol import HANDLER_FAILED, RUN_STARTED, STATE_DIGEST
+from ..log.protocol import HANDLER_FAILED, RUN_STARTED, STATE_DIGEST
 
 logger = logging.getLogger(__name__)
 
