@@ -473,3 +473,19 @@ def test_show_log_and_the_text_timeline_print_a_streamed_call_as_a_conversation(
     assert "data: " in raw and '"name": "authorization"' in raw  # the bytes, one flag away
     timeline = cli("timeline", "--color", "never")
     assert "http gpt-stub [2 msg, streamed" in timeline
+
+
+def test_the_html_timeline_shows_a_model_call_as_a_conversation(mirror: Mirror, browser: Any, tmp_path: Path) -> None:
+    page = tmp_path / "research.html"
+    done = subprocess.run([*CLI, "timeline", "--html", str(page)], env=subprocess_env(mirror.research), cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    calls = [int(ln.split()[0]) for ln in subprocess.run(
+        [*CLI, "log", "--type", "http.exchange"], env=subprocess_env(mirror.research), cwd=REPO, capture_output=True,
+        text=True, timeout=120).stdout.splitlines() if ln.strip()]
+    browser.get(page.as_uri())
+    browser.find_element(By.CSS_SELECTOR, f'#diagram g.event[data-offset="{calls[1]}"] .mark').click()
+    convo = _text(browser, "#conversation")
+    assert "model gpt-stub" in convo and "streamed" in convo
+    assert "3 pages about kafka ordering" in convo and "Kafka orders events by offset" in convo
+    assert not browser.find_element(By.ID, "payload").is_displayed()  # the raw payload: one click away
