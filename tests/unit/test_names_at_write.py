@@ -13,7 +13,7 @@ from swarmlog import Agent, Swarm, on
 from swarmlog.errors import ConfigurationError, DuplicateEventId, InvalidCause, InvalidEvent
 from swarmlog.log.append import EventLog
 from swarmlog.log.memory import InMemoryLog
-from swarmlog.protocol import HANDLER_FAILED, MESSAGE, agent_name_problem, id_problem, name_problem
+from swarmlog.log.protocol import HANDLER_FAILED, MESSAGE, agent_name_problem, id_problem, name_problem
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry

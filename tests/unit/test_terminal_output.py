@@ -12,7 +12,7 @@ import logging
 from swarmlog.debug.logview import CausalGraph, LoggedEvent
 from swarmlog.debug.timeline import from_graph, render_text
 from swarmlog.events import Event
-from swarmlog.protocol import MESSAGE
+from swarmlog.log.protocol import MESSAGE
 from swarmlog.terminal import PrintableFormatter, bounded, offset_ranges, printable
 
 HOSTILE = ["esc\x1b[2J\x1b]0;pwned\x07", "forged\n      7  swarmlog         run.started", "rtl\u202eevil", "c1\x9b31m",

@@ -41,7 +41,11 @@ from ..errors import (
     UsageError,
 )
 from ..kafka.backend import KafkaBackend
-from ..protocol import (
+from ..schema.codec import Decoder, Encoder
+from ..schema.registry import EventSchema, SchemaRegistry
+from ..settings import Settings
+from .base import Appender, Delivered, LogBackend
+from .protocol import (
     AGENT_NAME_RULE,
     ID_RULE,
     LABEL_RULE,
@@ -51,10 +55,6 @@ from ..protocol import (
     id_problem,
     name_problem,
 )
-from ..schema.codec import Decoder, Encoder
-from ..schema.registry import EventSchema, SchemaRegistry
-from ..settings import Settings
-from .base import Appender, Delivered, LogBackend
 
 logger = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import GroupNotAtStart, HistoryIncomplete
-from ..protocol import Headers
+from .protocol import Headers
 
 logger = logging.getLogger(__name__)
 

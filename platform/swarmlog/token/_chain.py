@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..hashing import FRAME
+from ..log.hashing import FRAME
 
 DEFAULT_EVERY = 1000
 """Events per checkpoint: a token of a million events holds 1,000 checkpoints (about 90 kB),

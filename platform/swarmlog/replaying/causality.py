@@ -28,13 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import RoutingHeaderMismatch, SwarmlogError
-from .kafka.backend import backend_for
-from .log.base import LogBackend
-from .protocol import RUN_STARTED, TIMER_FIRED, TIMER_SET, parse_step
-from .schema.codec import Decoder
-from .schema.registry import SchemaRegistry
-from .settings import Settings
+from ..errors import RoutingHeaderMismatch, SwarmlogError
+from ..kafka.backend import backend_for
+from ..log.base import LogBackend
+from ..log.protocol import RUN_STARTED, TIMER_FIRED, TIMER_SET, parse_step
+from ..schema.codec import Decoder
+from ..schema.registry import SchemaRegistry
+from ..settings import Settings
 
 SECTIONS = (("history", "history problems"), ("unreadable", "unreadable messages"), ("duplicate", "repeated event ids"),
             ("causality", "causality violations"))
@@ -45,7 +45,7 @@ _SECTION_OF = {"history_incomplete": "history", "history_deletes": "history", "h
 
 
 @dataclass(frozen=True, slots=True)
-class Violation:
+class CausalityViolation:
     offset: int
     rule: str
     detail: str
@@ -73,7 +73,7 @@ class _Seen:
 
 def check_causality(*, settings: Settings, topic: str | None = None, registry: SchemaRegistry | None = None,
                     progress: Callable[[int], None] | None = None,
-                    backend: LogBackend | None = None) -> tuple[int, list[Violation]]:
+                    backend: LogBackend | None = None) -> tuple[int, list[CausalityViolation]]:
     """Check the whole log; return (events checked, findings in offset order)."""
     topic = topic or settings.topic
     decoder = Decoder(registry or SchemaRegistry.load(settings.schema_dirs()))
@@ -81,17 +81,17 @@ def check_causality(*, settings: Settings, topic: str | None = None, registry: S
     seen: dict[int, _Seen] = {}
     ids: dict[str, int] = {}  # event id -> the offset of the first event with it
     unreadable: set[int] = set()
-    violations: list[Violation] = []
+    violations: list[CausalityViolation] = []
     holes: set[int] = set()
     count = 0
     with backend.reader(topic) as reader:
         history = backend.history(topic)
         if not history.complete:
-            violations.append(Violation(history.log_start, "history_incomplete",
+            violations.append(CausalityViolation(history.log_start, "history_incomplete",
                                         f"the log starts here, not at 0 ({history.describe()}): causes before "
                                         f"it cannot be checked"))
         if history.deletes:
-            violations.append(Violation(history.log_start, "history_deletes",
+            violations.append(CausalityViolation(history.log_start, "history_deletes",
                                         f"the topic's configuration deletes events ({history.deletes}); "
                                         f"{history.remedy(topic)}"))
         reader.assign(0)
@@ -101,11 +101,11 @@ def check_causality(*, settings: Settings, topic: str | None = None, registry: S
                 try:
                     writer, rec = decoder.decode_checked(m)
                 except RoutingHeaderMismatch as exc:
-                    violations.append(Violation(off, "header_mismatch", f"header {exc.header} says "
+                    violations.append(CausalityViolation(off, "header_mismatch", f"header {exc.header} says "
                                                 f"{exc.header_value!r}, the envelope {exc.envelope_value!r}"))
                     writer, rec = decoder.decode(m.value(), off)  # it decoded: check its causes too
                 except SwarmlogError as exc:
-                    violations.append(Violation(off, "unreadable", str(exc)))
+                    violations.append(CausalityViolation(off, "unreadable", str(exc)))
                     unreadable.add(off)
                     continue
                 count += 1
@@ -116,19 +116,20 @@ def check_causality(*, settings: Settings, topic: str | None = None, registry: S
                 if first_with_id is None:
                     ids[event_id] = off
                 else:
-                    violations.append(Violation(off, "duplicate_event_id",
+                    violations.append(CausalityViolation(off, "duplicate_event_id",
                                                 f"event id {event_id!r} is already the event at offset "
                                                 f"{first_with_id}: a second copy (re-sent by a producer or a copy "
                                                 f"tool), which no agent may handle"))
                 for c in causes:
                     if c >= off:
-                        violations.append(Violation(off, "cause_not_before", f"cause {c} is not before {off}"))
+                        violations.append(CausalityViolation(off, "cause_not_before", f"cause {c} is not before {off}"))
                     elif c not in seen:
                         if c in unreadable or c < 0 or c < history.log_start:
-                            violations.append(Violation(off, "cause_missing", f"cause {c} is not a readable event"))
+                            violations.append(CausalityViolation(off, "cause_missing",
+                                                                 f"cause {c} is not a readable event"))
                         elif c not in holes:
                             holes.add(c)
-                            violations.append(Violation(c, "hole", (
+                            violations.append(CausalityViolation(c, "hole", (
                                 f"offset {c} holds no event, but the event at {off} names it as a cause: the log "
                                 f"has lost it (compaction keeps only the newest message per key), or a writer named "
                                 f"an offset that never held one (swarmlog checks causes when it writes them). "
@@ -140,23 +141,23 @@ def check_causality(*, settings: Settings, topic: str | None = None, registry: S
                     if is_logical_timer:
                         if first is None or first.event_type != TIMER_SET or first.agent != agent \
                                 or first.name != payload["name"]:
-                            violations.append(Violation(off, "timer_not_set",
+                            violations.append(CausalityViolation(off, "timer_not_set",
                                                         f"{agent} fired timer {payload['name']!r} not set at "
                                                         f"{causes[0]}"))
                     elif causes[0] != step[0]:
-                        violations.append(Violation(off, "step_not_first_cause",
+                        violations.append(CausalityViolation(off, "step_not_first_cause",
                                                     f"output of step {step[0]} names {causes[0]} as its first cause"))
                     elif first is not None and first.duplicate_of is not None:
-                        violations.append(Violation(off, "handled_duplicate",
+                        violations.append(CausalityViolation(off, "handled_duplicate",
                                                     f"{agent} handled offset {causes[0]}, a second copy of the event "
                                                     f"at {first.duplicate_of}: the same event handled twice"))
                     elif first is not None and not _addressed(first, agent):
-                        violations.append(Violation(off, "input_not_addressed",
+                        violations.append(CausalityViolation(off, "input_not_addressed",
                                                     f"{agent} handled offset {causes[0]}, which was a "
                                                     f"{first.event_type} from {first.agent} to "
                                                     f"{first.to or 'everyone'}"))
                 elif step is not None and not causes:
-                    violations.append(Violation(off, "step_not_first_cause", "a step's output names no cause"))
+                    violations.append(CausalityViolation(off, "step_not_first_cause", "a step's output names no cause"))
                 seen[off] = _Seen(agent, rec["to"], etype, payload.get("name") if etype == TIMER_SET else None,
                                   first_with_id)
             if progress is not None:
