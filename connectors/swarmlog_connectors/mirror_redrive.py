@@ -31,7 +31,7 @@ from swarmlog.settings import Settings
 
 from .postgres_migrations import require_schema
 from .postgres_rows import RowBuilder
-from .postgres_sink import _INSERT_EVENT, _redact, connect, denied, repeated_id
+from .postgres_sink import _INSERT_EVENT, ROW_REFUSALS, _redact, connect, denied, refused_row
 
 logger = logging.getLogger(__name__)
 
@@ -82,12 +82,8 @@ def redrive(*, settings: Settings, topic: str | None = None, registry: SchemaReg
                     try:
                         with conn.transaction():  # a savepoint: a repeated id keeps its letter
                             cur.execute(_INSERT_EVENT, built[0])
-                    except psycopg.errors.UniqueViolation:
-                        result.kept[seq] = repeated_id(cur, topic, built[0])
-                        conn.rollback()
-                        continue
-                    except psycopg.DataError as exc:
-                        result.kept[seq] = f"Postgres refused the row: {exc}"
+                    except ROW_REFUSALS as exc:
+                        result.kept[seq] = refused_row(cur, topic, message, built[0], exc)[2]
                         conn.rollback()
                         continue
                     cur.execute("DELETE FROM dead_letters WHERE topic = %s AND seq = %s", (topic, seq))

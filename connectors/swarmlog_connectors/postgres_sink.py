@@ -445,12 +445,12 @@ class PostgresSink:
                 self._set_position(cur, next_offset)
             conn.commit()
             dead_count = len(dead)
-        except (psycopg.DataError, psycopg.errors.UniqueViolation) as exc:
+        except ROW_REFUSALS as exc:
             # A row Postgres refuses (bad jsonb text, ...), or a second event with an id already
             # mirrored (events_by_event_id): redo the transaction row by row, dead-lettering the bad
             # ones. A duplicate *offset* (the primary key) is not one of these: with the position
             # fenced it cannot happen, and if it did, stopping loudly is right.
-            if isinstance(exc, psycopg.errors.UniqueViolation) and not _repeated_event_id(exc):
+            if not refused_one_by_one(exc):
                 raise
             conn.rollback()
             done = self._write_slowly(conn, [m for b in batches for m in b.messages], expected, next_offset)
@@ -483,12 +483,8 @@ class PostgresSink:
                 try:
                     with conn.transaction():  # a savepoint
                         cur.execute(_INSERT_EVENT, row)
-                except psycopg.DataError as exc:
-                    refused.append(dead_letter(self.topic, by_offset[row[1]], f"Postgres refused the row: {exc}"))
-                except psycopg.errors.UniqueViolation as exc:
-                    if not _repeated_event_id(exc):
-                        raise
-                    refused.append(dead_letter(self.topic, by_offset[row[1]], repeated_id(cur, self.topic, row)))
+                except ROW_REFUSALS as exc:
+                    refused.append(refused_row(cur, self.topic, by_offset[row[1]], row, exc))
             for d in dead + refused:
                 self._insert_dead_letter(conn, cur, d)
             self._set_position(cur, next_offset)
@@ -529,9 +525,29 @@ class PostgresSink:
         return 0 if row is None else int(row[0])
 
 
-def _repeated_event_id(exc: psycopg.errors.UniqueViolation) -> bool:
-    """Whether Postgres refused a row for its event id (the index migration 0006 made), not its offset."""
-    return exc.diag.constraint_name == "events_by_event_id"
+ROW_REFUSALS = (psycopg.DataError, psycopg.errors.UniqueViolation)
+"""What Postgres may refuse one row for, whose message then becomes a dead letter (:func:`refused_row`):
+data it will not store (jsonb's ``\u0000``), or an event id the topic's mirror already has."""
+
+
+def refused_one_by_one(exc: Exception) -> bool:
+    """Whether a transaction that failed with ``exc`` is redone row by row, the refused rows dead-lettered:
+    a DataError, or a repeated event id (the index migration 0006 made) — never a repeated offset."""
+    if isinstance(exc, psycopg.errors.UniqueViolation):
+        return exc.diag.constraint_name == "events_by_event_id"
+    return isinstance(exc, psycopg.DataError)
+
+
+def refused_row(cur: psycopg.Cursor[Any], topic: str, message: Any, row: tuple[Any, ...],
+                exc: Exception) -> tuple[Any, ...]:
+    """The dead letter of a row Postgres refused on its own (in a savepoint, rolled back): the message whole,
+    and why. Re-raises what is not a row's refusal (:func:`refused_one_by_one`). Both sinks' row-by-row
+    paths and ``mirror redrive`` use it."""
+    if not refused_one_by_one(exc):
+        raise exc
+    if isinstance(exc, psycopg.errors.UniqueViolation):
+        return dead_letter(topic, message, repeated_id(cur, topic, row))
+    return dead_letter(topic, message, f"Postgres refused the row: {exc}")
 
 
 def repeated_id(cur: psycopg.Cursor[Any], topic: str, row: tuple[Any, ...]) -> str:
