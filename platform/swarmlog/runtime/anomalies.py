@@ -1,0 +1,153 @@
+"""What an agent's fold names instead of handling: a repeated event id, an input it cannot read, a hole.
+
+Every tool that runs an agent's code over a log — the live worker, ``replay --swarm``, the debugger,
+the simulator — drives the one engine (:mod:`.engine`), and the engine asks this module, so they all
+decide alike (issue 28; docs/edges.md):
+
+* **A repeated event id** (:data:`REPEATED`). An event id names one event of the log. A second
+  message with an id the agent has already taken — an input addressed to it, or one of its own
+  records — is a copy (re-sent by a producer or a copy tool): named at its offset, never handled a
+  second time, and never a divergence of the agent that wrote the first (its restart would
+  otherwise find "an output this step no longer writes" and stop for good).
+* **An input it cannot read**, addressed to it. Written by a newer version of a schema this reader
+  knows — a writer upgraded before the readers (:data:`NEWER_SCHEMA`) — it **parks** the agent at
+  that offset: nothing after it is handled, nothing past it committed, the agent says so (log,
+  readiness, metrics) and goes on once it is upgraded and rebuilds (the message waits in the log).
+  Anything else (bytes after the event, a truncated body, a schema nobody knows): never readable by
+  any upgrade, so named and skipped (:data:`UNREADABLE`) — parking on it would wedge the agent.
+* **A hole**: a cause that names an offset no message holds any more. Causes are checked when
+  written (:mod:`swarmlog.log.append`), so the log lost that event since (compaction keeps only the
+  newest message per key): what the agent would rebuild is not the run, so it stops
+  (:class:`~swarmlog.errors.HistoryHoles`) naming the offsets. :class:`Presence` knows which offsets
+  hold messages; a fold that feeds many agents shares one.
+
+The decisions depend only on the log and on the schemas the reader knows, so a live agent and a
+replay with the same schemas name the same anomalies at the same offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, NamedTuple
+
+from ..errors import HistoryHoles, SchemaNotFound, SwarmlogError
+from ..events import Event
+from ..log.base import History
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["NEWER_SCHEMA", "REPEATED", "UNREADABLE", "Anomaly", "Presence", "Watch"]
+
+REPEATED = "repeated"
+"""A second message with an event id the agent already took: a copy, not handled."""
+UNREADABLE = "unreadable"
+"""An input addressed to the agent that no schema can read (garbage, trailing bytes): named, skipped."""
+NEWER_SCHEMA = "newer_schema"
+"""An input addressed to the agent written with a newer version of a type it knows: it parks there."""
+
+_LOGGED = 20
+"""Anomalies an agent logs one a line; after that, every thousandth (a summary of how many)."""
+
+
+class Anomaly(NamedTuple):
+    """One message an agent's fold named instead of handling it."""
+
+    offset: int
+    agent: str
+    kind: str
+    """:data:`REPEATED`, :data:`UNREADABLE` or :data:`NEWER_SCHEMA`."""
+    detail: str
+    first: int | None = None
+    """With :data:`REPEATED`: the offset of the first event with the id."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offset": self.offset, "agent": self.agent, "kind": self.kind, "detail": self.detail,
+                "first": self.first}
+
+    def __str__(self) -> str:
+        return f"agent {self.agent} at offset {self.offset}: {self.detail}"
+
+
+class Presence:
+    """The offsets a fold has read messages at, one byte each: what tells a lost event (a hole) from an
+    offset that never held one a reader sees (a transaction marker, an aborted record).
+
+    A fold of many agents (``replay --swarm``) marks each message once here and every agent's engine
+    asks it; a live agent's engine reads every message and marks them itself.
+    """
+
+    __slots__ = ("topic", "_marks", "_base")
+
+    def __init__(self, *, topic: str = "", start: int = 0) -> None:
+        self.topic = topic
+        self._base = start
+        self._marks = bytearray()
+
+    def mark(self, offset: int) -> None:
+        i = offset - self._base
+        marks = self._marks
+        if i >= len(marks):
+            marks.extend(bytes(max(i + 1 - len(marks), 65_536)))
+        marks[i] = 1
+
+    def missing(self, event: Event) -> list[int]:
+        """The causes of ``event`` at earlier offsets of the read range that hold no message."""
+        base, marks, off = self._base, self._marks, event.offset
+        return [c for c in event.causes if base <= c < off and (c - base >= len(marks) or not marks[c - base])]
+
+
+class Watch:
+    """One agent's: the event ids it has taken, the anomalies it named, and whether it is parked."""
+
+    __slots__ = ("agent", "presence", "anomalies", "parked", "_ids")
+
+    def __init__(self, *, agent: str, presence: Presence) -> None:
+        self.agent = agent
+        self.presence = presence
+        self.anomalies: list[Anomaly] = []
+        self.parked: Anomaly | None = None
+        """The input the agent could not read and parked at (:data:`NEWER_SCHEMA`); None: not parked."""
+        self._ids: dict[str, int] = {}  # event id -> the offset of the first event with it the agent took
+
+    def repeated(self, event: Event) -> bool:
+        """Whether ``event`` repeats an id the agent already took (then it is named, and not to be
+        handled or checked); else its id is remembered."""
+        first = self._ids.setdefault(event.event_id, event.offset)
+        if first == event.offset:
+            return False
+        self._name(Anomaly(event.offset, self.agent, REPEATED, (
+            f"event id {event.event_id!r} repeats the event at offset {first}: a copy (re-sent by a producer or a "
+            f"copy tool), not handled"), first))
+        return True
+
+    def unreadable(self, offset: int, error: SwarmlogError) -> Anomaly:
+        """Name an input addressed to the agent that does not decode; a newer schema's parks the agent."""
+        newer = isinstance(error, SchemaNotFound) and error.version is not None \
+            and error.known_version is not None and error.version > error.known_version
+        if newer:
+            anomaly = Anomaly(offset, self.agent, NEWER_SCHEMA, (
+                f"parked: an input it cannot read yet ({error}). Nothing after it is handled until this agent "
+                f"runs with the newer schema; it then rebuilds and goes on from here"))
+            self.parked = anomaly
+            logger.error("agent %s: %s", self.agent, anomaly.detail)
+            self.anomalies.append(anomaly)
+            return anomaly
+        anomaly = Anomaly(offset, self.agent, UNREADABLE, f"an input that is not a readable event, skipped: {error}")
+        self._name(anomaly)
+        return anomaly
+
+    def check_causes(self, event: Event) -> None:
+        """:class:`~swarmlog.errors.HistoryHoles` if a cause of ``event`` names an offset that lost its event."""
+        lost = self.presence.missing(event)
+        if lost:
+            topic = self.presence.topic
+            raise HistoryHoles(topic=topic, holes=dict.fromkeys(lost, event.offset), remedy=History.remedy(topic))
+
+    def _name(self, anomaly: Anomaly) -> None:
+        self.anomalies.append(anomaly)
+        n = len(self.anomalies)
+        if n <= _LOGGED:
+            logger.warning("agent %s at offset %d: %s", self.agent, anomaly.offset, anomaly.detail)
+        elif n % 1000 == 0:
+            logger.warning("agent %s: %d messages named and not handled so far (the last at offset %d: %s)",
+                           self.agent, n, anomaly.offset, anomaly.kind)
