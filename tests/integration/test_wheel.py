@@ -181,9 +181,9 @@ def test_append_and_sink_work_from_the_wheel(installed, base_settings):
     topic = _fresh_topic(base_settings, "wheel-sink")
     env = {"SWARMLOG_TOPIC": topic, "SWARMLOG_SCHEMA_PATH": str(_users_schemas(installed.root))}
     offsets = [int(installed.run("append", "agent.message", json.dumps({"kind": "hi", "body": "hello"}),
-                                 "--agent", "alice", "--to", "bob", env=env).stdout),
+                                 "--agent", "alice", "--to", "bob", "--no-run", env=env).stdout),
                int(installed.run("append", "billing.invoice", json.dumps({"amount": 42}), "--agent", "alice",
-                                 env=env).stdout)]
+                                 "--no-run", env=env).stdout)]
     assert offsets == [0, 1]
     # The mirror's schema from the wheel's own migrations (the sink runs no DDL).
     migrated = installed.run("mirror", "migrate", env=env).stdout
