@@ -1,6 +1,7 @@
-"""The pages of the docs that the code writes: the command-line reference and the determinism guard's table.
+"""The pages of the docs that the code writes: the command-line reference, the determinism guard's table,
+and the home page (the README, its links made the site's).
 
-    .venv/bin/python docs/_generate.py           # write docs/reference/cli.md and docs/reference/guard.md
+    .venv/bin/python docs/_generate.py           # write docs/index.md and docs/reference/{cli,guard}.md
     .venv/bin/python docs/_generate.py --check   # exit 1, naming the page, if one differs from the code
 
 Written from the objects themselves — the argument parsers ``swarmlog --help`` prints, the exit
@@ -181,7 +182,23 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+# --- the home page ----------------------------------------------------------------------------------
+
+
+def home() -> str:
+    """The site's home page is the README, its links made relative to docs/ (one text, two homes)."""
+    import re
+
+    text = (DOCS.parent / "README.md").read_text()
+    text = re.sub(r"\]\(docs/([^)]+)\)", r"](\1)", text)
+    # A link into the repository outside docs/ is not a page of the site: named, not linked.
+    text = re.sub(r"\[([^\]]+)\]\((?!https?:|#)([^)]+)\)", lambda m: m.group(1) if m.group(1).startswith("`")
+                  else f"`{m.group(1)}`", text)
+    return GENERATED.replace("from the code: edit the code", "from README.md: edit README.md") + "\n" + text
+
+
 PAGES: dict[str, Callable[[], str]] = {
+    "index.md": home,
     "reference/cli.md": cli_reference,
     "reference/guard.md": guard_table,
 }

@@ -33,7 +33,8 @@ from typing import Any
 
 from .conftest import REPO
 
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+PAGES = [REPO / "README.md", *sorted(p for p in (REPO / "docs").rglob("*.md") if p.name != "index.md")]
+"""docs/index.md is the README (docs/_generate.py): its blocks run once, as the README's."""
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
 _MARK = re.compile(r"<!--\s*(docs-test:|not run:)\s*(.*?)\s*-->")
 

@@ -160,7 +160,10 @@ class Client:
         started = time.monotonic()
         said = False
         while True:
-            run = find_run(self.settings, self.topic, self.registry, backend=self._backend)
+            try:
+                run = find_run(self.settings, self.topic, self.registry, backend=self._backend)
+            except TopicNotFound:  # made by whoever starts the run (Client.start, the chart's hook Job): no run yet
+                run = None
             if run is not None:
                 if said:
                     logger.info("topic %s: run %s started; sending the held %s", self.topic, run.run_id, event_type)

@@ -45,6 +45,7 @@ def test_every_python_block_of_the_page_runs_as_printed_against_the_cluster(page
                                                                               tmp_path, monkeypatch, request) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONBREAKPOINT", "0")  # a page's `debug` stops at no prompt here: the handler just runs
     for key, value in _env(settings, tmp_path).items():
         if key.startswith("SWARMLOG_"):
             monkeypatch.setenv(key, value)

@@ -5,7 +5,7 @@ Every refused row is refused inside a handler of a real runtime run on the in-me
 with a ForbiddenCall naming the row, the agent, the offset and the ``ctx`` method to use; every
 allowed row runs there; both under each of the guard's profile hooks (the C one and the Python
 one). Each refused case also works outside a handler, so a case cannot pass by being broken.
-And the README's summary of the guard names only rows of this table, with their verdict.
+And the docs' summary of the guard (docs/agents.md) names only rows of this table, with their verdict.
 """
 
 from __future__ import annotations
@@ -179,13 +179,13 @@ def test_every_allowed_row_runs_in_a_live_handler(env: Env, backend, run_setting
     assert "inside a handler: logged" in (env.tmp / "handler.log").read_text()  # the record reached its file
 
 
-# --- the README says what the table says ------------------------------------------------------
+# --- the docs' summary (docs/agents.md) says what the table says ------------------------------------------------------
 
-_SECTION = "### What the guard refuses"
+_SECTION = "## What the guard refuses"
 
 
 def _readme_summary() -> list[list[str]]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "agents.md").read_text()
     assert _SECTION in text
     section = text.split(_SECTION, 1)[1].split("\n#", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| reaches")]
