@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from swarmlog import interpreter
+from swarmlog.runtime import interpreter
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
 
     # The runs the benchmarks replay are started by `swarmlog` processes, which pin the string-hash
-    # seed (swarmlog.interpreter); replaying their handlers here needs the same seed.
+    # seed (swarmlog.runtime.interpreter); replaying their handlers here needs the same seed.
     if interpreter.current().seed != interpreter.DEFAULT_HASH_SEED:
         interpreter.reexec_with(interpreter.DEFAULT_HASH_SEED, run_id="bench")
     s = common.settings()

@@ -50,7 +50,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from . import interpreter
 from .agent import Swarm
 from .errors import (
     InputBeforeRun,
@@ -61,11 +60,12 @@ from .errors import (
     UsageError,
 )
 from .events import Event
-from .hashing import canonical
 from .kafka.backend import backend_for
 from .log.append import EventLog
 from .log.base import LogBackend
-from .protocol import AGENT_NAME_FORBIDDEN, HANDLER_FAILED, MESSAGE
+from .log.hashing import canonical
+from .log.protocol import AGENT_NAME_FORBIDDEN, HANDLER_FAILED, MESSAGE
+from .runtime import interpreter
 from .runtime.runner import RunInfo, find_run, start_run
 from .schema.codec import Decoder
 from .schema.registry import SchemaRegistry
@@ -135,7 +135,7 @@ class Client:
         the chart's Deployments) may already be waiting for it, or start later. The run is pinned
         to the string-hash seed its agents will run under — this process's ``PYTHONHASHSEED``,
         else 0 — not to whatever this process hashes with, since it runs no handler itself
-        (:mod:`swarmlog.interpreter`; ``swarmlog run`` re-executes itself with the recorded one).
+        (:mod:`swarmlog.runtime.interpreter`; ``swarmlog run`` re-executes itself with the recorded one).
         """
         try:
             find_run(self.settings, self.topic, self.registry, backend=self._backend)

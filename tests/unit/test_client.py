@@ -18,11 +18,10 @@ from swarmlog import (
     NotAnAgentOfTheRun,
     ReplyTimeout,
     RunNotStarted,
-    interpreter,
 )
 from swarmlog.log.memory import InMemoryLog
-from swarmlog.protocol import MESSAGE, RUN_STARTED
-from swarmlog.runtime import run_agents, start_run
+from swarmlog.log.protocol import MESSAGE, RUN_STARTED
+from swarmlog.runtime import interpreter, run_agents, start_run
 from swarmlog.schema.codec import Decoder
 from swarmlog.settings import Settings
 
