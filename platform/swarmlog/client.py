@@ -264,6 +264,7 @@ class Client:
         # Why the waiter is registered before the input is written: the reader then cannot miss
         # the input, whose id it recognises — it reads from a position taken before any of this
         # client's inputs was written.
+        self._await_run(deadline, event_type=MESSAGE, to=to)  # the topic exists once its run does
         event_id = uuid.uuid4().hex
         replies = self._replies_of()
         waiter = replies.expect(event_id, kind=kind, sender=self.sender, reply_kind=reply_kind)
@@ -398,7 +399,7 @@ class _Waiter:
     """One ask's wait: its input's id, the offsets that chain back to it, and how it ended."""
 
     __slots__ = ("event_id", "kind", "sender", "reply_kind", "closure", "caused", "last", "reply", "failure",
-                 "done", "_callbacks")
+                 "error", "done", "_callbacks")
 
     def __init__(self, event_id: str, *, kind: str, sender: str, reply_kind: str | None) -> None:
         self.event_id = event_id
@@ -411,6 +412,8 @@ class _Waiter:
         self.last: str | None = None
         self.reply: Event | None = None
         self.failure: tuple[str, int, str, str] | None = None  # (agent, offset, error type, message)
+        self.error: BaseException | None = None
+        """Why the wait ended without a reply or a failure: the client closed, its reader died."""
         self.done = threading.Event()
         self._callbacks: list[Callable[[], None]] = []
 
@@ -431,6 +434,8 @@ class _Waiter:
         """The reply, or the typed error that says why there is none."""
         if self.reply is not None:
             return self.reply
+        if self.error is not None:
+            raise self.error
         fields: dict[str, Any] = {"topic": sent.topic, "run_id": sent.run_id, "offset": sent.offset,
                                   "event_id": sent.event_id, "to": sent.to, "kind": self.kind,
                                   "caused": self.caused, "last": self.last}
@@ -493,6 +498,18 @@ class _Replies:
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
+        self._end_all(UsageError("the swarmlog Client was closed while this ask waited for its reply; the input "
+                                 "stays in the log"))
+
+    def _end_all(self, error: BaseException) -> None:
+        """End every wait still open with ``error``: none is left to its timeout."""
+        with self._lock:
+            waiting = {id(w): w for w in self._inputs.values()}
+            waiting.update((id(w), w) for ws in self._owners.values() for w in ws)
+            self._inputs, self._owners = {}, {}
+        for waiter in waiting.values():
+            waiter.error = error
+            waiter.finish()
 
     def _follow(self) -> None:
         try:
@@ -506,12 +523,7 @@ class _Replies:
         except BaseException as exc:  # a reader that died: every waiting ask is told, not left hanging
             logger.error("the reply reader of topic %s stopped: %s", self._topic, exc)
             self._failed = exc
-            with self._lock:
-                waiting = {id(w): w for w in self._inputs.values()}
-                waiting.update((id(w), w) for ws in self._owners.values() for w in ws)
-                self._inputs, self._owners = {}, {}
-            for waiter in waiting.values():
-                waiter.finish()
+            self._end_all(exc)
 
     def _read(self, batch: list[Any]) -> None:
         decode = self._decoder.decode

@@ -193,3 +193,37 @@ def test_client_start_creates_a_missing_topic(backend, registry):
     with _client(settings, backend, registry) as client:
         assert client.start(DESK, run_id="fresh", seed=1).created
     assert len(backend.messages(settings.topic)) == 1
+
+
+def test_input_to_a_topic_that_does_not_exist_yet_is_held_until_its_run_makes_it(backend, registry):
+    settings = Settings(topic="swarmlog.unit-made-later", bootstrap_servers="127.0.0.1:1",
+                        database_url="postgresql://nobody@127.0.0.1:1/x")
+    sent = []
+    with _client(settings, backend, registry) as client:
+        early = threading.Thread(target=lambda: sent.append(client.send("front", "question", "early", timeout=20)))
+        early.start()
+        early.join(0.3)
+        assert early.is_alive()
+        with _client(settings, backend, registry, sender="starter") as starter:
+            run = starter.start(DESK, run_id="made-later", seed=1)
+        early.join()
+    assert sent[0].run_id == "made-later" and sent[0].offset > run.offset
+
+
+def test_closing_the_client_ends_a_waiting_ask_at_once_with_a_clear_error(running, backend, registry):
+    client = _client(running, backend, registry)
+    outcome: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            client.ask("front", "ignore", "never answered", timeout=60)
+        except BaseException as exc:  # noqa: BLE001 - the test looks at what it was
+            outcome.append(exc)
+
+    waiting = threading.Thread(target=ask)
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive()
+    client.close()
+    waiting.join(5)
+    assert not waiting.is_alive() and "closed while this ask waited" in str(outcome[0])
