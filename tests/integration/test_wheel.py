@@ -230,21 +230,26 @@ def test_the_readmes_first_swarm_pasted_as_printed_runs_from_the_wheel_and_print
 
     readme = parse(REPO / "README.md")
     first = readme.blocks[[b.mark("file") for b in readme.blocks].index("hello.py"):]
-    hello, start, ask, after = first[0], first[1], first[2], first[3]
-    assert (hello.lang, start.lang, ask.lang, after.lang) == ("python", "bash", "python", "bash")
+    hello, start, ask, after, wrong = first[0], first[1], first[2], first[3], first[4]
+    assert (hello.lang, start.lang, ask.lang, after.lang, wrong.lang) == ("python", "bash", "python", "bash", "bash")
+    assert "swarmlog debug" in wrong.code  # "When a run goes wrong": its commands on the run just made
     here = installed.root / f"first-swarm-{uuid.uuid4().hex[:6]}"
     here.mkdir()
     (here / "hello.py").write_text(hello.code)
     (here / "ask.py").write_text(ask.code)
     topic = f"hello-{uuid.uuid4().hex[:8]}"  # the README's `export SWARMLOG_TOPIC=hello`, on a fresh topic
-    shell = start.code.replace("SWARMLOG_TOPIC=hello\n", f"SWARMLOG_TOPIC={topic}\n") + after.code
+    shell = start.code.replace("SWARMLOG_TOPIC=hello\n", f"SWARMLOG_TOPIC={topic}\n") + after.code + wrong.code
     assert shell.count(topic) == 1 and "python ask.py" in shell
-    proc = subprocess.run(["bash", "-e", "-c", shell], cwd=here, env=installed.base_env, capture_output=True,
-                          text=True, timeout=300)
+    # `swarmlog debug` stops at no prompt here (PYTHONBREAKPOINT=0): the handler runs undebugged, and says so.
+    proc = subprocess.run(["bash", "-e", "-c", shell], cwd=here, env={**installed.base_env, "PYTHONBREAKPOINT": "0"},
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr + (here / "swarm.log").read_text()
     printed = re.search(r"print\(reply\.body\)\s+# (.+)", ask.code)
     assert printed is not None
     # `topic create` says what it made, then ask.py prints the answer as the README says it prints.
     assert proc.stdout.splitlines()[1] == printed.group(1), proc.stdout
-    assert "no divergence: the code does exactly what the log recorded" in proc.stdout
+    assert proc.stdout.count("no divergence: the code does exactly what the log recorded") >= 2
+    answer = printed.group(1)
+    assert f'answer "{answer}"' in proc.stdout  # swarmlog log, show and timeline name the reply
+    assert '"answered": 1' in proc.stdout  # swarmlog state oracle --at 3: after its one step
     assert "Traceback" not in proc.stderr + (here / "swarm.log").read_text()
