@@ -26,6 +26,7 @@ from __future__ import annotations
 import inspect
 import re
 import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,7 +138,17 @@ def write_files(page: Page, workdir: Path) -> list[str]:
 def run_blocks(page: Page, fixture: Callable[[str], Any]) -> int:
     """Run the page's Python blocks in order, in one namespace (the caller has made the page's directory the
     working directory and put it on ``sys.path``); return how many ran."""
-    namespace: dict[str, Any] = {"__name__": "__docs__"}
+    # A module of its own, as a pasted script's __main__ is: code that looks its classes' module up finds it.
+    module = types.ModuleType("__docs__")
+    sys.modules["__docs__"] = module
+    namespace: dict[str, Any] = module.__dict__
+    try:
+        return _run(page, namespace, fixture)
+    finally:
+        del sys.modules["__docs__"]
+
+
+def _run(page: Page, namespace: dict[str, Any], fixture: Callable[[str], Any]) -> int:
     ran = 0
     for block in page.python:
         if block.not_run is not None or block.mark("file") is not None:
