@@ -17,7 +17,7 @@ help:
 	@echo "make test   lint and type checks, unit tests (no services), then the integration tests"
 	@echo "            against the real Kafka and Postgres (started here if they are not running)"
 	@echo "make faults the fault suite: real signals against real processes (a throwaway dev cluster of"
-	@echo "            its own); prints the table kept in the README -> tests/faults/results.md"
+	@echo "            its own); prints the table kept in docs/faults.md -> tests/faults/results.md"
 	@echo "make docs   the documentation site (mkdocs build --strict) -> build/site; make docs-serve to read it"
 	@echo "make bench  benchmarks beside their baselines -> bench/results.{json,md}"
 	@echo "make bench-peers  LangGraph and Kafka Connect beside swarmlog -> bench/results-peers.{json,md}"

@@ -51,7 +51,7 @@ KINDS: dict[str, str] = {
     "network": "the network",
     "concurrency": "threads, processes and event loops started from a handler",
 }
-"""What a row reaches, for the README's summary and the error's ``kind``."""
+"""What a row reaches, for the docs' summary (docs/agents.md) and the error's ``kind``."""
 
 
 @dataclass(frozen=True, slots=True)
