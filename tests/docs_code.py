@@ -19,11 +19,16 @@ read here):
   raise the exception class NAME with TEXT in its message — the page says it fails, and how.
 * ``<!-- not run: REASON -->`` (before a block): not run, for the reason given (it waits at a
   debugger's prompt, it needs a key to a paid API); the list is printed by the tests, and short.
+
+A ``print(...)  # text`` line promises what it prints: the text must be a line of what the block
+printed, unless it holds ``...`` (an abridged or described output).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import re
 import sys
 import types
@@ -155,11 +160,13 @@ def _run(page: Page, namespace: dict[str, Any], fixture: Callable[[str], Any]) -
             continue
         raises = block.mark("raises")
         before = set(namespace)
+        printed = _Tee(sys.stdout)
         try:
-            exec(compile(block.code, block.where, "exec"), namespace)  # noqa: S102 - the docs' own code
-            for name in [n for n in namespace if n not in before and n.startswith("test_")]:
-                test = namespace[name]
-                test(**{arg: fixture(arg) for arg in inspect.signature(test).parameters})
+            with contextlib.redirect_stdout(printed):
+                exec(compile(block.code, block.where, "exec"), namespace)  # noqa: S102 - the docs' own code
+                for name in [n for n in namespace if n not in before and n.startswith("test_")]:
+                    test = namespace[name]
+                    test(**{arg: fixture(arg) for arg in inspect.signature(test).parameters})
         except Exception as exc:
             if raises is None:
                 raise AssertionError(f"{block.where}: the block raised {type(exc).__name__}: {exc}") from exc
@@ -168,8 +175,29 @@ def _run(page: Page, namespace: dict[str, Any], fixture: Callable[[str], Any]) -
                 f"{block.where}: expected {raises!r}, got {type(exc).__name__}: {exc}"
         else:
             assert raises is None, f"{block.where}: the page says this raises {raises!r}; it did not"
+            lines = printed.getvalue().splitlines()
+            for expected in _PRINTS.findall(block.code):
+                if "..." not in expected:  # "..." marks an abridged or described output
+                    assert expected.strip() in lines, \
+                        f"{block.where}: the page says a print shows {expected.strip()!r}; it printed {lines}"
         ran += 1
     return ran
+
+
+_PRINTS = re.compile(r"^\s*print\(.*\)\s+# (.+)$", flags=re.M)
+"""``print(...)  # what it prints``: a page's promise, held to what the block printed (a line of it)."""
+
+
+class _Tee(io.StringIO):
+    """Keeps what a block prints, and lets it through."""
+
+    def __init__(self, through: Any) -> None:
+        super().__init__()
+        self._through = through
+
+    def write(self, text: str) -> int:
+        self._through.write(text)
+        return super().write(text)
 
 
 def forget_modules(names: list[str]) -> None:
