@@ -147,7 +147,7 @@ def test_input_that_finds_no_run_within_its_timeout_is_refused_and_nothing_is_wr
 def test_a_reply_that_never_comes_is_a_timeout_naming_what_was_sent_and_where(running, backend, registry):
     with _client(running, backend, registry) as client:
         with pytest.raises(ReplyTimeout) as late:
-            client.ask("front", "ignore", "this", timeout=1.0)
+            client.ask("front", "ignore", "this", timeout=0.5)
     err = late.value
     assert isinstance(err, TimeoutError)
     assert (err.topic, err.run_id, err.to, err.kind, err.caused) == (running.topic, "desk-1", "front", "ignore", 0)
