@@ -43,3 +43,13 @@ def test_the_exit_status_page_names_exactly_the_statuses_the_cli_returns() -> No
     page = (REPO / "docs" / "exit-codes.md").read_text()
     listed = {int(code) for code in re.findall(r"^\| `(\d+)` \|", page, flags=re.M)}
     assert listed == set(EXIT_CODES)
+
+
+def test_every_extra_the_readme_and_the_docs_install_exists() -> None:
+    import tomllib
+
+    extras = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    for page in pages:
+        for names in re.findall(r"swarmlog\[([\w,]+)\]", page.read_text()):
+            assert set(names.split(",")) <= extras, f"{page.name}: swarmlog[{names}]"
