@@ -58,7 +58,7 @@ def wait_for_compaction(settings, gone: set[int], timeout: float = 180) -> list[
 def test_every_command_warns_before_compaction_and_replay_and_check_name_the_lost_offsets_after(base_settings,
                                                                                                 tmp_path):
     settings = compacted_topic(base_settings)
-    appended = _cli(settings, "append", "agent.message", '{"kind": "k", "body": "0"}', "--agent", "a0")
+    appended = _cli(settings, "append", "--no-run", "agent.message", '{"kind": "k", "body": "0"}', "--agent", "a0")
     assert appended.returncode == 0 and "cleanup.policy=compact" in appended.stderr and REMEDY in appended.stderr
     chain = [int(appended.stdout)]
     with EventLog(settings=settings) as log:  # each event names the one before as its cause

@@ -24,7 +24,8 @@ def _cli(settings, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _append(settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return _cli(settings, "append", "agent.message", '{"kind": "k", "body": "x"}', "--agent", "alice", *args)
+    return _cli(settings, "append", "--no-run", "agent.message", '{"kind": "k", "body": "x"}', "--agent", "alice",
+                *args)
 
 
 def _marker_after_a_transaction(settings) -> int:
@@ -85,10 +86,11 @@ def test_an_event_id_already_in_the_log_is_refused_by_the_api_and_the_cli(settin
     (("--agent", "alice", "--run-id", "run\x1b[2J"), "run_id"),
 ])
 def test_a_name_outside_the_grammar_is_refused_by_the_cli_before_anything_is_written(settings, args, field):
-    refused = _cli(settings, "append", "agent.message", '{"kind": "k", "body": "x"}', *args)
+    refused = _cli(settings, "append", "--no-run", "agent.message", '{"kind": "k", "body": "x"}', *args)
     assert refused.returncode != 0 and "docs/edges.md" in refused.stderr, refused.stderr
     assert field in refused.stderr
     assert "\x1b" not in refused.stderr and "\x07" not in refused.stderr  # the error escapes it, too
     assert watermarks(settings, settings.topic)[1] == 0
-    kind = _cli(settings, "append", "agent.message", '{"kind": "k\\u001b[31m", "body": "x"}', "--agent", "a")
+    kind = _cli(settings, "append", "--no-run", "agent.message", '{"kind": "k\\u001b[31m", "body": "x"}', "--agent",
+                "a")
     assert kind.returncode == 70 and "payload.kind" in kind.stderr

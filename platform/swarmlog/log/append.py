@@ -409,17 +409,9 @@ class EventLog:
                 f"may or may not be in the log; read it for their event ids before appending them again"))
 
     def offset_of(self, event_id: str) -> int | None:
-        """The offset of the event with ``event_id`` in the whole log, None if there is none: a read of
-        every message's envelope (``swarmlog append --event-id`` asks before it writes)."""
-        want = event_id.encode()
-        find = Decoder.event_id
-        with self._backend.reader(self.topic) as reader:
-            reader.assign(0)
-            for batch in reader.batches():
-                for m in batch:
-                    if find(m) == want:
-                        return int(m.offset())
-        return None
+        """The offset of the event with ``event_id`` in the whole log, None if there is none
+        (:func:`offset_of`)."""
+        return offset_of(self._backend, self.topic, event_id)
 
     def __enter__(self) -> EventLog:
         return self
@@ -436,3 +428,17 @@ class EventLog:
         schema: EventSchema = self.registry.latest(event_type)
         enc = self._encoders[event_type] = Encoder(schema)
         return enc
+
+
+def offset_of(backend: LogBackend, topic: str, event_id: str) -> int | None:
+    """The offset of the event with ``event_id`` in ``topic``'s whole log, None if there is none: a read
+    of every message's envelope (``swarmlog append --event-id`` asks before it writes)."""
+    want = event_id.encode()
+    find = Decoder.event_id
+    with backend.reader(topic) as reader:
+        reader.assign(0)
+        for batch in reader.batches():
+            for m in batch:
+                if find(m) == want:
+                    return int(m.offset())
+    return None
