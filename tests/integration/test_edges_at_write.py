@@ -79,7 +79,7 @@ def test_an_event_id_already_in_the_log_is_refused_by_the_api_and_the_cli(settin
 
 
 @pytest.mark.parametrize(("args", "field"), [
-    (("--agent", "a b"), "agent_id"),
+    (("--agent", "a b"), "sender"),
     (("--agent", "alice", "--to", "bob\n   9  mallory"), "to"),
     (("--agent", "alice", "--to", "\x1b]0;owned\x07"), "to"),
     (("--agent", "alice", "--event-id", "id\twith tab"), "event_id"),
