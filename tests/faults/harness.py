@@ -297,12 +297,16 @@ def cli_env(settings: Settings, database_url: str | None = None) -> dict[str, st
     return env
 
 
-def spawn(settings: Settings, *args: str, database_url: str | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "swarmlog.cli", *args], env=cli_env(settings, database_url),
+def spawn(settings: Settings, *args: str, database_url: str | None = None,
+          env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "swarmlog.cli", *args],
+                            env={**cli_env(settings, database_url), **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def run_cli(settings: Settings, *args: str, database_url: str | None = None,
-            timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "swarmlog.cli", *args], env=cli_env(settings, database_url),
+            timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``swarmlog ARGS`` as a process; ``env``: variables over the settings' (e.g. SWARMLOG_SCHEMA_DIR)."""
+    return subprocess.run([sys.executable, "-m", "swarmlog.cli", *args],
+                          env={**cli_env(settings, database_url), **(env or {})},
                           capture_output=True, text=True, timeout=timeout)
