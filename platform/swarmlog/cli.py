@@ -339,7 +339,14 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
         print(f"stream hash {result.stream_hash}")
         for agent, offset in sorted(result.unverified_from.items()):
             print(f"  {printable(agent)}: unverified from offset {offset} (what it wrote there lies past the cut, "
-                  f"or it never got there live)")
+                  f"it never got there live, or it parked there)")
+        # What the agents named instead of handling (a repeated id, an input they cannot read): at
+        # most 20 of a kind one a line, then a summary by kind with offset ranges (every one with -v).
+        named = [(a.offset, f"{a.kind} inputs", str(a)) for a in result.anomalies]
+        if named:
+            print(f"named and not handled ({len(named)}):")
+        for line in bounded(named, full=args.verbose > 0):
+            print(f"  {line}")
         checked, recorded = sum(result.states_checked.values()), sum(result.states_recorded.values())
         print(f"state digests: {checked} step(s) checked of {recorded} recorded"
               + ("" if recorded else " (the log records none: state-only divergences cannot be seen)"))
@@ -355,7 +362,9 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
                 print(f"  ({len(result.divergences) - 1} more divergence(s) after it)")
         if args.publish:
             print(f"report {report['report_id']} published to Postgres (table replay_reports)")
-    return (EXIT_DIVERGED if result.divergences else EXIT_OK), result
+    unreadable = any(a.kind != "repeated" for a in result.anomalies)
+    status = EXIT_DIVERGED if result.divergences else EXIT_UNREADABLE if args.strict and unreadable else EXIT_OK
+    return status, result
 
 
 def _mirror_redrive(args: argparse.Namespace) -> int:
@@ -705,7 +714,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="with --group: do not reset; the group must already be at the log start")
     r.add_argument("--reducer", help="module:object folding events into agent state (default: the ledger)")
     r.add_argument("--json", action="store_true")
-    r.add_argument("--strict", action="store_true", help="exit 3 if any message could not be read")
+    r.add_argument("--strict", action="store_true", help="exit 3 if any message could not be read (with --swarm: "
+                                                           "any input addressed to an agent)")
     r.add_argument("--from-log-start", action="store_true",
                    help="replay what is left of a log whose first offsets were deleted (refused otherwise)")
     r.add_argument("--token-out", metavar="FILE", help="write a replay token (version 3, as `token create`)")

@@ -26,5 +26,7 @@ def swarm_report(result: SwarmReplayResult, *, swarm: str, topic: str, group: st
                            "run_id": token.run_id, "seed": token.seed, "code_version": token.code_version}
     doc.update(result.to_json())
     doc["divergence_list"] = [d.to_json() for d in result.divergences[:MAX_DIVERGENCES]]
+    doc["anomaly_count"] = len(result.anomalies)
+    doc["anomalies"] = doc.get("anomalies", [])[:MAX_DIVERGENCES]  # the first ones; the count says how many
     doc["token"] = asdict(token)
     return doc

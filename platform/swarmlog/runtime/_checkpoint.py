@@ -33,19 +33,22 @@ CHECKPOINT_FORMAT = 1
 
 FOLD_FIELDS = frozenset({
     "divergences", "pending", "timers", "events_seen", "position", "steps", "last_recorded_step", "unverified",
-    "stopped", "run_pin", "states_checked", "state_mismatches", "state_diverged_at",
+    "stopped", "run_pin", "states_checked", "state_mismatches", "state_diverged_at", "watch",
 })
 """Core attributes that are the fold's state (beside ``agent.state`` and the ``ctx``'s run)."""
 WIRING_FIELDS = frozenset({
     "agent", "name", "decoder", "index", "ctx", "live_sink", "verify_sink", "strict", "on_divergence", "reach",
-    "past_cut", "_handled", "_raised", "step_latency", "tracer", "recorder", "live_states",
+    "past_cut", "_handled", "_raised", "step_latency", "tracer", "recorder", "live_states", "_marks",
+    "_decode_error",
 })
 """Core attributes that are how it is wired (or derived from the wiring), set up anew by whoever builds it.
 ``reach`` is how far the live agent got, asked of its group; ``past_cut`` what a replay's cut leaves out;
 ``_raised`` is only ever set by a strict replay; ``step_latency`` is the live worker's histogram and ``tracer``
 its spans (what the process observes, not what the fold is); ``recorder`` holds a live agent's digests until
 its transaction commits (None in a replay, which snapshots are of); ``live_states`` is where a replay may ask
-for the live run's states."""
+for the live run's states; ``_marks`` says whether the core marks the offsets it reads itself, and
+``_decode_error`` is the last message's reason not to decode, read at once. (Of ``watch``, the offsets read —
+its ``presence`` — are not kept: a fold from a snapshot knows holes only from the snapshot on.)"""
 
 
 class StateNotCapturable(SwarmlogError):
@@ -152,6 +155,7 @@ def capture(core: AgentCore) -> dict[str, Any]:
                             for o in outs.values()]] for step, outs in core.pending.items()],
         "divergences": [d.to_json() for d in core.divergences],
         "states": [core.states_checked, core.state_mismatches, core.state_diverged_at],
+        "watch": core.watch.capture(),
     }
 
 
@@ -189,5 +193,7 @@ def restore(core: AgentCore, doc: dict[str, Any]) -> None:
         core.divergences = [Divergence(**d) for d in doc["divergences"]]
         # Captures made before state digests existed have no "states": nothing was checked then.
         core.states_checked, core.state_mismatches, core.state_diverged_at = doc.get("states", (0, 0, None))
+        # Captures made before issue 28 have no "watch": the ids taken before them are not known.
+        core.watch.restore(doc.get("watch"))
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointUnreadable(agent=core.name, reason=f"malformed ({exc!r})") from None

@@ -47,7 +47,7 @@ from typing import Any
 
 from ..agent import Agent
 from ..context import Context, EffectRunner, Output, OutputSink
-from ..errors import EffectDiverged, NondeterminismError, StateDiverged, SwarmlogError
+from ..errors import EffectDiverged, NondeterminismError, SchemaNotFound, StateDiverged, SwarmlogError
 from ..events import Event
 from ..guard import guarded
 from ..log.hashing import state_hash
@@ -68,6 +68,7 @@ from . import interpreter
 from ._digests import DigestRecord, DigestRecorder, state_digest
 from ._index import OwnIndex
 from ._statediff import LiveStates, diff_states
+from .anomalies import Presence, Watch
 
 logger = logging.getLogger(__name__)
 
@@ -167,9 +168,16 @@ class AgentCore:
                  llm_client: Any = None, strict: bool = True,
                  on_divergence: Callable[[Divergence], None] | None = None,
                  run_effect: EffectRunner | None = None, digest_every: int = 0,
-                 live_states: LiveStates | None = None) -> None:
+                 live_states: LiveStates | None = None, presence: Presence | None = None) -> None:
         self.agent = agent
         self.name = agent.name
+        self.watch = Watch(agent=agent.name, presence=presence if presence is not None else Presence(start=None))
+        """What this agent names instead of handling (:mod:`.anomalies`): repeated ids, inputs it
+        cannot read (parked at a newer schema's), holes."""
+        self._marks = presence is None
+        """Whether this core marks the offsets it reads itself (a fold of many agents shares one
+        :class:`~.anomalies.Presence`, marked once by its dispatcher)."""
+        self._decode_error: SwarmlogError | None = None
         self.decoder = decoder
         self.index = index
         self.ctx = Context(agent=agent.name, registry=decoder.registry, llm_client=llm_client,
@@ -210,6 +218,12 @@ class AgentCore:
         self.state_mismatches = 0
         self.state_diverged_at: int | None = None
 
+    def share_presence(self, presence: Presence) -> None:
+        """Ask ``presence``, marked by whoever feeds this core (a dispatcher of many cores, which gives
+        each only the messages that concern it), about the offsets read, instead of marking them here."""
+        self.watch.presence = presence
+        self._marks = False
+
     # -- the fold -----------------------------------------------------------------------
 
     @property
@@ -247,10 +261,12 @@ class AgentCore:
         etype, writer, to, _ = route
         off = msg.offset()
         self.position = off + 1
+        if self._marks:
+            self.watch.presence.mark(off)
         if etype == STATE_DIGEST:
             return None, decoded  # bookkeeping, read by the first pass (_index); not an event timers count
         self.events_seen += 1
-        if self.stopped:
+        if self.stopped or self.watch.parked is not None:
             return None, decoded
         me = self.name
         event: Event | None
@@ -268,7 +284,10 @@ class AgentCore:
                         return (off, None), decoded
                     return None, decoded
             event = self._decode(msg) if decoded is UNDECODED else decoded  # type: ignore[assignment]
-            if event is not None:
+            # A copy of one of its own records (a repeated id) is named, never checked as an output
+            # this step no longer writes; a cause the log lost stops the agent (.anomalies).
+            if event is not None and not self.watch.repeated(event):
+                self.watch.check_causes(event)
                 self._own(event)
                 if event.event_type == TIMER_FIRED and event.to == me:
                     return (off, event), event
@@ -276,7 +295,17 @@ class AgentCore:
         elif etype == RUN_STARTED or (etype in self._handled
                                       and (to == me or (to is None and etype not in SELF_RECORDS))):
             event = self._decode(msg) if decoded is UNDECODED else decoded  # type: ignore[assignment]
-            if event is not None:
+            if event is None:
+                # Addressed to it and not readable: named, never dropped in silence; one of a newer
+                # schema parks the agent here until it is upgraded (.anomalies).
+                if decoded is not UNDECODED:
+                    self._decode(msg)  # the caller's decode failed: this one says why
+                if self._decode_error is not None:
+                    self.watch.unreadable(off, self._decode_error)
+            elif self.watch.repeated(event):
+                event = None  # a copy: not handled a second time
+            else:
+                self.watch.check_causes(event)
                 if event.event_type == RUN_STARTED:
                     # Before any handler runs: a pinned run's handlers only run in an interpreter
                     # that hashes strings as the one that recorded it (set order; swarmlog.runtime.interpreter).
@@ -456,6 +485,9 @@ class AgentCore:
         replay's cut (``past_cut``) cannot be compared with them: neither's outputs are
         divergences, and ``unverified`` says from where on nothing could be checked.
         """
+        parked = self.watch.parked
+        if parked is not None:  # it could not read its input there: nothing from there on was checked
+            self.unverified = parked.offset if self.unverified is None else min(self.unverified, parked.offset)
         bound = max(reached if reached is not None else -1, self.last_recorded_step + 1, self.reach or -1)
         for step, outs in sorted(self.pending.items()):
             if step >= bound or step in self.past_cut:
@@ -501,8 +533,12 @@ class AgentCore:
     def _decode(self, msg: Any) -> Event | None:
         try:
             writer, rec = self.decoder.decode(msg.value(), msg.offset())
-        except SwarmlogError:
-            return None  # not an event: the sink dead-letters it; replay reports it
+        except SchemaNotFound as exc:
+            self._decode_error = self.decoder.unknown_writer(exc, msg.headers())  # what its headers say it is
+            return None
+        except SwarmlogError as exc:
+            self._decode_error = exc  # not an event: the sink dead-letters it; the readers name it
+            return None
         return Event.from_message(msg, writer, rec)
 
     def _diverge(self, exc: NondeterminismError) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from ..log.protocol import RUN_STARTED, SELF_RECORDS, STATE_DIGEST, TIMER_FIRED, Route
 from ._core import UNDECODED, AgentCore
+from .anomalies import Presence
 
 logger = logging.getLogger(__name__)
 
@@ -35,10 +36,16 @@ logger = logging.getLogger(__name__)
 class Dispatcher:
     """Feed messages, in offset order, to the cores of ``cores`` they concern."""
 
-    __slots__ = ("cores", "_by_name", "_broadcast", "_timed", "seen", "position")
+    __slots__ = ("cores", "_by_name", "_broadcast", "_timed", "seen", "position", "_mark")
 
-    def __init__(self, *, cores: Sequence[AgentCore]) -> None:
+    def __init__(self, *, cores: Sequence[AgentCore], presence: Presence | None = None) -> None:
         self.cores = list(cores)
+        # Every message is marked here once, for every core (each asks it about a cause it reads:
+        # .anomalies): the cores see only the messages that concern them, so none can mark them.
+        shared = presence if presence is not None else Presence(start=None)
+        for core in self.cores:
+            core.share_presence(shared)
+        self._mark = shared.mark
         self._by_name = {c.name: c for c in self.cores}
         # event type -> the cores a broadcast of it goes to (every core that handles it).
         self._broadcast: dict[str, list[AgentCore]] = {}
@@ -55,6 +62,7 @@ class Dispatcher:
     def apply(self, msg: Any, route: Route) -> None:
         """Fold one message into every core it concerns (``route``: its :func:`~swarmlog.log.protocol.route`)."""
         etype, writer, to, _ = route
+        self._mark(msg.offset())
         if etype == STATE_DIGEST:
             # Bookkeeping that no core folds or counts (the first pass reads the digests).
             self.position = msg.offset() + 1

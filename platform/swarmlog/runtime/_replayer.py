@@ -41,6 +41,7 @@ from ._dispatch import Dispatcher
 from ._index import steps_past
 from ._lookahead import Lookahead
 from ._statediff import LiveStates
+from .anomalies import Anomaly, Presence
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,9 @@ class SwarmReplayResult:
     """Agent -> per-step state digests the log holds (0: an old log, or digests were off)."""
     swarm: str = ""
     """The name of the swarm whose code was replayed."""
+    anomalies: list[Anomaly] = field(default_factory=list)
+    """Messages the agents named instead of handling (:mod:`.anomalies`), in offset order: a repeated
+    event id, an input no schema reads, one of a newer schema (the agent parks there: unverified from it)."""
 
     @property
     def first_divergence(self) -> Divergence | None:
@@ -88,6 +92,7 @@ class SwarmReplayResult:
             "unverified_from": dict(sorted(self.unverified_from.items())),
             "states_checked": dict(sorted(self.states_checked.items())),
             "states_recorded": dict(sorted(self.states_recorded.items())),
+            "anomalies": [a.to_json() for a in self.anomalies],
         }
 
 
@@ -107,6 +112,7 @@ class _AgentOutcome:
     states_recorded: int
     unverified: int | None
     divergences: list[Divergence]
+    anomalies: list[Anomaly] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -183,7 +189,8 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
         states_checked={name: outcomes[name].states_checked for name in names},
         states_recorded={name: outcomes[name].states_recorded for name in names}, swarm=swarm.name,
         unverified_from={name: unverified for name in names
-                         if (unverified := outcomes[name].unverified) is not None})
+                         if (unverified := outcomes[name].unverified) is not None},
+        anomalies=sorted((a for name in names for a in outcomes[name].anomalies), key=lambda a: (a.offset, a.agent)))
 
 
 def processes_for(workers: int | None, *, agents: int, events: int, alone: bool) -> int:
@@ -208,8 +215,10 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
     # the replay (a process's error is the replay's), so none can steer a fold.
     ahead = Lookahead(backend=backend, topic=topic, decoder=decoder, agents=names, start=low, end=cut,
                       check=(part.index, part.count))
+    # The offsets read, marked once by the dispatcher for every agent: what tells a hole (.anomalies).
+    presence = Presence(topic=topic, start=low)
     cores = [AgentCore(agent=a, decoder=decoder, index=ahead.indexes[a.name], live_sink=None, strict=strict,
-                       live_states=live_states) for a in agents]
+                       live_states=live_states, presence=presence) for a in agents]
     by_name = {core.name: core for core in cores}
     for core in cores:
         core.past_cut = past.get(core.name, set())
@@ -233,7 +242,7 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
         # Every message decoded, states and the lookahead's index alive: see swarmlog.log.hotloop.
         with backend.reader(topic, group=group) as reader, fewer_collections():
             read_from_log_start(backend, reader, topic=topic, group=group, low=low, reset=reset)
-            dispatch = Dispatcher(cores=cores)
+            dispatch = Dispatcher(cores=cores, presence=presence)
             apply = dispatch.apply
             position = reader.position
             # Every message is routed once, by its envelope, its headers checked against it as the
@@ -267,5 +276,5 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
                         agents={c.name: _AgentOutcome(hash=c.state_hash(), steps=c.steps, state=c.agent.state,
                                                       states_checked=c.states_checked,
                                                       states_recorded=len(c.index.digests), unverified=c.unverified,
-                                                      divergences=c.divergences)
+                                                      divergences=c.divergences, anomalies=c.watch.anomalies)
                                 for c in cores})

@@ -68,6 +68,7 @@ from ..settings import Settings
 from ._core import AgentCore, Timer
 from ._digests import DigestRecord
 from ._index import index_log
+from .anomalies import NEWER_SCHEMA, REPEATED, UNREADABLE
 
 logger = logging.getLogger(__name__)
 
@@ -302,7 +303,7 @@ class AgentWorker:
             self._reported_steps = core.steps
         wait = 0.1
         due = core.next_wall_due_ms()
-        read_to = max(core.position, self.eof_at)
+        read_to = self._read_to(core)
         if due is not None and read_to >= start_end:
             wait = max(0.0, min(wait, (due - time.time() * 1000) / 1000))
         msgs, eof = channel.poll(self.batch_size, wait)
@@ -317,13 +318,13 @@ class AgentWorker:
         route = self.decoder.envelope_route
         for m in msgs:
             core.process(m, route(m))
-        read_to = max(core.position, self.eof_at)
+        read_to = self._read_to(core)
         if read_to >= start_end:
             if not self.caught_up.is_set():
                 self.rebuild_steps = self._reported_steps = core.steps
                 self.caught_up.set()
                 logger.info("agent %s: caught up at offset %d, live (%d steps replayed)", name, read_to, core.steps)
-            for timer in core.due_wall_timers(int(time.time() * 1000)):
+            for timer in core.due_wall_timers(int(time.time() * 1000)) if core.watch.parked is None else ():
                 sink.fire(timer)
         if sink.in_txn:
             self._at_end = False  # these outputs will end in a marker not read yet
@@ -355,7 +356,7 @@ class AgentWorker:
         life's outputs (the marker may follow them a moment later), and read_committed serves
         them only once their marker is in, so an end reported at or past it is past the marker.
         """
-        read_to = max(core.position, self.eof_at)
+        read_to = self._read_to(core)
         if self.caught_up.is_set() and read_to > 0 and core.digest_due(final=True):
             # The final state first, so a token can always be made afterwards: its record and
             # its transaction's marker are then read over below like any output, and the stop
@@ -366,7 +367,7 @@ class AgentWorker:
         deadline = time.monotonic() + _DRAIN_S
         while not (self._at_end and self.eof_at >= target) and time.monotonic() < deadline:
             self._turn(channel, sink, core, start_end)
-        read_to = max(core.position, self.eof_at)
+        read_to = self._read_to(core)
         if read_to > 0 and read_to != self._committed_to:
             self._commit(channel, sink, read_to)  # offsets only: no marker in the topic
             self._committed_to = read_to
@@ -400,14 +401,31 @@ class AgentWorker:
 
     # -- what an operator sees -------------------------------------------------------------
 
+    def _read_to(self, core: AgentCore) -> int:
+        """How far this agent has read, as its commits say: past any transaction markers it read over, but
+        never past an input it parked at (.anomalies), so that how far the live agent got (its group's
+        offset, what ``replay --swarm`` trusts) stays true, and its next life reads it again."""
+        parked = core.watch.parked
+        return parked.offset if parked is not None else max(core.position, self.eof_at)
+
     def readiness(self) -> str | None:
-        """None once the agent is live; else what it is doing."""
+        """None once the agent is live; else what it is doing (parked at an input it cannot read yet, too)."""
+        core = self.core
+        if core is not None and core.watch.parked is not None:
+            return f"agent {self.agent.name}: parked at offset {core.watch.parked.offset}: {core.watch.parked.detail}"
         if self.caught_up.is_set():
             return None
         core = self.core
         if core is None:
             return f"agent {self.agent.name}: starting"
         return f"agent {self.agent.name}: rebuilding, at offset {core.position} of {self.start_end}"
+
+    @staticmethod
+    def _anomaly_counts(core: AgentCore | None) -> dict[str, int]:
+        counts = dict.fromkeys((REPEATED, UNREADABLE, NEWER_SCHEMA), 0)
+        for a in core.watch.anomalies if core is not None else ():
+            counts[a.kind] += 1
+        return counts
 
     def liveness(self, stall_timeout: float) -> str | None:
         """None while the loop turns; else how long it has been stuck (a handler that never returns?)."""
@@ -445,6 +463,12 @@ class AgentWorker:
                    [(me, self.start_end)]),
             Family("swarmlog_agent_rebuild_progress", "gauge", "Share of the rebuild done (1: caught up, live).",
                    ("agent",), [(me, rebuilt)]),
+            Family("swarmlog_agent_parked", "gauge", "1 while the agent is parked at an input it cannot read yet "
+                   "(a newer schema's): /readyz says which", ("agent",),
+                   [(me, 1.0 if core is not None and core.watch.parked is not None else 0.0)]),
+            Family("swarmlog_agent_anomalies", "counter", "Messages the agent named instead of handling: a repeated "
+                   "event id, an input no schema reads, a newer schema's", ("agent", "kind"),
+                   [((self.agent.name, kind), n) for kind, n in sorted(self._anomaly_counts(core).items())]),
             Family("swarmlog_agent_live", "gauge", "1 once the agent has caught up and runs live.", ("agent",),
                    [(me, 1.0 if self.caught_up.is_set() else 0.0)]),
         ]

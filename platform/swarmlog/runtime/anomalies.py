@@ -78,21 +78,29 @@ class Presence:
 
     __slots__ = ("topic", "_marks", "_base")
 
-    def __init__(self, *, topic: str = "", start: int = 0) -> None:
+    def __init__(self, *, topic: str = "", start: int | None = 0) -> None:
+        """``start``: the first offset of the read range (None: the first offset marked — an engine
+        that marks what it reads itself, from offset zero or from a snapshot's position)."""
         self.topic = topic
         self._base = start
         self._marks = bytearray()
 
     def mark(self, offset: int) -> None:
-        i = offset - self._base
+        base = self._base
+        if base is None:
+            base = self._base = offset
+        i = offset - base
         marks = self._marks
         if i >= len(marks):
             marks.extend(bytes(max(i + 1 - len(marks), 65_536)))
         marks[i] = 1
 
     def missing(self, event: Event) -> list[int]:
-        """The causes of ``event`` at earlier offsets of the read range that hold no message."""
+        """The causes of ``event`` at earlier offsets of the read range that hold no message (before the
+        range, nothing can be said: a fold from a snapshot, a log whose beginning was deleted)."""
         base, marks, off = self._base, self._marks, event.offset
+        if base is None:
+            return []
         return [c for c in event.causes if base <= c < off and (c - base >= len(marks) or not marks[c - base])]
 
 
@@ -142,6 +150,18 @@ class Watch:
         if lost:
             topic = self.presence.topic
             raise HistoryHoles(topic=topic, holes=dict.fromkeys(lost, event.offset), remedy=History.remedy(topic))
+
+    def capture(self) -> dict[str, Any]:
+        """What a snapshot keeps of this watch (:mod:`._checkpoint`): the ids taken, the anomalies named."""
+        return {"ids": list(self._ids.items()), "anomalies": [list(a) for a in self.anomalies],
+                "parked": list(self.parked) if self.parked is not None else None}
+
+    def restore(self, doc: dict[str, Any] | None) -> None:
+        if not doc:
+            return
+        self._ids = {event_id: offset for event_id, offset in doc["ids"]}
+        self.anomalies = [Anomaly(*a) for a in doc["anomalies"]]
+        self.parked = Anomaly(*doc["parked"]) if doc["parked"] is not None else None
 
     def _name(self, anomaly: Anomaly) -> None:
         self.anomalies.append(anomaly)

@@ -1,0 +1,181 @@
+"""What an agent's fold names instead of handling (runtime/anomalies.py, issue 28 items 1-3, 5): the
+engine's decisions on the in-memory log, pure logic — the same agents as processes on Kafka are the
+fault suite's rows (tests/faults/test_edges.py).
+
+A repeated event id is named and never handled twice, and never makes the agent that wrote the first
+"diverge"; an input no schema reads is named and skipped; one of a newer schema parks the agent, which
+goes on once it can read it; a cause the log lost stops the fold, naming the offset. Live agents,
+``replay --swarm`` and the debugger's fold name the same messages at the same offsets.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from swarmlog.debug import Session
+from swarmlog.errors import HistoryHoles
+from swarmlog.log.append import EventLog
+from swarmlog.log.memory import InMemoryLog
+from swarmlog.log.protocol import MESSAGE, route
+from swarmlog.replaying import replay_swarm
+from swarmlog.runtime import run_agents, start_run
+from swarmlog.runtime._core import AgentCore
+from swarmlog.runtime._index import index_log
+from swarmlog.runtime.anomalies import NEWER_SCHEMA, REPEATED, UNREADABLE, Presence, Watch
+from swarmlog.schema.codec import Decoder
+from swarmlog.schema.registry import SchemaRegistry
+from swarmlog.settings import Settings
+
+from .. import swarms
+from ..conftest import newer_schemas, unchecked_event
+
+SETTINGS = Settings(topic="t", bootstrap_servers="127.0.0.1:1", database_url="postgresql://nobody@127.0.0.1:1/x")
+
+
+def _ran(seed: int = 7) -> InMemoryLog:
+    backend = InMemoryLog()
+    backend.create_topic("t")
+    start_run(settings=SETTINGS, swarm=swarms.relay, run_id="r", seed=seed, backend=backend)
+    run_agents(settings=SETTINGS, swarm=swarms.relay, until_quiet=0.3, backend=backend)
+    return backend
+
+
+def _decoded(backend: InMemoryLog, registry: SchemaRegistry) -> list[tuple[int, str, dict]]:
+    decoder = Decoder(registry)
+    out = []
+    for m in backend.messages("t"):
+        try:
+            writer, rec = decoder.decode(m.value(), m.offset())
+        except Exception:  # noqa: BLE001 - not an event: the cases name it apart
+            continue
+        out.append((m.offset(), writer.event_type, rec))
+    return out
+
+
+def _resend(backend: InMemoryLog, offset: int) -> int:
+    """Another producer re-sends the message at ``offset`` byte for byte (a copy tool)."""
+    m = next(m for m in backend.messages("t") if m.offset() == offset)
+    with EventLog(settings=SETTINGS, backend=backend) as log:
+        log.produce_raw(m.value(), key=m.key(), headers=m.headers())
+        return log.flush()[0]
+
+
+def test_a_repeated_event_id_is_handled_once_and_its_writer_restarts_without_a_divergence(registry):
+    backend = _ran()
+    hop = next((o, rec) for o, t, rec in _decoded(backend, registry)
+               if t == MESSAGE and rec["payload"]["kind"] == "hop" and rec["agent_id"] == "r1")
+    copy = _resend(backend, hop[0])
+    # Every agent starts again (restart is rebuild): the writer reads its own output twice, the
+    # recipient its input twice. Before issue 28 the recipient handled it again and the writer's
+    # every restart stopped with "the log has an output this step no longer writes".
+    run_agents(settings=SETTINGS, swarm=swarms.relay, until_quiet=0.3, backend=backend)
+    handled = [o for o, _, rec in _decoded(backend, registry) if rec["causes"][:1] == [copy]]
+    assert handled == []
+    result = replay_swarm(settings=SETTINGS, swarm=swarms.relay, registry=registry, backend=backend)
+    assert result.divergences == []
+    named = {(a.offset, a.agent, a.kind, a.first) for a in result.anomalies}
+    assert named == {(copy, "r1", REPEATED, hop[0]), (copy, hop[1]["to"], REPEATED, hop[0])}
+    debugged = Session(settings=SETTINGS, swarm=swarms.relay, backend=backend, registry=registry)
+    assert debugged.first_divergence() is None
+
+
+def test_an_input_no_schema_reads_is_named_and_skipped_and_the_agent_goes_on(registry):
+    backend = _ran()
+    value, key, headers = unchecked_event(registry, MESSAGE, {"kind": "hop", "body": json.dumps({"chain": 9,
+                                                                                                 "ttl": 0})},
+                                          agent="r0", to="r3", run_id="r")
+    with EventLog(settings=SETTINGS, backend=backend) as log:
+        log.produce_raw(value + b"\x00trailing", key=key, headers=headers)
+        bad = log.flush()[0]
+        log.append(MESSAGE, {"kind": "hop", "body": json.dumps({"chain": 8, "ttl": 0})}, agent="tester", to="r3",
+                   run_id="r")
+    run_agents(settings=SETTINGS, swarm=swarms.relay, until_quiet=0.3, backend=backend)
+    finished = [json.loads(rec["payload"]["body"])["chain"] for _, t, rec in _decoded(backend, registry)
+                if t == MESSAGE and rec["payload"]["kind"] == "finished"]
+    assert 8 in finished and 9 not in finished  # the valid one after it was handled; the bad one was not
+    result = replay_swarm(settings=SETTINGS, swarm=swarms.relay, registry=registry, backend=backend)
+    assert result.divergences == []
+    [(offset, agent, kind, detail)] = [(a.offset, a.agent, a.kind, a.detail) for a in result.anomalies]
+    assert (offset, agent, kind) == (bad, "r3", UNREADABLE) and "byte(s) follow it" in detail
+
+
+def test_an_input_of_a_newer_schema_parks_its_agent_which_goes_on_once_upgraded(registry, tmp_path: Path):
+    backend = _ran()
+    newer = SchemaRegistry.load([newer_schemas(tmp_path)])
+    with EventLog(settings=SETTINGS, backend=backend, registry=newer, run_id="r") as log:
+        at = log.append(MESSAGE, {"kind": "hop", "body": json.dumps({"chain": 7, "ttl": 0}), "trace": "v4"},
+                        agent="writer-v4", to="r2")
+    decoder = Decoder(registry)
+    indexes, _ = index_log(backend=backend, topic="t", decoder=decoder, agents=["r2"])
+    core = AgentCore(agent=swarms.relay.agent("r2"), decoder=decoder, index=indexes["r2"], live_sink=None,
+                     strict=False)
+    for m in backend.messages("t"):
+        core.process(m, decoder.envelope_route(m))
+    parked = core.watch.parked
+    assert parked is not None and (parked.offset, parked.kind) == (at, NEWER_SCHEMA)
+    assert "a newer agent.message (v4) than this reader knows (up to v3)" in parked.detail
+    old = replay_swarm(settings=SETTINGS, swarm=swarms.relay, registry=registry, backend=backend)
+    assert [(a.offset, a.agent, a.kind) for a in old.anomalies] == [(at, "r2", NEWER_SCHEMA)]
+    assert old.unverified_from.get("r2") == at and old.divergences == []
+    # Upgraded: the agents read it, r2 handles it (chain 7 finishes), and the replay on v4 is clean.
+    run_agents(settings=SETTINGS, swarm=swarms.relay, until_quiet=0.3, backend=backend, registry=newer)
+    finished = [json.loads(rec["payload"]["body"])["chain"] for _, t, rec in _decoded(backend, newer)
+                if t == MESSAGE and rec["payload"]["kind"] == "finished"]
+    assert 7 in finished
+    new = replay_swarm(settings=SETTINGS, swarm=swarms.relay, registry=newer, backend=backend)
+    assert new.divergences == [] and new.anomalies == []
+
+
+def test_a_cause_the_log_lost_stops_the_fold_naming_the_offset(registry):
+    backend = _ran()
+    events = _decoded(backend, registry)
+    held = {o for o, _, _ in events}
+    empty = next(o for o in range(events[-1][0]) if o not in held and o > 5)  # a transaction marker's offset
+    value, key, headers = unchecked_event(registry, MESSAGE, {"kind": "finished", "body": json.dumps({"chain": 0,
+                                                                                                     "by": "x"})},
+                                          agent="r0", to="r4", causes=[empty], run_id="r")
+    with EventLog(settings=SETTINGS, backend=backend) as log:
+        log.produce_raw(value, key=key, headers=headers)
+        at = log.flush()[0]
+    with pytest.raises(HistoryHoles) as info:
+        replay_swarm(settings=SETTINGS, swarm=swarms.relay, registry=registry, backend=backend)
+    assert info.value.holes == {empty: at}
+    with pytest.raises(HistoryHoles):
+        run_agents(settings=SETTINGS, swarm=swarms.relay, agents=["r4"], until_quiet=0.3, backend=backend)
+
+
+def test_presence_tells_a_lost_cause_only_inside_the_range_read():
+    p = Presence(start=None)
+    for off in (10, 11, 13):
+        p.mark(off)
+
+    class E:
+        offset = 20
+        causes = [3, 11, 12, 13]
+
+    assert p.missing(E()) == [12]  # 3 is before what was read (a snapshot's position): nothing said
+    w = Watch(agent="a", presence=p)
+    w.restore(w.capture())
+    assert w.anomalies == [] and w.parked is None
+
+
+def test_a_long_run_of_copies_is_named_without_a_line_each(registry, caplog):
+    from swarmlog.events import Event
+
+    w = Watch(agent="a", presence=Presence())
+    first = Event(1, MESSAGE, 3, "e-1", "r", "b", "a", [], {}, 0)
+    assert not w.repeated(first)
+    with caplog.at_level("WARNING", logger="swarmlog.runtime.anomalies"):
+        for off in range(2, 3002):
+            assert w.repeated(first._replace(offset=off))
+    assert len(w.anomalies) == 3000 and len(caplog.records) == 20 + 3  # 20 lines, then one every thousand
+    assert {a.first for a in w.anomalies} == {1}
+
+
+def test_the_routes_of_a_bad_input_come_from_its_headers():
+    # What makes an unreadable input "addressed" to an agent: its routing headers, the only say there is.
+    headers = [("sl.type", b"agent.message"), ("sl.v", b"4"), ("sl.agent", b"w"), ("sl.to", b"r2")]
+    assert route(headers)[:3] == ("agent.message", "w", "r2")
