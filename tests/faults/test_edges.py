@@ -239,7 +239,7 @@ def test_a_writer_upgraded_before_the_readers_parks_its_recipient_visibly_and_no
     assert 'swarmlog_agent_parked{agent="r2"} 1' in metrics, metrics
     for agent in AGENTS:  # the readers upgraded after the writer, one at a time
         run.restart(agent, upgraded_env)
-    until_finished(run, settings, registry, set(range(swarms.CHAINS)) | {7})
+    until_finished(run, settings, newer, set(range(swarms.CHAINS)) | {7})  # upgraded agents write v4 messages
     live = run.stop()
     log = events(settings, newer)
     audit = harness.audit_steps(log)

@@ -179,3 +179,28 @@ def test_the_routes_of_a_bad_input_come_from_its_headers():
     # What makes an unreadable input "addressed" to an agent: its routing headers, the only say there is.
     headers = [("sl.type", b"agent.message"), ("sl.v", b"4"), ("sl.agent", b"w"), ("sl.to", b"r2")]
     assert route(headers)[:3] == ("agent.message", "w", "r2")
+
+
+def test_what_compaction_leaves_of_a_swarm_names_its_holes_though_no_cause_is_left(registry):
+    """Compaction keeps each key's newest message: for a swarm, run.started and each agent's last state
+    digest record, which names no cause. The digest's last step is an offset that held an input: gone, it
+    is a hole — for the engine (replay --swarm, a restarted agent), the plain replay and check."""
+    from swarmlog.errors import HistoryHoles as Holes
+    from swarmlog.replaying import replay
+    from swarmlog.replaying.causality import check_causality
+
+    backend = _ran()
+    newest: dict[bytes | None, object] = {}
+    for m in backend.messages("t"):
+        newest[m.key()] = m  # what the log cleaner keeps
+    kept = sorted(newest.values(), key=lambda m: m.offset())
+    backend.create_copy("compacted", kept, end=backend.watermarks("t")[1])
+    compacted = SETTINGS.model_copy(update={"topic": "compacted"})
+    with pytest.raises(Holes):
+        replay_swarm(settings=compacted, swarm=swarms.relay, registry=registry, backend=backend)
+    with pytest.raises(Holes):
+        replay(settings=compacted, registry=registry, backend=backend)
+    _, found = check_causality(settings=compacted, registry=registry, backend=backend)
+    assert [v.rule for v in found if v.section == "history"].count("hole") >= 1
+    with pytest.raises(Holes):
+        run_agents(settings=compacted, swarm=swarms.relay, agents=["r1"], until_quiet=0.3, backend=backend)

@@ -31,7 +31,7 @@ from typing import Any
 from ..errors import RoutingHeaderMismatch, SwarmlogError
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
-from ..log.protocol import RUN_STARTED, TIMER_FIRED, TIMER_SET, parse_step
+from ..log.protocol import RUN_STARTED, STATE_DIGEST, TIMER_FIRED, TIMER_SET, parse_step
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
@@ -120,6 +120,14 @@ def check_causality(*, settings: Settings, topic: str | None = None, registry: S
                                                 f"event id {event_id!r} is already the event at offset "
                                                 f"{first_with_id}: a second copy (re-sent by a producer or a copy "
                                                 f"tool), which no agent may handle"))
+                # A state digest names the steps it digests: offsets that held the agent's inputs.
+                named = [s for s in payload.get("steps", ()) if s not in seen] if etype == STATE_DIGEST else ()
+                for c in named:
+                    if c not in unreadable and history.log_start <= c < off and c not in holes:
+                        holes.add(c)
+                        violations.append(CausalityViolation(c, "hole", (
+                            f"offset {c} holds no event, but {agent}'s state digest at {off} names it as a step it "
+                            f"handled: the log has lost it. {history.remedy(topic)}")))
                 for c in causes:
                     if c >= off:
                         violations.append(CausalityViolation(off, "cause_not_before", f"cause {c} is not before {off}"))

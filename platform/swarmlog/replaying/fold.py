@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from ..errors import SchemaNotFound, SwarmlogError
 from ..events import Event
 from ..log.hashing import StreamHasher, frame, state_hash
+from ..log.protocol import STATE_DIGEST
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from .ledger import Ledger
@@ -132,7 +133,7 @@ class Fold:
                 except SwarmlogError as exc:
                     self._undecodable(off, exc, m)
                     continue
-                for c in record["causes"]:
+                for c in record["causes"] if writer.event_type != STATE_DIGEST else record["payload"]["steps"]:
                     if base <= c < off and not present[c - base]:
                         self._hole(off, c)
                 apply(states, from_message(m, writer, record))

@@ -16,6 +16,7 @@ from pydantic_core import SchemaSerializer, core_schema
 from ..errors import SwarmlogError
 from ..events import Event
 from ..log.hashing import FRAME
+from ..log.protocol import STATE_DIGEST
 
 LedgerRow = tuple[int, str, str, str | None, dict[str, Any]]
 """What the ledger reads of an event: (offset, event_type, agent_id, to, payload)."""
@@ -124,11 +125,12 @@ class Ledger:
             except SwarmlogError as exc:
                 undecodable(offset, exc, m)
                 continue
+            event_type = writer.event_type
             if present is not None:
-                for c in record["causes"]:
+                # A state digest names no cause but the steps it digests: offsets that held inputs.
+                for c in record["causes"] if event_type != STATE_DIGEST else record["payload"]["steps"]:
                     if base <= c < offset and not marks[c - base]:
                         hole(offset, c)  # type: ignore[misc]
-            event_type = writer.event_type
             sender = record["agent_id"]
             to = record["to"]
             type_crc = type_crcs.get(event_type)

@@ -218,6 +218,15 @@ class AgentCore:
         self.state_mismatches = 0
         self.state_diverged_at: int | None = None
 
+    def digest_read(self, msg: Any) -> None:
+        """One of this agent's state digest records read: the last step it digests is an offset that held
+        its input. If none is there any more, the log lost it (:class:`~swarmlog.errors.HistoryHoles`): what
+        is left of a compacted log is each key's newest message — often an agent's last digest record,
+        which names no cause — so a fold from it would otherwise rebuild nothing and carry on."""
+        last = self.decoder.step(msg)
+        if last is not None:
+            self.watch.check_step(last, msg.offset())
+
     def share_presence(self, presence: Presence) -> None:
         """Ask ``presence``, marked by whoever feeds this core (a dispatcher of many cores, which gives
         each only the messages that concern it), about the offsets read, instead of marking them here."""
@@ -264,6 +273,8 @@ class AgentCore:
         if self._marks:
             self.watch.presence.mark(off)
         if etype == STATE_DIGEST:
+            if writer == self.name:
+                self.digest_read(msg)
             return None, decoded  # bookkeeping, read by the first pass (_index); not an event timers count
         self.events_seen += 1
         if self.stopped or self.watch.parked is not None:

@@ -64,8 +64,12 @@ class Dispatcher:
         etype, writer, to, _ = route
         self._mark(msg.offset())
         if etype == STATE_DIGEST:
-            # Bookkeeping that no core folds or counts (the first pass reads the digests).
+            # Bookkeeping that no core folds or counts (the first pass reads the digests); only its
+            # last step is looked up among the offsets read (a hole there: .anomalies).
             self.position = msg.offset() + 1
+            digested = self._by_name.get(writer)
+            if digested is not None:
+                digested.digest_read(msg)
             return
         seen = self.seen
         self.seen = seen + 1

@@ -15,7 +15,8 @@ decide alike (issue 28; docs/edges.md):
   readiness, metrics) and goes on once it is upgraded and rebuilds (the message waits in the log).
   Anything else (bytes after the event, a truncated body, a schema nobody knows): never readable by
   any upgrade, so named and skipped (:data:`UNREADABLE`) — parking on it would wedge the agent.
-* **A hole**: a cause that names an offset no message holds any more. Causes are checked when
+* **A hole**: a cause that names an offset no message holds any more (or a state digest record whose
+  last step does). Causes are checked when
   written (:mod:`swarmlog.log.append`), so the log lost that event since (compaction keeps only the
   newest message per key): what the agent would rebuild is not the run, so it stops
   (:class:`~swarmlog.errors.HistoryHoles`) naming the offsets. :class:`Presence` knows which offsets
@@ -98,10 +99,14 @@ class Presence:
     def missing(self, event: Event) -> list[int]:
         """The causes of ``event`` at earlier offsets of the read range that hold no message (before the
         range, nothing can be said: a fold from a snapshot, a log whose beginning was deleted)."""
-        base, marks, off = self._base, self._marks, event.offset
+        return self.absent(event.causes, event.offset)
+
+    def absent(self, offsets: Any, before: int) -> list[int]:
+        """Those of ``offsets`` in the read range before ``before`` that hold no message."""
+        base, marks = self._base, self._marks
         if base is None:
             return []
-        return [c for c in event.causes if base <= c < off and (c - base >= len(marks) or not marks[c - base])]
+        return [c for c in offsets if base <= c < before and (c - base >= len(marks) or not marks[c - base])]
 
 
 class Watch:
@@ -148,8 +153,17 @@ class Watch:
         """:class:`~swarmlog.errors.HistoryHoles` if a cause of ``event`` names an offset that lost its event."""
         lost = self.presence.missing(event)
         if lost:
-            topic = self.presence.topic
-            raise HistoryHoles(topic=topic, holes=dict.fromkeys(lost, event.offset), remedy=History.remedy(topic))
+            self._holes(lost, event.offset)
+
+    def check_step(self, step: int, offset: int) -> None:
+        """:class:`~swarmlog.errors.HistoryHoles` if the step a record at ``offset`` names (a state digest's
+        last) is an offset that no longer holds the input it handled."""
+        if self.presence.absent((step,), offset):
+            self._holes([step], offset)
+
+    def _holes(self, lost: list[int], named_by: int) -> None:
+        topic = self.presence.topic
+        raise HistoryHoles(topic=topic, holes=dict.fromkeys(lost, named_by), remedy=History.remedy(topic))
 
     def capture(self) -> dict[str, Any]:
         """What a snapshot keeps of this watch (:mod:`._checkpoint`): the ids taken, the anomalies named."""
