@@ -450,7 +450,8 @@ def test_thousands_of_unreadable_messages_are_summaries_and_the_run_goes_on(sett
         f"{len(checked.stdout.splitlines())} lines, unreadable apart from causality; {len(dead):,} dead letters; "
         f"replay --swarm: {len(result.divergences)} divergences"))
     assert len(warnings) == 1 and f"{n:,} ×" in warnings[0], replayed.stderr[-2000:]
-    assert checked.stdout.startswith(f"unreadable messages ({n}):") and len(checked.stdout.splitlines()) == 3
+    assert checked.stdout.startswith(f"unreadable messages ({n}):") and len(checked.stdout.splitlines()) == 3, \
+        checked.stdout
     assert len(dead) == n
     assert audit.clean, audit
     assert result.divergences == [] and result.agents == live

@@ -204,3 +204,30 @@ def test_what_compaction_leaves_of_a_swarm_names_its_holes_though_no_cause_is_le
     assert [v.rule for v in found if v.section == "history"].count("hole") >= 1
     with pytest.raises(Holes):
         run_agents(settings=compacted, swarm=swarms.relay, agents=["r1"], until_quiet=0.3, backend=backend)
+
+
+def test_check_lets_a_logical_timer_fire_during_a_message_that_is_not_an_event(registry):
+    """A logical timer counts every message, and fires during the step of the one that made it due —
+    garbage too; that offset is its firing's second cause, not a missing one."""
+    from swarmlog.log.protocol import RUN_STARTED, TIMER_FIRED, TIMER_SET
+    from swarmlog.replaying.causality import check_causality
+
+    backend = InMemoryLog()
+    backend.create_topic("t")
+    events = [(RUN_STARTED, {"swarm": "s", "seed": 1, "code_version": "c", "agents": ["a"], "hash_seed": None,
+                             "hash_algorithm": None}, "swarmlog", None, [], "run@r"),
+              (TIMER_SET, {"name": "tick", "after_events": 1, "after_ms": None}, "a", "a", [0], "a@0#0"),
+              None,  # a message that is not an event
+              (TIMER_FIRED, {"name": "tick", "set_offset": 1, "clock": "events"}, "a", "a", [1, 2], "a@2#0")]
+    with EventLog(settings=SETTINGS, backend=backend) as log:
+        for e in events:
+            if e is None:
+                log.produce_raw(b"garbage")
+                continue
+            etype, payload, agent, to, causes, event_id = e
+            value, key, headers = unchecked_event(registry, etype, payload, agent=agent, to=to, causes=causes,
+                                                  run_id="r", event_id=event_id)
+            log.produce_raw(value, key=key, headers=headers)
+        assert log.flush() == [0, 1, 2, 3]
+    _, found = check_causality(settings=SETTINGS, registry=registry, backend=backend)
+    assert [(v.offset, v.rule) for v in found] == [(2, "unreadable")]
