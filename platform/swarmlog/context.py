@@ -41,7 +41,6 @@ from .protocol import (
 )
 from .schema.registry import SchemaRegistry
 
-
 T = TypeVar("T")
 
 
@@ -302,7 +301,7 @@ class Context:
         An ``async def`` handler's coroutine runs there already (await things instead). The loop has
         a virtual clock and delivers recorded calls in a recorded order: see :mod:`swarmlog.aio`.
         """
-        return self._step_loop().run_step(coro)  # type: ignore[no-any-return]
+        return self._step_loop().run_step(coro)
 
     async def async_effect(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """:meth:`effect` as a concurrent call of an async step: live, ``fn(*args)`` (or an ``async def``

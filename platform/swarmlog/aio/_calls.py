@@ -40,19 +40,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import EffectDiverged
+from ..events import Event
 from ..guard import allowed
 from ..protocol import output_id
 from .errors import AsyncCallDiverged
 
-if TYPE_CHECKING:
-    from ..context import Context
-    from ..events import Event
-    from ._loop import StepLoop
-
-__all__ = ["Calls", "Flight"]
+__all__ = ["Calls", "Flight", "StepContext"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +56,29 @@ MAX_WORKERS = 64
 """Threads one agent runs live calls on, at most: more concurrent calls than this wait for one to end."""
 
 _LIVE, _REPLAY, _SIMULATED = "live", "replay", "simulated"
+
+
+class StepContext(Protocol):
+    """What the async machinery needs of ``ctx`` (:class:`swarmlog.context.Context`)."""
+
+    agent: str
+    run_effect: Any
+    llm_client: Any
+    choose_completion: Callable[[list[str]], int] | None
+    _live: bool
+    _sink: Any
+    _step: int
+    _index: int
+    _effects: list[int]
+
+    def now(self) -> int: ...
+
+    def _require_sink(self) -> Any: ...
+
+    def _output(self, event_type: str, payload: dict[str, Any], to: str | None, *, locate: bool = False,
+                event_id: str | None = None) -> int: ...
+
+    def _step_loop(self) -> Any: ...
 
 
 class Flight:
@@ -85,8 +104,9 @@ class Flight:
 class Calls:
     """The recorded calls of one agent's async steps (see the module)."""
 
-    def __init__(self, *, loop: StepLoop, ctx: Context) -> None:
+    def __init__(self, *, loop: Any, ctx: StepContext) -> None:
         self.loop = loop
+        """The :class:`~._loop.StepLoop` whose calls these are."""
         self.ctx = ctx
         self.flying: dict[int, Flight] = {}
         """Issued and not delivered, by call number (in the order they were issued)."""
@@ -168,13 +188,14 @@ class Calls:
                 elapsed = time.monotonic() - started
                 wait = None if deadline is None else max(0.0, deadline - base - elapsed)
                 try:
-                    flight, outcome = self._arrived.get(timeout=wait)
+                    arrived: tuple[Flight, Any] | None = self._arrived.get(timeout=wait)
                 except queue.Empty:
-                    flight = outcome = None
+                    arrived = None
                 elapsed = time.monotonic() - started
-            if flight is None:
-                loop.fired(deadline)  # type: ignore[arg-type]
+            if arrived is None:
+                loop.fired(deadline)
                 return
+            flight, outcome = arrived
             if self.flying.get(flight.call) is not flight:
                 continue  # a call cancelled since, or of an earlier step: nobody awaits it
             at = base + elapsed
@@ -196,7 +217,7 @@ class Calls:
             options = [repr(f) for f in flights] + (["the next timer fires"] if deadline is not None else [])
             i = choose(options)
         if i == len(flights):
-            loop.fired(deadline)  # type: ignore[arg-type]
+            loop.fired(deadline)
             return
         flight = flights[i]
         self._deliver(flight, flight.outcome, loop.delivered_at(loop.time()))

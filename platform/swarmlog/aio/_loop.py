@@ -32,6 +32,7 @@ default executor is the step itself); any other executor is refused.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import math
@@ -39,14 +40,11 @@ import sys
 import threading
 from asyncio import base_events, events, tasks
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..guard import ForbiddenCall, allowed
-from ._calls import Calls
+from ._calls import Calls, StepContext
 from .errors import NestedRun, StepLeftWork, StepStalled
-
-if TYPE_CHECKING:
-    from ..context import Context
 
 __all__ = ["StepLoop"]
 
@@ -55,6 +53,9 @@ logger = logging.getLogger(__name__)
 _RESOLUTION = 1e-9
 """The loop's clock resolution, a constant (asyncio reads the OS's): a timer due within it of now
 fires now. Above zero, or a timer due exactly now would be polled for forever by ``_run_once``."""
+
+_MAX_WAIT: float = base_events.MAXIMUM_SELECT_TIMEOUT  # type: ignore[attr-defined]
+"""How far ahead asyncio's ``_run_once`` asks its selector to wait at most (a day)."""
 
 _REFUSED_IO = {
     # name: (kind, what it does)
@@ -98,7 +99,18 @@ class StepLoop(base_events.BaseEventLoop):
     so libraries that cache objects per loop find the same loop step after step.
     """
 
-    def __init__(self, *, ctx: Context) -> None:
+    # BaseEventLoop's own state and steps, which this loop drives (private: not in typeshed).
+    _ready: collections.deque[asyncio.Handle]
+    _scheduled: list[asyncio.TimerHandle]
+    _timer_cancelled_count: int
+    _thread_id: int | None
+    _stopping: bool
+    _asyncgens: Any
+    _run_once: Callable[[], None]
+    _check_closed: Callable[[], None]
+    _asyncgen_firstiter_hook: Callable[[Any], None]
+
+    def __init__(self, *, ctx: StepContext) -> None:
         # asyncio's constructor reads PYTHONASYNCIODEBUG and the OS's clock resolution: the
         # loop's own setup, not the handler's (its first async step may be what makes it).
         with allowed():
@@ -229,14 +241,16 @@ class StepLoop(base_events.BaseEventLoop):
 
     # -- what asyncio calls -------------------------------------------------------------------
 
-    def create_task(self, coro: Any, *, name: str | None = None, context: Any = None) -> asyncio.Task[Any]:
+    def create_task(self, coro: Any, *, name: str | None = None,  # type: ignore[override]
+                    context: Any = None) -> asyncio.Task[Any]:
         # Named by the step and the order tasks were made in: asyncio's default names count tasks
         # process-wide ("Task-4711"), which a replay in another process would not reproduce.
         if name is None:
             name = f"{self.ctx.agent}@{self.ctx.now()}/task-{next(self._task_names)}"
         return super().create_task(coro, name=name, context=context)
 
-    def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    def run_in_executor(self, executor: Any, func: Callable[..., Any],  # type: ignore[override]
+                        *args: Any) -> asyncio.Future[Any]:
         """The default executor is the step itself: ``func(*args)`` runs here, inline, on the
         handler's thread and under its guard (``asyncio.to_thread`` too). Another executor would
         run it on a thread or process the guard does not watch and the log does not order."""
@@ -305,8 +319,8 @@ class _Selector:
         deadline: float | None = None
         if timeout is not None:
             # The head timer's own deadline (asyncio passed the time left until it, capped at a day).
-            deadline = loop._scheduled[0]._when if timeout < base_events.MAXIMUM_SELECT_TIMEOUT \
-                else loop._now + timeout
+            head: Any = loop._scheduled[0]
+            deadline = head._when if timeout < _MAX_WAIT else loop._now + timeout
         loop.calls.advance(deadline)
         return ()
 

@@ -19,19 +19,17 @@ import asyncio
 import inspect
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ConfigurationError, EffectDiverged, EffectFailed
 from ..hashing import canonical
 from ..protocol import EFFECT_RECORDED, LLM_CALL
-
-if TYPE_CHECKING:
-    from ..context import Context
+from ._calls import StepContext
 
 __all__ = ["async_effect", "async_llm"]
 
 
-async def async_effect(ctx: Context, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+async def async_effect(ctx: StepContext, name: str, fn: Callable[..., Any], *args: Any) -> Any:
     args_json = canonical(list(args))
     run = ctx.run_effect
 
@@ -64,7 +62,7 @@ async def async_effect(ctx: Context, name: str, fn: Callable[..., Any], *args: A
     return json.loads(payload["result_json"])
 
 
-async def async_llm(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
+async def async_llm(ctx: StepContext, request: dict[str, Any]) -> dict[str, Any]:
     request_json = canonical(request)
     model = str(request.get("model", ""))
     client = ctx.llm_client
@@ -88,4 +86,4 @@ async def async_llm(ctx: Context, request: dict[str, Any]) -> dict[str, Any]:
     payload = await loop.calls.issue(event_type=LLM_CALL, what=f"llm {model or '?'}", work=work, check=check)
     if payload["error"] is not None:
         raise EffectFailed(name=f"llm {model}", error=payload["error"])
-    return json.loads(payload["response_json"])  # type: ignore[no-any-return]
+    return json.loads(payload["response_json"])

@@ -298,7 +298,7 @@ class AgentCore:
         """Run the step at ``off`` (its handler, then the logical timers it makes fire)."""
         live_sink = self.live_sink
         live = live_sink is not None and off > self.index.last_step
-        sink = live_sink if live else self.verify_sink
+        sink = live_sink if live_sink is not None and live else self.verify_sink
         tracer = self.tracer
         if tracer is not None:
             sink = tracer.begin(self, off, event, sink)
