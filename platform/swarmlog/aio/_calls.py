@@ -231,8 +231,9 @@ class Calls:
                 return
             if self.flying:
                 first = next(iter(self.flying.values()))
-                raise self._diverged(first.call, first.what, "the log has no record of it: the live run did not make "
-                                     "this call here (or its result never reached the coroutine)")
+                raise self._diverged(first.call, first.what,
+                                     f"call #{first.call} ({first.what}) has no record in the log: the live run did not "
+                                     f"make this call here (or its result never reached the coroutine)")
             raise loop.stalled()
         payload = rec.payload
         at = payload["delivered_at"]

@@ -55,8 +55,9 @@ async def async_effect(ctx: StepContext, name: str, fn: Callable[..., Any], *arg
                                  recorded={"effect": recorded["name"], "args": recorded["args_json"]},
                                  replayed={"effect": name, "args": args_json})
 
-    payload = await ctx._step_loop().calls.issue(event_type=EFFECT_RECORDED, what=f"effect {name!r}", work=work,
-                                                 check=check)
+    shown = args_json if len(args_json) <= 60 else args_json[:59] + "…"
+    payload = await ctx._step_loop().calls.issue(event_type=EFFECT_RECORDED, what=f"effect {name!r} {shown}",
+                                                 work=work, check=check)
     if payload["error"] is not None:
         raise EffectFailed(name=name, error=payload["error"])
     return json.loads(payload["result_json"])
