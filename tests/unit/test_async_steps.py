@@ -451,3 +451,16 @@ def test_debug_at_an_async_step_stops_at_its_coroutines_first_line_with_the_log_
     assert "Asker.start" in [s.handler for s in told] and "'run.started'" in text
     assert "got = await asyncio.gather" in text  # pdb stood inside the coroutine, stepping its lines
     assert result.divergences == [] and result.states["asker"] == {"got": [0.0, 0.0]}
+
+
+def test_an_http_exchange_written_before_v2_still_decodes_with_its_binary_body(registry):
+    from swarmlog.schema.codec import Decoder, Encoder
+
+    v1 = registry.get("http.exchange", 1)
+    payload = v1.validate_payload({"method": "POST", "url": "http://x/upload", "request_body": b"\x80\x00\xff",
+                                   "status": 200, "response_body": "ok"})
+    value = Encoder(v1).encode_event("a@3#0", "run", "a", "a", [3], payload)
+    writer, record = Decoder(registry).decode(value)
+    assert writer is v1  # read with its own schema, then upcast (fastavro's resolution would misread the bytes)
+    assert record["payload"]["request_body"] == b"\x80\x00\xff"
+    assert (record["payload"]["call"], record["payload"]["delivered_at"]) == (None, None)
