@@ -232,8 +232,8 @@ class Calls:
             if self.flying:
                 first = next(iter(self.flying.values()))
                 raise self._diverged(first.call, first.what,
-                                     f"call #{first.call} ({first.what}) has no record in the log: the live run did not "
-                                     f"make this call here (or its result never reached the coroutine)")
+                                     f"call #{first.call} ({first.what}) has no record in the log: the live run did "
+                                     f"not make this call here (or its result never reached the coroutine)")
             raise loop.stalled()
         payload = rec.payload
         at = payload["delivered_at"]

@@ -46,5 +46,5 @@ def trust_advice(library: str, kind: str) -> str:
                 f"machine and OS entropy through, if nothing it reads reaches what the handler gets back "
                 f"(timeouts, retry jitter, request ids).")
     return (f"swarmlog.guard.trust_library does not apply (it lets a library read the clock, the environment, the "
-            f"machine and entropy, never reach {KINDS.get(kind, 'anything else')}): use the library through ctx (its async client on "
-            f"ctx.async_http(), its I/O in ctx.async_effect(...)), or keep it out of the step.")
+            f"machine and entropy, never reach {KINDS.get(kind, 'anything else')}): use the library through ctx "
+            f"(its async client on ctx.async_http(), its I/O in ctx.async_effect(...)), or keep it out of the step.")
