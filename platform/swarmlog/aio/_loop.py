@@ -126,6 +126,9 @@ class StepLoop(base_events.BaseEventLoop):
         self.handler = ""
         """What the running step's coroutine is (for errors): ``Class.method``."""
         self._task_names = itertools.count()
+        self._tasks: list[asyncio.Task[Any]] = []
+        """The tasks made during the running step (``asyncio.all_tasks`` would walk every task of
+        the process, at every step's end)."""
         self._finalizing: set[asyncio.Task[Any]] = set()
 
     # -- the clock --------------------------------------------------------------------------
@@ -166,7 +169,9 @@ class StepLoop(base_events.BaseEventLoop):
         ctx._require_sink()
         self.handler = _name_of(awaitable)
         self.calls.begin(live=ctx._live, simulated=ctx.run_effect is not None)
-        task = tasks.ensure_future(awaitable, loop=self)
+        self._tasks.clear()
+        task = self.create_task(awaitable) if asyncio.iscoroutine(awaitable) \
+            else tasks.ensure_future(awaitable, loop=self)
         hooks = sys.get_asyncgen_hooks()
         self._thread_id = threading.get_ident()
         sys.set_asyncgen_hooks(firstiter=self._asyncgen_firstiter_hook, finalizer=self._asyncgen_finalizer_hook)
@@ -190,16 +195,16 @@ class StepLoop(base_events.BaseEventLoop):
             self._abandon(task)
             if task.cancelled() or task.exception() is None:
                 raise StepLeftWork(agent=ctx.agent, offset=ctx.now(), handler=self.handler, left=left)
+        self._tasks.clear()
         return task.result()
 
     def stalled(self) -> StepStalled:
         """The error for a coroutine that waits with nothing in flight and no timer set."""
-        waiting = [f"task {t.get_name()!r} ({_name_of(t.get_coro())})" for t in tasks.all_tasks(self)
-                   if not t.done()]
+        waiting = [f"task {t.get_name()!r} ({_name_of(t.get_coro())})" for t in self._tasks if not t.done()]
         return StepStalled(agent=self.ctx.agent, offset=self.ctx.now(), handler=self.handler, waiting=waiting)
 
     def _leftovers(self, main: asyncio.Future[Any]) -> list[str]:
-        left = [f"task {t.get_name()!r} ({_name_of(t.get_coro())})" for t in tasks.all_tasks(self)
+        left = [f"task {t.get_name()!r} ({_name_of(t.get_coro())})" for t in self._tasks
                 if t is not main and not t.done()]
         left += [f"call #{f.call} ({f.what}) in flight" for f in self.calls.flying.values() if not f.future.done()]
         if not left:  # a bare callback or timer of the step's own, outside any task
@@ -219,7 +224,7 @@ class StepLoop(base_events.BaseEventLoop):
     def _abandon(self, main: asyncio.Future[Any]) -> None:
         """Drop everything the step left (it failed, or left work): close its coroutines here, on
         the handler's thread under its guard, rather than wherever the garbage collector would."""
-        for t in list(tasks.all_tasks(self)):
+        for t in self._tasks:
             t._log_destroy_pending = False  # type: ignore[attr-defined]
             if t is not main and not t.done():
                 try:
@@ -237,6 +242,7 @@ class StepLoop(base_events.BaseEventLoop):
         self._scheduled.clear()
         self._timer_cancelled_count = 0
         self._finalizing.clear()
+        self._tasks.clear()
         self.calls.abandon()
 
     # -- what asyncio calls -------------------------------------------------------------------
@@ -247,7 +253,9 @@ class StepLoop(base_events.BaseEventLoop):
         # process-wide ("Task-4711"), which a replay in another process would not reproduce.
         if name is None:
             name = f"{self.ctx.agent}@{self.ctx.now()}/task-{next(self._task_names)}"
-        return super().create_task(coro, name=name, context=context)
+        task = super().create_task(coro, name=name, context=context)
+        self._tasks.append(task)
+        return task
 
     def run_in_executor(self, executor: Any, func: Callable[..., Any],  # type: ignore[override]
                         *args: Any) -> asyncio.Future[Any]:
