@@ -28,7 +28,7 @@ from typing import Any
 from swarmlog import Agent, InMemoryLog, Swarm, on_message
 from swarmlog.context import Context, Output
 from swarmlog.guard import guarded
-from swarmlog.protocol import route
+from swarmlog.log.protocol import route
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.runtime._core import AgentCore
 from swarmlog.runtime._index import index_log

@@ -34,8 +34,8 @@ import pytest
 from swarmlog import Agent, Swarm, on
 from swarmlog.examples import async_research
 from swarmlog.kafka.topic import create_topic
-from swarmlog.protocol import EFFECT_RECORDED, HTTP_EXCHANGE
-from swarmlog.replay import replay_swarm
+from swarmlog.log.protocol import EFFECT_RECORDED, HTTP_EXCHANGE
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.testing import StubServer, tool_call_reply
 

@@ -21,8 +21,8 @@ from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.aio import AsyncCallDiverged, StepLeftWork, StepStalled
 from swarmlog.errors import ConfigurationError, EffectDiverged
 from swarmlog.guard import ForbiddenCall
-from swarmlog.protocol import EFFECT_RECORDED, HANDLER_FAILED
-from swarmlog.replay import replay_swarm
+from swarmlog.log.protocol import EFFECT_RECORDED, HANDLER_FAILED
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.testing import Schedule, Simulator
 

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 from ..errors import EffectDiverged
 from ..events import Event
 from ..guard import allowed
-from ..protocol import output_id
+from ..log.protocol import output_id
 from .errors import AsyncCallDiverged
 
 __all__ = ["Calls", "Flight", "StepContext"]

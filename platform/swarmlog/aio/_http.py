@@ -1,6 +1,6 @@
 """Recorded HTTP for async steps: ``ctx.async_http()``, an ``httpx.AsyncClient`` whose every exchange is recorded.
 
-The same recorder as ``ctx.http()`` (:class:`swarmlog.http.RecordedHTTP`: redaction, retries
+The same recorder as ``ctx.http()`` (:class:`swarmlog.llm.http.RecordedHTTP`: redaction, retries
 inside the one recorded call, streams read and recorded whole, a divergence naming the method, the
 URL and the first differing part), behind httpx's *async* transport interface, so that
 ``openai.AsyncOpenAI(http_client=ctx.async_http())`` and
@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from types import ModuleType
 from typing import Any
 
-from ..http import EVENT_TYPE, RecordedHTTP
+from ..llm.http import EVENT_TYPE, RecordedHTTP
 
 __all__ = ["async_transport_type"]
 
@@ -31,7 +31,7 @@ async def exchange(recorder: RecordedHTTP, request: Any) -> Any:
     """One request as a concurrent recorded call; the library's ``Response`` once delivered."""
     body = await request.aread()  # the body whole: it is recorded, and a worker thread sends it
     sent = recorder.sent(request, body)
-    ctx: Any = recorder.ctx  # the Context (swarmlog.http knows it only as a recorder)
+    ctx: Any = recorder.ctx  # the Context (swarmlog.llm.http knows it only as a recorder)
     secret_headers: list[tuple[str, str]] = []
     loop = ctx._step_loop()
     if loop.calls.mode == "live":

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ConfigurationError, EffectDiverged, EffectFailed
-from ..hashing import canonical
-from ..protocol import EFFECT_RECORDED, LLM_CALL
+from ..log.hashing import canonical
+from ..log.protocol import EFFECT_RECORDED, LLM_CALL
 from ._calls import StepContext
 
 __all__ = ["async_effect", "async_llm"]
