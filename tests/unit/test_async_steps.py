@@ -464,3 +464,17 @@ def test_an_http_exchange_written_before_v2_still_decodes_with_its_binary_body(r
     assert writer is v1  # read with its own schema, then upcast (fastavro's resolution would misread the bytes)
     assert record["payload"]["request_body"] == b"\x80\x00\xff"
     assert (record["payload"]["call"], record["payload"]["delivered_at"]) == (None, None)
+
+
+def test_importing_swarmlog_first_leaves_asyncios_current_task_working():
+    # Importing the C module _asyncio before asyncio itself initialises it twice (its init imports
+    # asyncio, whose tasks module imports it again): asyncio.current_task() then reads another dict
+    # than the one tasks enter, and says None inside every task (sniffio and anyio with it).
+    import subprocess
+    import sys
+
+    code = ("import swarmlog.guard, swarmlog.testing, asyncio\n"
+            "async def main():\n    return asyncio.current_task() is not None\n"
+            "print(asyncio.run(main()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"

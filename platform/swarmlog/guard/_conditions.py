@@ -14,8 +14,8 @@ cannot see.
 
 from __future__ import annotations
 
-import _asyncio
 import _io
+import asyncio
 import os
 import random
 import sys
@@ -98,7 +98,7 @@ def no_running_loop(site: CallSite) -> bool:
     """``asyncio.get_event_loop()`` with no loop running on this thread: it would make a loop of
     its own (or hand over one made outside the step). Inside an async step it returns the step's
     own loop, the one running, as ``asyncio.get_running_loop()`` does."""
-    return _asyncio._get_running_loop() is None
+    return asyncio._get_running_loop() is None
 
 
 # --- Python functions: from the function's own arguments --------------------------------------
