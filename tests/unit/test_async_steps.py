@@ -478,3 +478,13 @@ def test_importing_swarmlog_first_leaves_asyncios_current_task_working():
             "print(asyncio.run(main()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "True"
+
+
+def test_the_log_view_shows_each_concurrent_calls_identity_and_delivery_time(backend, run_settings, registry):
+    from swarmlog.debug import LogView
+
+    _run(backend, run_settings, registry, Gatherer("g", _Gate()))
+    lines = [e.summary() for e in LogView(settings=run_settings, backend=backend).events(types=[EFFECT_RECORDED])]
+    assert len(lines) == 2
+    assert lines[0].startswith('b(["b",0.0]) -> "b" [call #1, delivered at ')
+    assert lines[1].startswith('a(["a",0.3]) -> "a" [call #0, delivered at ')

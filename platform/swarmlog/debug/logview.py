@@ -32,6 +32,7 @@ from ..log.protocol import (
     HANDLER_FAILED,
     LLM_CALL,
     MESSAGE,
+    RECORDED_EFFECTS,
     RUN_FORKED,
     RUN_STARTED,
     STATE_DIGEST,
@@ -267,6 +268,15 @@ def _short_json(value: Any) -> str:
 
 
 def _summary(e: LoggedEvent) -> str:
+    text = _what(e)
+    p = e.payload
+    if e.event_type in RECORDED_EFFECTS and p.get("call") is not None:
+        # An async step's concurrent call: its identity, and when its result reached the coroutine.
+        text += f" [call #{p['call']}, delivered at {p.get('delivered_at'):g} s]"
+    return text
+
+
+def _what(e: LoggedEvent) -> str:
     t, p = e.event_type, e.payload
     if t == MESSAGE:
         return f"{p.get('kind')} {_short_json(p.get('body'))}"
