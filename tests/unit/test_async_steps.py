@@ -488,3 +488,61 @@ def test_the_log_view_shows_each_concurrent_calls_identity_and_delivery_time(bac
     assert len(lines) == 2
     assert lines[0].startswith('b(["b",0.0]) -> "b" [call #1, delivered at ')
     assert lines[1].startswith('a(["a",0.3]) -> "a" [call #0, delivered at ')
+
+
+# --- the official async SDKs, unchanged, on ctx.async_http() -------------------------------------
+
+KEY = "sk-async-test-SECRET-0123456789abcdef"
+
+
+class SDKs(Agent):
+    """AsyncOpenAI and AsyncAnthropic on ctx.async_http(): plain calls under gather, then streams."""
+
+    def __init__(self, name: str, url: str = "", anthropic_url: str = "") -> None:
+        super().__init__(name)
+        self.url, self.anthropic_url = url, anthropic_url
+
+    def initial_state(self):
+        return {"plain": [], "streams": []}
+
+    @on("run.started")
+    async def start(self, ctx, event):
+        import anthropic
+        import openai
+
+        gpt = openai.AsyncOpenAI(api_key=KEY, base_url=self.url, http_client=ctx.async_http())
+        claude = anthropic.AsyncAnthropic(api_key=KEY, base_url=self.anthropic_url, http_client=ctx.async_http())
+        messages = [{"role": "user", "content": "hi"}]
+        a, b = await asyncio.gather(gpt.chat.completions.create(model="m", messages=messages),
+                                    claude.messages.create(model="c", max_tokens=8, messages=messages))
+        self.state["plain"] = [a.choices[0].message.content, b.content[0].text]
+        stream = await gpt.chat.completions.create(model="m", messages=messages, stream=True)
+        self.state["streams"].append([c.choices[0].delta.content async for c in stream
+                                      if c.choices and c.choices[0].delta.content])
+        async with claude.messages.stream(model="c", max_tokens=8, messages=messages) as s:
+            self.state["streams"].append([t async for t in s.text_stream])
+
+
+def test_async_openai_and_anthropic_run_unchanged_retried_inside_one_record_and_replay_with_the_server_stopped(
+        backend, run_settings, registry, monkeypatch):
+    import httpx2
+
+    from swarmlog.log.protocol import HTTP_EXCHANGE
+    from swarmlog.testing import StubServer
+
+    with StubServer(lambda request: "hello there", api_key=KEY) as server:
+        server.fail_next(1)  # the first request answered 503, then retried inside its recorded call
+        urls = (server.base_url, server.anthropic_base_url)
+        live = _run(backend, run_settings, registry, SDKs("s", *urls))
+        assert server.request_count == 5
+    assert live["s"].state == {"plain": ["hello there", "hello there"],
+                               "streams": [["hello ", "there"], ["hello ", "there"]]}
+    exchanges = _records(backend, run_settings, registry, HTTP_EXCHANGE)
+    assert sorted(e["payload"]["attempts"] for e in exchanges) == [1, 1, 1, 2]
+    assert sorted(e["payload"]["call"] for e in exchanges) == [0, 1, 2, 3]
+    raw = b"".join(m.value() for m in backend.messages(run_settings.topic))
+    assert KEY.encode() not in raw and KEY[3:].encode() not in raw and b"<redacted>" in raw
+    sent = []
+    monkeypatch.setattr(httpx2.HTTPTransport, "handle_request", lambda self, request: sent.append(request))
+    replay = _replay(backend, run_settings, registry, SDKs("s", *urls))
+    assert sent == [] and replay.divergences == [] and replay.states["s"] == live["s"].state

@@ -43,6 +43,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..guard import ForbiddenCall, allowed
+from ..guard._exemptions import calling_library
+from ..guard._state import innermost_guard, thread_state
 from ._calls import Calls, StepContext
 from .errors import NestedRun, StepLeftWork, StepStalled
 
@@ -302,9 +304,13 @@ class StepLoop(base_events.BaseEventLoop):
         pass  # nothing blocks in a selector: the loop only ever waits in Calls.advance
 
     def refusal(self, call: str, *, kind: str, reason: str, use: str) -> ForbiddenCall:
-        """A :class:`ForbiddenCall` for something the step's loop does not do."""
+        """A :class:`ForbiddenCall` for something the step's loop does not do, naming the installed
+        library that asked for it, if one did (as the guard's own refusals do)."""
         ctx = self.ctx
-        return ForbiddenCall(offset=ctx.now(), agent=ctx.agent, call=call, use=use, reason=reason, kind=kind)
+        guard = innermost_guard(thread_state())
+        library = calling_library(sys._getframe(2), getattr(guard, "base", None))
+        return ForbiddenCall(offset=ctx.now(), agent=ctx.agent, call=call, use=use, reason=reason, kind=kind,
+                             library=library)
 
 
 for _name, (_kind, _reason) in _REFUSED_IO.items():
