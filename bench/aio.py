@@ -16,6 +16,10 @@ same ``_output`` for either). Each pair runs interleaved, medians of the repetit
 * ``aio.replay.async`` beside ``aio.replay.sync``: the fold of a recorded log of such one-effect
   steps by the replayer's own :class:`~swarmlog.runtime._core.AgentCore` (effects served from the
   log, outputs and state checked), CPU per step.
+
+Live rows report wall time (``us_per_step``, the seconds column) and the process's CPU time
+(``cpu_us_per_step``, every thread: a live async call's worker included); on a loaded machine the
+CPU time is the steadier of the two. Replay rows are CPU time only.
 """
 
 from __future__ import annotations
@@ -156,9 +160,12 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
     def measure(name: str, handler: Any) -> Any:
         def step(r: int) -> None:
             which = runs[name]
+            cpu = time.process_time()  # every thread of the process: the workers' share of a live call too
             seconds, _ = timed(lambda: _steps(ctx, handler, which.events))
-            which.add(seconds, us_per_step=seconds / which.events * 1e6)
-            log(f"{which.name} rep {r}: {seconds / which.events * 1e6:.1f} us a step")
+            cpu = time.process_time() - cpu
+            which.add(seconds, us_per_step=seconds / which.events * 1e6, cpu_us_per_step=cpu / which.events * 1e6)
+            log(f"{which.name} rep {r}: {seconds / which.events * 1e6:.1f} us a step, "
+                f"{cpu / which.events * 1e6:.1f} us of CPU")
         return step
 
     interleave(reps(7), measure("step.sync", _sync_send), measure("step.async", _async_send))
@@ -185,7 +192,7 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
             steps = sum(c.steps for c in cores)
             assert steps == REPLAY_STEPS and all(c.divergences == [] for c in cores)
             which = runs[f"replay.{kind}"]
-            which.add(cpu, us_per_step=cpu / steps * 1e6)
+            which.add(cpu, cpu_us_per_step=cpu / steps * 1e6)
             log(f"{which.name} rep {r}: {cpu / steps * 1e6:.1f} us of CPU a step")
         return step
 
