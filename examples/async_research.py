@@ -117,6 +117,7 @@ CHANGED_PLANNER = "You are a careful research planner. Call the tools you need, 
 """The planner's prompt changed: a replay with it diverges at ``body.messages[0].content``."""
 
 swarm = make_swarm()
+changed = make_swarm(planner=CHANGED_PLANNER)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 import httpx2
+import pexpect
 import pytest
 
 from swarmlog import Agent, Swarm, on
@@ -42,6 +43,8 @@ from swarmlog.testing import StubServer, tool_call_reply
 from .conftest import new_topic_name, read_log, subprocess_env
 
 TOOL_DELAY_S = 0.4
+CLI = [sys.executable, "-m", "swarmlog.cli"]
+EXAMPLE = "swarmlog.examples.async_research"
 
 
 def model(request: dict[str, Any]) -> str | dict[str, Any]:
@@ -126,6 +129,66 @@ def test_the_async_research_program_records_overlapping_tool_calls_and_replays_t
     assert first is not None and (first.agent, first.offset, first.kind) == ("researcher", step, "effect")
     assert "body.messages[0].content" in first.detail
     assert "recorded 'You are a research planner." in first.detail
+
+
+def test_the_commands_see_async_steps_as_steps_replay_debug_log_state_and_timeline(settings, registry):
+    with _research_server() as server:
+        env = {**subprocess_env(settings), "RESEARCH_LLM_URL": server.base_url,
+               "RESEARCH_TOOLS_URL": f"http://127.0.0.1:{server.port}"}
+        start_run(settings=settings, swarm=async_research.swarm, run_id="research-cli", seed=1)
+        swarm = async_research.make_swarm(llm_url=env["RESEARCH_LLM_URL"], tools_url=env["RESEARCH_TOOLS_URL"])
+        live = {r.agent: r for r in run_agents(settings=settings, swarm=swarm, until_quiet=1.5)}
+    step = next(e.offset for e in read_log(settings, registry)
+                if e.event_type == "agent.message" and e.record["payload"]["kind"] == "question")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=300)
+
+    # replay --swarm, as a process, with every server stopped.
+    same = cli("replay", "--swarm", f"{EXAMPLE}:swarm", "--json")
+    assert same.returncode == 0, same.stderr[-2000:]
+    report = json.loads(same.stdout.splitlines()[-1])
+    assert report["divergences"] == 0 and report["divergence_list"] == []
+    changed = cli("replay", "--swarm", f"{EXAMPLE}:changed", "--json")
+    assert changed.returncode == 4, changed.stderr[-2000:]
+    first = json.loads(changed.stdout.splitlines()[-1])["divergence_list"][0]
+    assert (first["agent"], first["offset"], first["kind"]) == ("researcher", step, "effect")
+    assert "body.messages[0].content" in first["detail"]
+
+    # log: each concurrent call with its identity and delivery time; state: the researcher's, rebuilt.
+    log = cli("log", "--type", "http.exchange")
+    assert log.returncode == 0 and log.stdout.count("[call #") == 4, log.stdout
+    state = cli("state", "researcher", "--at", str(10**9), "--swarm", f"{EXAMPLE}:swarm", "--json")
+    assert state.returncode == 0, state.stderr[-2000:]
+    assert json.loads(state.stdout)["state"] == live["researcher"].state
+    timeline = cli("timeline", "--swarm", f"{EXAMPLE}:swarm")
+    assert timeline.returncode == 0 and "⇄" in timeline.stdout and "!!" not in timeline.stdout, timeline.stdout
+
+    # debug --at the step: pdb stops at the coroutine's first line, the log serving every call.
+    child = pexpect.spawn(CLI[0], [*CLI[1:], "debug", "--swarm", f"{EXAMPLE}:swarm", "--at", str(step)],
+                          env=env, encoding="utf-8", timeout=120)
+    try:
+        child.expect(r"\(Pdb\) ")
+        assert "async_research.py" in child.before and "question()" in child.before
+        child.sendline("p event.body")
+        child.expect(r"\(Pdb\) ")
+        assert repr(async_research.QUESTION) in child.before
+        # Over the awaited program (two model calls and two tools, from the log). pdb stops again on the
+        # await's own line when the step's loop resumes the coroutine, then at the next line.
+        for _ in range(4):
+            child.sendline("n")
+            child.expect(r"\(Pdb\) ")
+            child.sendline("p answer[:12]")
+            child.expect(r"\(Pdb\) ")
+            if "'Paris today:'" in child.before:
+                break
+        assert "'Paris today:'" in child.before
+        child.sendline("c")
+        child.expect(pexpect.EOF)
+        assert "no divergence" in child.before
+    finally:
+        child.close()
+    assert child.exitstatus == 0
 
 
 class FirstDone(Agent):

@@ -486,8 +486,8 @@ def test_the_log_view_shows_each_concurrent_calls_identity_and_delivery_time(bac
     _run(backend, run_settings, registry, Gatherer("g", _Gate()))
     lines = [e.summary() for e in LogView(settings=run_settings, backend=backend).events(types=[EFFECT_RECORDED])]
     assert len(lines) == 2
-    assert lines[0].startswith('b(["b",0.0]) -> "b" [call #1, delivered at ')
-    assert lines[1].startswith('a(["a",0.3]) -> "a" [call #0, delivered at ')
+    assert lines[0].startswith("[call #1 at 0.") and lines[0].endswith(' s] b(["b",0.0]) -> "b"')
+    assert lines[1].startswith("[call #0 at 0.") and lines[1].endswith(' s] a(["a",0.3]) -> "a"')
 
 
 # --- the official async SDKs, unchanged, on ctx.async_http() -------------------------------------

@@ -30,6 +30,7 @@ from ..log.base import LogBackend
 from ..log.protocol import (
     EFFECT_RECORDED,
     HANDLER_FAILED,
+    HTTP_EXCHANGE,
     LLM_CALL,
     MESSAGE,
     RECORDED_EFFECTS,
@@ -271,8 +272,9 @@ def _summary(e: LoggedEvent) -> str:
     text = _what(e)
     p = e.payload
     if e.event_type in RECORDED_EFFECTS and p.get("call") is not None:
-        # An async step's concurrent call: its identity, and when its result reached the coroutine.
-        text += f" [call #{p['call']}, delivered at {p.get('delivered_at'):g} s]"
+        # An async step's concurrent call: its identity, and when its result reached the coroutine
+        # (first, so that a short line keeps it).
+        text = f"[call #{p['call']} at {p.get('delivered_at'):.3f} s] {text}"
     return text
 
 
@@ -293,6 +295,8 @@ def _what(e: LoggedEvent) -> str:
         return f"{p.get('name')}({p.get('args_json')}) {outcome}"
     if t == LLM_CALL:
         return f"{p.get('model')} -> {p.get('response_json')}"
+    if t == HTTP_EXCHANGE:
+        return f"{p.get('method')} {p.get('url')} -> {p.get('status') or p.get('error')}"
     if t == HANDLER_FAILED:
         return f"{p.get('error_type')}: {p.get('message')}"
     if t == RUN_STARTED:
