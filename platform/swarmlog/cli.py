@@ -548,7 +548,8 @@ class _OneCommand:
 
 _TOKEN_COMMANDS = frozenset({"token"})
 _DEBUG_COMMANDS = frozenset({"log", "show", "state", "debug", "snapshot", "step", "timeline", "fork"})
-"""The commands whose parsers ``swarmlog.token.command`` and ``swarmlog.debug.command`` add
+_UI_COMMANDS = frozenset({"ui"})
+"""The commands whose parsers ``swarmlog.token.command``, ``swarmlog.debug.command`` and ``swarmlog.ui.command`` add
 (test_cli_parser.py holds these to what they add): those modules are imported to build the
 parser of one of their commands, or the whole parser, and not for another command's (a replay's
 start, bench/cli.py). A command missing here would still be found, by the whole parser."""
@@ -682,6 +683,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from .debug.command import add_parsers as add_debug_parsers
 
         add_debug_parsers(sub)  # log, show, state, debug, snapshot, step, timeline, fork
+    if command is None or command in _UI_COMMANDS:
+        from .ui.command import add_parsers as add_ui_parsers
+
+        add_ui_parsers(sub)  # ui
     for name, subparser in sub.choices.items():
         if name not in ("dev", "schema") and "-v" not in subparser._option_string_actions:
             subparser.add_argument("-v", "--verbose", action="count", default=0,
