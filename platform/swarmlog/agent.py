@@ -97,7 +97,13 @@ class Agent:
             raise ConfigurationError(f"agent name {name!r} must be non-empty, without spaces or any of "
                                      f"{AGENT_NAME_FORBIDDEN.strip()!r} (they would make its event ids ambiguous)")
         self.name = name
-        self.state: dict[str, Any] = self.initial_state()
+        state = self.initial_state()
+        if inspect.isawaitable(state):
+            if inspect.iscoroutine(state):
+                state.close()
+            raise ConfigurationError(f"{type(self).__qualname__}.initial_state is async: it runs when the agent is "
+                                     f"built, outside any step, so it must return the state itself (a dict)")
+        self.state: dict[str, Any] = state
 
     def initial_state(self) -> dict[str, Any]:
         """The state before the first event; override to add fields."""

@@ -546,3 +546,44 @@ def test_async_openai_and_anthropic_run_unchanged_retried_inside_one_record_and_
     monkeypatch.setattr(httpx2.HTTPTransport, "handle_request", lambda self, request: sent.append(request))
     replay = _replay(backend, run_settings, registry, SDKs("s", *urls))
     assert sent == [] and replay.divergences == [] and replay.states["s"] == live["s"].state
+
+
+class LoopOfItsOwn(Agent):
+    def __init__(self, name: str, how: str) -> None:
+        super().__init__(name)
+        self.how = how
+
+    @on("run.started")
+    async def start(self, ctx, event):
+        async def nothing() -> None:
+            pass
+
+        coro = nothing()
+        try:
+            if self.how == "run":
+                asyncio.run(coro)
+            elif self.how == "new":
+                asyncio.new_event_loop()
+            else:
+                threading.Thread(target=print).start()
+        finally:
+            coro.close()
+
+
+@pytest.mark.parametrize(("how", "call"), [("run", "asyncio.run"), ("new", "asyncio.new_event_loop"),
+                                           ("thread", "threading.Thread")])
+def test_starting_a_loop_or_a_thread_of_ones_own_inside_an_async_step_stays_refused(
+        backend, run_settings, registry, how, call):
+    with pytest.raises(ForbiddenCall) as caught:
+        _run(backend, run_settings, registry, LoopOfItsOwn("l", how))
+    assert caught.value.call == call and (caught.value.agent, caught.value.offset) == ("l", 0)
+    assert "async def handler" in str(caught.value)  # what to use instead
+
+
+def test_an_async_initial_state_is_refused_when_the_agent_is_built():
+    class Eager(Agent):
+        async def initial_state(self):  # type: ignore[override]
+            return {}
+
+    with pytest.raises(ConfigurationError, match="initial_state is async"):
+        Eager("e")
