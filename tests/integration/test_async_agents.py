@@ -131,7 +131,8 @@ def test_the_async_research_program_records_overlapping_tool_calls_and_replays_t
     assert "recorded 'You are a research planner." in first.detail
 
 
-def test_the_commands_see_async_steps_as_steps_replay_debug_log_state_and_timeline(settings, registry):
+def test_the_commands_see_async_steps_as_steps_replay_token_debug_log_state_and_timeline(settings, registry,
+                                                                                          tmp_path):
     with _research_server() as server:
         env = {**subprocess_env(settings), "RESEARCH_LLM_URL": server.base_url,
                "RESEARCH_TOOLS_URL": f"http://127.0.0.1:{server.port}"}
@@ -154,6 +155,12 @@ def test_the_commands_see_async_steps_as_steps_replay_debug_log_state_and_timeli
     first = json.loads(changed.stdout.splitlines()[-1])["divergence_list"][0]
     assert (first["agent"], first["offset"], first["kind"]) == ("researcher", step, "effect")
     assert "body.messages[0].content" in first["detail"]
+
+    # A replay token of the async run, verified with the code replayed against it.
+    token = cli("token", "create", "--out", str(tmp_path / "research.json"))
+    assert token.returncode == 0, token.stderr[-2000:]
+    verified = cli("token", "verify", str(tmp_path / "research.json"), "--swarm", f"{EXAMPLE}:swarm")
+    assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
 
     # log: each concurrent call with its identity and delivery time; state: the researcher's, rebuilt.
     log = cli("log", "--type", "http.exchange")
