@@ -18,7 +18,7 @@ import anyio.to_thread
 import pytest
 
 from swarmlog import Agent, Swarm, on, on_message
-from swarmlog.aio import AsyncCallDiverged, StepLeftWork, StepStalled
+from swarmlog.aio import AsyncCallDiverged, StepCancelled, StepLeftWork, StepStalled
 from swarmlog.errors import ConfigurationError, EffectDiverged
 from swarmlog.guard import ForbiddenCall
 from swarmlog.log.protocol import EFFECT_RECORDED, HANDLER_FAILED
@@ -208,8 +208,16 @@ class Staller(Agent):
         await asyncio.Event().wait()
 
 
+class Quitter(Agent):
+    @on("run.started")
+    async def start(self, ctx, event):
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        await asyncio.sleep(1)
+
+
 @pytest.mark.parametrize(("agent", "error", "named"), [(Leaver, StepLeftWork, "task 'forgotten'"),
-                                                      (Staller, StepStalled, "waits for something")])
+                                                      (Staller, StepStalled, "waits for something"),
+                                                      (Quitter, StepCancelled, "was cancelled")])
 def test_work_left_after_the_step_or_a_wait_nothing_can_end_fails_the_step_naming_it_and_replays_so(
         backend, run_settings, registry, agent, error, named):
     _run(backend, run_settings, registry, agent("a"))

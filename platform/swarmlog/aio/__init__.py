@@ -23,6 +23,6 @@ reached the coroutine, and replay delivers them in that order (:mod:`._calls`). 
 
 from __future__ import annotations
 
-from .errors import AsyncCallDiverged, AsyncStepError, NestedRun, StepLeftWork, StepStalled
+from .errors import AsyncCallDiverged, AsyncStepError, NestedRun, StepCancelled, StepLeftWork, StepStalled
 
-__all__ = ["AsyncCallDiverged", "AsyncStepError", "NestedRun", "StepLeftWork", "StepStalled"]
+__all__ = ["AsyncCallDiverged", "AsyncStepError", "NestedRun", "StepCancelled", "StepLeftWork", "StepStalled"]

@@ -46,7 +46,7 @@ from ..guard import ForbiddenCall, allowed
 from ..guard._exemptions import calling_library
 from ..guard._state import innermost_guard, thread_state
 from ._calls import Calls, StepContext
-from .errors import NestedRun, StepLeftWork, StepStalled
+from .errors import NestedRun, StepCancelled, StepLeftWork, StepStalled
 
 __all__ = ["StepLoop"]
 
@@ -198,6 +198,8 @@ class StepLoop(base_events.BaseEventLoop):
             if task.cancelled() or task.exception() is None:
                 raise StepLeftWork(agent=ctx.agent, offset=ctx.now(), handler=self.handler, left=left)
         self._tasks.clear()
+        if task.cancelled():
+            raise StepCancelled(agent=ctx.agent, offset=ctx.now(), handler=self.handler)
         return task.result()
 
     def stalled(self) -> StepStalled:

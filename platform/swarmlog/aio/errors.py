@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from ..errors import EffectDiverged, SwarmlogError
 
-__all__ = ["AsyncCallDiverged", "AsyncStepError", "NestedRun", "StepLeftWork", "StepStalled"]
+__all__ = ["AsyncCallDiverged", "AsyncStepError", "NestedRun", "StepCancelled", "StepLeftWork", "StepStalled"]
 
 
 class AsyncStepError(SwarmlogError):
@@ -61,6 +61,16 @@ class StepStalled(AsyncStepError):
             f"flight and no timer is set): {'; '.join(self.waiting) or 'a future nobody resolves'}. Inside a step "
             f"only recorded calls (ctx.async_http(), ctx.async_llm, ctx.async_effect) and timers (asyncio.sleep, "
             f"timeouts) make progress on their own", agent=agent, offset=offset)
+
+
+class StepCancelled(AsyncStepError):
+    """The step's own coroutine was cancelled (``asyncio.current_task().cancel()``, or by a task it
+    handed itself to). Raised instead of asyncio's ``CancelledError``, a ``BaseException`` that would
+    stop the agent rather than fail the step."""
+
+    def __init__(self, *, agent: str, offset: int, handler: str) -> None:
+        self.handler = handler
+        super().__init__(f"the coroutine of {handler} was cancelled before it returned", agent=agent, offset=offset)
 
 
 class NestedRun(AsyncStepError):
