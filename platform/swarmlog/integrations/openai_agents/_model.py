@@ -78,8 +78,9 @@ class RecordedModel(Model):
         self.provider = provider
 
     async def get_response(self, system_instructions: str | None, input: str | list[TResponseInputItem],  # noqa: A002
-                           model_settings: ModelSettings, tools: list[Tool], output_schema: AgentOutputSchemaBase | None,
-                           handoffs: list[Handoff], tracing: ModelTracing, *, previous_response_id: str | None = None,
+                           model_settings: ModelSettings, tools: list[Tool],
+                           output_schema: AgentOutputSchemaBase | None, handoffs: list[Handoff],
+                           tracing: ModelTracing, *, previous_response_id: str | None = None,
                            conversation_id: str | None = None, prompt: Any = None) -> ModelResponse:
         args = (system_instructions, input, model_settings, tools, output_schema, handoffs, tracing)
         extra = {"previous_response_id": previous_response_id, "conversation_id": conversation_id, "prompt": prompt}

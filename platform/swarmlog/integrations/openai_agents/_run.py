@@ -1,4 +1,4 @@
-"""A run of SDK agents inside a step: ``Runner.run(agent, input, **recorded(ctx))``, and handoffs between swarmlog agents.
+"""A run of SDK agents inside a step (``Runner.run(agent, input, **recorded(ctx))``); handoffs between swarmlog agents.
 
 :func:`recorded` gives ``Runner.run`` / ``Runner.run_streamed`` two keyword arguments, per run (never a process
 global): the ``run_config`` with a :class:`~._model.RecordedProvider` (each model call an ``llm.call``), and

@@ -59,7 +59,8 @@ class Recorded(AbstractCapability[Any]):
 
 
 def recorded(ctx: Any) -> Recorded:
-    """The capability that records a pydantic-ai run in the step's log: ``agent.run(..., capabilities=[recorded(ctx)])``."""
+    """The capability that records a pydantic-ai run in the step's log:
+    ``agent.run(..., capabilities=[recorded(ctx)])``."""
     return Recorded(ctx=ctx)
 
 
