@@ -19,7 +19,7 @@ the live loop; on replay nothing of it is built.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from agents import Handoff, Model, ModelProvider, ModelResponse, ModelSettings, ModelTracing, Tool, Usage
 from agents.agent_output import AgentOutputSchemaBase
@@ -31,8 +31,9 @@ from .._recorded import jsonable, model_call
 
 __all__ = ["RecordedModel", "RecordedProvider"]
 
-_OUTPUT: TypeAdapter[TResponseOutputItem] = TypeAdapter(TResponseOutputItem)
-_EVENT: TypeAdapter[TResponseStreamEvent] = TypeAdapter(TResponseStreamEvent)
+# The SDK's unions (annotated, discriminated by "type"): cast, as mypy reads a union as a special form, not a type.
+_OUTPUT: TypeAdapter[Any] = TypeAdapter(cast(Any, TResponseOutputItem))
+_EVENT: TypeAdapter[Any] = TypeAdapter(cast(Any, TResponseStreamEvent))
 _USAGE: TypeAdapter[Usage] = TypeAdapter(Usage)
 
 
