@@ -193,7 +193,11 @@ def test_many_topics_sink_resumes_without_gap_or_duplicate_after_sigkill(base_se
 
     loader = threading.Thread(target=load_all)
     loader.start()
-    env = subprocess_env(base_settings)
+    # The sink restarted in its pod, as Kubernetes restarts a killed container: a static member of
+    # its group (group.instance.id, the pod's name), so that each life takes over the killed one's
+    # topics at once instead of after its session times out (test_sink_group.py has the dynamic
+    # members, and their session timeouts).
+    env = {**subprocess_env(base_settings), "SWARMLOG_KAFKA_GROUP_INSTANCE_ID": f"{prefix}-sink-0"}
     argv = [sys.executable, "-m", "swarmlog.cli", "sink", "--topics-pattern", re.escape(prefix) + r"\..*",
             "--group", f"{prefix}-sink"]
 
