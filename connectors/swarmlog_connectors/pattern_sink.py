@@ -101,6 +101,12 @@ from .sink_owners import Fence
 _SET_POSITIONS = ("UPDATE sink_positions AS p SET next_offset = v.n, updated_at = now() "
                   "FROM unnest(%s::text[], %s::bigint[]) AS v(t, n) WHERE p.topic = v.t")
 _PROGRESS_EVERY_S = 30.0
+# A sink frozen in the middle of a transaction (SIGSTOP, a hung node whose TCP connection stays
+# up) holds its rows' locks, and the sink the group gives its topics to waits for them in its
+# claim. Postgres ends such a transaction itself after this long, whether the statement hangs
+# (a COPY waiting for data) or the session sits idle in it; a live sink's statements and
+# transactions take seconds.
+_SESSION_TIMEOUTS = ("SET statement_timeout = '120s'", "SET idle_in_transaction_session_timeout = '120s'")
 # With until_end: how often the positions of every topic are read to see whether the whole
 # pattern is mirrored (only while this sink has nothing to do).
 _DONE_CHECK_EVERY_S = 0.2
@@ -208,6 +214,8 @@ class PatternSink:
             try:
                 with fewer_collections(), prompt_thread_switches():  # see swarmlog._hotloop
                     require_schema(conn, database=_redact(self.settings.database_url))
+                    for statement in _SESSION_TIMEOUTS:
+                        conn.execute(statement)
                     conn.autocommit = False
                     logger.info("sink: mirroring the topics matching %r into Postgres as %s, a sink of consumer "
                                 "group %s", self.pattern.pattern, self.owner, self.group)
