@@ -228,8 +228,8 @@ def test_three_sinks_of_one_group_mirror_300_topics_exactly_once_through_sigkill
         f"3 sinks of one group on {n_topics} topics, one SIGKILLed and restarted ×{kills}, "
         f"{n_topics * per_topic:,} events", kills, audit,
         f"the killed sink held {', '.join(map(str, held_at_kills))} topics at its kills; the three sinks alive "
-        f"at the end were assigned {assigned} topics in their lives; {writes:,} position advances, {foreign} by a sink the row did "
-        f"not name; {fenced} transactions fenced"))
+        f"at the end were assigned {assigned} topics in their lives; {writes:,} position advances, {foreign} by "
+        f"a sink the row did not name; {fenced} transactions fenced"))
     assert audit.clean, audit
     assert foreign == 0, "a sink advanced a topic it did not hold"
     assert len(topics) * per_topic == sum(len(v) for v in produced.values())

@@ -58,6 +58,11 @@ MULTI_TUNING: dict[str, object] = {
     # own thread, so a long Postgres transaction does not count against it; the consumer's
     # thread is bounded by max.poll.interval.ms (5 min) instead.
     "session.timeout.ms": 10_000,
+    # A member learns that its group rebalances (another sink joined or left) from its next
+    # heartbeat's answer, and a cooperative handover takes two rebalances: at librdkafka's 3 s,
+    # a sink joining a running group waited seconds for its share. One heartbeat a second per
+    # sink is nothing to the coordinator.
+    "heartbeat.interval.ms": 1000,
 }
 GROUP_REQUIRED: dict[str, object] = {
     # Incremental rebalancing: a handover is a revoke on one member, then an assign on another,
