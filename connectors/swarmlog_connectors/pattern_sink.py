@@ -38,6 +38,10 @@ Exactly once, per topic, whatever the group does:
   group gives the sink's topics to the others once its session times out (``session.timeout.ms``,
   10 s), and they claim them at the positions committed. No gap, no duplicate: the primary key
   ``(topic, seq)`` would refuse a duplicate even if this reasoning were wrong.
+* **Frozen** in the middle of a transaction (SIGSTOP, a hung node whose connection stays up):
+  its row locks make the next owner's claim wait, until Postgres ends the transaction itself
+  (``_SESSION_TIMEOUTS``, set on the sink's own connection), or the sink wakes and finishes it.
+  Either way the claim then reads the position that transaction left.
 
 New swarms: every ``refresh_interval_ms`` the broker's topics are matched against the
 pattern again (:mod:`swarmlog.kafka.discovery`) and the sink asks the group for the new
@@ -86,20 +90,12 @@ from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
 from . import sink_owners
+from .pattern_writes import TopicsWriter
 from .postgres_migrations import require_schema
-from .postgres_rows import COPY_SIGNATURE, COPY_TRAILER, CopyBatch, RowBuilder, dead_letter
-from .postgres_sink import (
-    _COPY_EVENTS,
-    _INSERT_DEAD,
-    _INSERT_EVENT,
-    _TRANSACTION_BYTES,
-    _redact,
-    connect,
-)
+from .postgres_rows import CopyBatch, RowBuilder
+from .postgres_sink import _TRANSACTION_BYTES, _redact, connect
 from .sink_owners import Fence
 
-_SET_POSITIONS = ("UPDATE sink_positions AS p SET next_offset = v.n, updated_at = now() "
-                  "FROM unnest(%s::text[], %s::bigint[]) AS v(t, n) WHERE p.topic = v.t")
 _PROGRESS_EVERY_S = 30.0
 # A sink frozen in the middle of a transaction (SIGSTOP, a hung node whose TCP connection stays
 # up) holds its rows' locks, and the sink the group gives its topics to waits for them in its
@@ -150,6 +146,8 @@ class PatternSink:
         """What this sink writes in ``sink_positions.owner`` for the topics it holds."""
         self.registry = registry or SchemaRegistry.load(settings.schema_dirs())
         self.decoder = Decoder(self.registry)
+        self._writer = TopicsWriter(owner=self.owner, registry=self.registry,
+                                    database=_redact(settings.database_url))
         self.poll_timeout = poll_timeout
         self.batch_size = batch_size
         self.transaction_size = transaction_size
@@ -547,82 +545,22 @@ class PatternSink:
 
     def _write(self, conn: psycopg.Connection[Any], pending: list[tuple[str, CopyBatch]],
                expected: dict[str, int]) -> list[Fence]:
-        """The batches in one transaction: [] once committed, else the fences that rolled it back."""
-        topics = sorted(expected)
-        ends: dict[str, int] = {}
-        rows: dict[str, int] = {}
-        dead_count: dict[str, int] = {}
-        for t, b in pending:  # in offset order per topic: the last batch's end is the topic's
-            ends[t] = b.next_offset
-            rows[t] = rows.get(t, 0) + b.rows
-            dead_count[t] = dead_count.get(t, 0) + len(b.dead)
-        dead = [d for _, b in pending for d in b.dead]
-        try:
-            with conn.cursor() as cur:
-                fences = sink_owners.fenced(cur, owner=self.owner, expected=expected)
-                if fences:
-                    conn.rollback()
-                    return fences
-                if any(rows.values()):
-                    with cur.copy(_COPY_EVENTS) as copy:
-                        copy.write(b"".join([COPY_SIGNATURE, *(b.data for _, b in pending), COPY_TRAILER]))
-                if dead:
-                    cur.executemany(_INSERT_DEAD, dead)
-                cur.execute(_SET_POSITIONS, (topics, [ends[t] for t in topics]))
-            conn.commit()
-        except psycopg.DataError:
-            # A row Postgres refuses: the transaction again, row by row (as postgres_sink does).
-            conn.rollback()
-            done = self._write_slowly(conn, pending, expected, topics, ends)
-            if isinstance(done, list):
-                return done
-            rows, dead_count = done
-        except psycopg.OperationalError as exc:
-            raise ServiceUnavailable(service="Postgres", address=_redact(self.settings.database_url),
-                                     detail=str(exc).strip()) from None
-        self._account(ends, rows, dead_count)
-        return []
-
-    def _account(self, ends: dict[str, int], rows: dict[str, int], dead: dict[str, int]) -> None:
+        """The batches in one transaction (:mod:`.pattern_writes`): [] once committed, else the
+        fences that rolled it back."""
+        done = self._writer.write(conn, pending, expected)
+        if isinstance(done, list):
+            return done
         s = self.stats
-        s.positions.update(ends)
+        s.positions.update(done.ends)
         s.transactions += 1
-        for t, n in rows.items():
+        for t, n in done.rows.items():
             s.rows += n
             s.topic_rows[t] = s.topic_rows.get(t, 0) + n
-        for t, n in dead.items():
+        for t, n in done.dead.items():
             if n:
                 s.dead_letters += n
                 s.topic_dead[t] = s.topic_dead.get(t, 0) + n
                 logger.warning("sink: %d message(s) of %s dead-lettered (table dead_letters) before offset %d",
-                               n, t, ends[t])
-        self._just_written = ends
-
-    def _write_slowly(self, conn: psycopg.Connection[Any], pending: list[tuple[str, CopyBatch]],
-                      expected: dict[str, int], topics: list[str],
-                      ends: dict[str, int]) -> tuple[dict[str, int], dict[str, int]] | list[Fence]:
-        """Each message in a savepoint: (rows, dead letters) per topic, or the fences if fenced."""
-        rows: dict[str, int] = {}
-        dead_count: dict[str, int] = {}
-        with conn.cursor() as cur:
-            fences = sink_owners.fenced(cur, owner=self.owner, expected=expected)
-            if fences:
-                conn.rollback()
-                return fences
-            for t, b in pending:
-                # Its own RowBuilder: this runs on the db thread while the main one decodes.
-                built, dead = RowBuilder(topic=t, decoder=Decoder(self.registry)).build(b.messages)
-                by_offset = {m.offset(): m for m in b.messages}
-                for row in built:
-                    try:
-                        with conn.transaction():  # a savepoint
-                            cur.execute(_INSERT_EVENT, row)
-                        rows[t] = rows.get(t, 0) + 1
-                    except psycopg.DataError as exc:
-                        dead.append(dead_letter(t, by_offset[row[1]], f"Postgres refused the row: {exc}"))
-                for d in dead:
-                    cur.execute(_INSERT_DEAD, d)
-                dead_count[t] = dead_count.get(t, 0) + len(dead)
-            cur.execute(_SET_POSITIONS, (topics, [ends[t] for t in topics]))
-        conn.commit()
-        return rows, dead_count
+                               n, t, done.ends[t])
+        self._just_written = done.ends
+        return []

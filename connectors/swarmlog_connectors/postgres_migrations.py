@@ -142,12 +142,18 @@ def schema_version(conn: psycopg.Connection[Any]) -> int:
                 sql.SQL("SELECT version FROM {}").format(sql.Identifier(VERSION_TABLE))).fetchall()}
     except psycopg.errors.UndefinedTable:
         return 0
+    return complete_up_to(applied)
+
+
+def complete_up_to(applied: set[int]) -> int:
+    """The version up to which every version this package knows is in ``applied`` (0: not even the
+    first); past :data:`SCHEMA_VERSION`, the newest of ``applied``."""
     found = 0
     for m in migrations():
         if m.version not in applied:
             return found
         found = m.version
-    return max(applied)
+    return max(applied, default=found)
 
 
 def require_schema(conn: psycopg.Connection[Any], *, database: str) -> int:
