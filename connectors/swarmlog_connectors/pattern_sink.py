@@ -78,13 +78,13 @@ from typing import Any
 
 import psycopg
 
-from swarmlog._hotloop import fewer_collections, prompt_thread_switches
 from swarmlog.errors import ServiceUnavailable
 from swarmlog.kafka.config import admin_client
 from swarmlog.kafka.discovery import TopicPattern, discover
 from swarmlog.kafka.multi_reader import MultiTopicReader, stable_ends
+from swarmlog.log.hotloop import fewer_collections, prompt_thread_switches
+from swarmlog.log.protocol import sink_group
 from swarmlog.observe import Family
-from swarmlog.protocol import sink_group
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -210,7 +210,7 @@ class PatternSink:
                                  consumer_config=self.consumer_config) as reader:
             self._conn, self._db, self._reader, self._on_batch = conn, db, reader, on_batch
             try:
-                with fewer_collections(), prompt_thread_switches():  # see swarmlog._hotloop
+                with fewer_collections(), prompt_thread_switches():  # see swarmlog.log.hotloop
                     require_schema(conn, database=_redact(self.settings.database_url))
                     for statement in _SESSION_TIMEOUTS:
                         conn.execute(statement)

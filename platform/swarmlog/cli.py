@@ -196,7 +196,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .replay import replay
+    from .replaying import replay
 
     expected = None
     if args.verify:
@@ -286,8 +286,8 @@ def _pin_interpreter(args: argparse.Namespace, settings: Settings | None, *, new
 
 def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, Any]:
     """Re-run the swarm's code against the log; print (and with --publish, store) its report."""
-    from .replay import replay_swarm
-    from .replay_report import swarm_report
+    from .replaying import replay_swarm
+    from .replaying.report import swarm_report
     from .runtime import load_swarm
 
     swarm = load_swarm(args.swarm)
@@ -426,7 +426,7 @@ def _first_reason(reasons: list[str | None]) -> str | None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .causality import check_causality
+    from .replaying.causality import check_causality
 
     count, violations = check_causality(settings=_settings(args))
     for v in violations:
@@ -549,7 +549,8 @@ class _OneCommand:
 
 _TOKEN_COMMANDS = frozenset({"token"})
 _DEBUG_COMMANDS = frozenset({"log", "show", "state", "debug", "snapshot", "step", "timeline", "fork"})
-"""The commands whose parsers ``swarmlog.token.command`` and ``swarmlog.debug.command`` add
+_UI_COMMANDS = frozenset({"ui"})
+"""The commands whose parsers ``swarmlog.token.command``, ``swarmlog.debug.command`` and ``swarmlog.ui.command`` add
 (test_cli_parser.py holds these to what they add): those modules are imported to build the
 parser of one of their commands, or the whole parser, and not for another command's (a replay's
 start, bench/cli.py). A command missing here would still be found, by the whole parser."""
@@ -683,6 +684,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from .debug.command import add_parsers as add_debug_parsers
 
         add_debug_parsers(sub)  # log, show, state, debug, snapshot, step, timeline, fork
+    if command is None or command in _UI_COMMANDS:
+        from .ui.command import add_parsers as add_ui_parsers
+
+        add_ui_parsers(sub)  # ui
     for name, subparser in sub.choices.items():
         if name not in ("dev", "schema") and "-v" not in subparser._option_string_actions:
             subparser.add_argument("-v", "--verbose", action="count", default=0,
@@ -731,7 +736,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(args_list[0] if args_list else None).parse_args(args_list)
         configure_logging(verbosity + getattr(args, "verbose", 0),
                           service=args.command in _SERVICES or bool(getattr(args, "publish", False)))
-        # Only a process started as the command line may replace itself (swarmlog.interpreter).
+        # Only a process started as the command line may replace itself (swarmlog.runtime.interpreter).
         args.may_reexec = argv is None
         from .observe import tracing
 

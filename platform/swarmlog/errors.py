@@ -414,7 +414,7 @@ class RunAlreadyRecorded(SwarmlogError):
 
 class HashSeedMismatch(SwarmlogError):
     """This interpreter hashes strings differently from the one the run was recorded with
-    (see :mod:`swarmlog.interpreter`)."""
+    (see :mod:`swarmlog.runtime.interpreter`)."""
 
     def __init__(self, *, run_id: str, recorded_seed: int, recorded_algorithm: str, current_seed: int | None,
                  current_algorithm: str) -> None:

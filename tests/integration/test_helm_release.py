@@ -28,7 +28,7 @@ from swarmlog.kafka.groups import committed_offset
 from swarmlog.kafka.reader import high_watermark
 from swarmlog.kafka.topic import create_topic
 from swarmlog.log.append import EventLog
-from swarmlog.protocol import agent_group
+from swarmlog.log.protocol import agent_group
 from swarmlog.settings import Settings
 
 from .. import swarms

@@ -48,6 +48,10 @@ PUBLIC = {
         "describe_topic", "group_members", "high_watermark", "require_single_partition", "reset_group",
         "topic_config", "watermarks",
     ],
+    "swarmlog.llm": [
+        "HTTPRequestDiverged", "LLMClient", "LLMRequestFailed", "LLMResponseInvalid", "LLMUnavailable", "OpenAIChat",
+        "RecordedHTTP", "Redaction", "SDKChat", "ScriptExhausted", "ScriptedLLM", "completion", "content", "llm_client",
+    ],
     "swarmlog.log": [
         "AgentChannel", "Appender", "BATCH", "Delivered", "History", "InMemoryLog", "LogBackend", "MemoryMessage",
         "Message", "ReadPosition", "Reader",
@@ -71,8 +75,9 @@ PUBLIC = {
         "SignatureUnchecked", "TOKEN_VERSION", "TokenCheck", "check_signature", "create_token", "load_token",
         "mismatches", "parse_token", "signature_status", "token_from", "verify_token",
     ],
-    "swarmlog.replay": ["Divergence", "Fold", "LiveStates", "ReplayResult", "SwarmReplayResult", "Undecodable",
-                        "replay", "replay_swarm"],
+    "swarmlog.replaying": ["CausalityViolation", "Divergence", "Fold", "Ledger", "LiveStates", "Reducer",
+                           "ReplayResult", "SwarmReplayResult", "Undecodable", "check_causality", "replay",
+                           "replay_swarm", "swarm_report"],
 }
 
 
@@ -171,7 +176,7 @@ EVENT_TYPES = ("run.started", "agent.message", "timer.set", "timer.fired", "time
                "llm.call", "handler.failed", "state.digest", "langgraph.checkpoint", "langgraph.writes",
                "langgraph.deleted")
 HEADERS = ("sl.type", "sl.v", "sl.agent", "sl.to", "sl.step")
-PROTOCOL = PACKAGE / "protocol.py"
+PROTOCOL = PACKAGE / "log" / "protocol.py"
 
 
 def _string_constants(path: Path) -> list[tuple[int, str]]:
@@ -191,7 +196,7 @@ def test_event_type_names_and_header_names_are_written_only_in_the_protocol_modu
         for line, value in _string_constants(path):
             if value in EVENT_TYPES or value in HEADERS:
                 strays.append(f"{path.relative_to(REPO)}:{line}: {value!r}")
-    assert strays == [], "use the constants of swarmlog.protocol"
+    assert strays == [], "use the constants of swarmlog.log.protocol"
 
 
 def test_the_event_id_grammar_is_spelled_only_in_the_protocol_module():
@@ -209,7 +214,7 @@ def test_the_event_id_grammar_is_spelled_only_in_the_protocol_module():
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
                     and any(mark in node.value for mark in ("@timer", "@state", "@stop")):
                 strays.append(f"{path.relative_to(REPO)}:{node.lineno}")
-    assert strays == [], "use swarmlog.protocol.output_id / wall_timer_id / state_digest_id / parse_step"
+    assert strays == [], "use swarmlog.log.protocol.output_id / wall_timer_id / state_digest_id / parse_step"
 
 
 # --- decisions by type, never by text ------------------------------------------------------------

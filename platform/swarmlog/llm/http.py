@@ -59,9 +59,9 @@ from types import ModuleType
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from .errors import ConfigurationError, EffectDiverged
-from .guard import allowed
-from .protocol import HTTP_EXCHANGE
+from ..errors import ConfigurationError, EffectDiverged
+from ..guard import allowed
+from ..log.protocol import HTTP_EXCHANGE
 
 __all__ = ["EVENT_TYPE", "HTTPRequestDiverged", "RecordedHTTP", "Redaction", "httpx_library", "transport_type"]
 
@@ -538,7 +538,7 @@ def _make_types(lib: ModuleType) -> tuple[type, type]:
             yield from self.chunks
 
     class RecordedTransport(lib.BaseTransport):  # type: ignore[name-defined]
-        """An httpx transport whose every request is recorded in the log (see ``swarmlog.http``)."""
+        """An httpx transport whose every request is recorded in the log (see ``swarmlog.llm.http``)."""
 
         def __init__(self, recorder: RecordedHTTP) -> None:
             self.recorder = recorder

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, NoReturn
 
-from .errors import RoutingHeaderMismatch
+from ..errors import RoutingHeaderMismatch
 
 # --- event types ------------------------------------------------------------------------
 
@@ -37,7 +37,7 @@ EFFECT_RECORDED = "effect.recorded"
 LLM_CALL = "llm.call"
 """The recorded request and response of ``ctx.llm``."""
 HTTP_EXCHANGE = "http.exchange"
-"""A recorded request and response of ``ctx.http()`` (:mod:`swarmlog.http`)."""
+"""A recorded request and response of ``ctx.http()`` (:mod:`swarmlog.llm.http`)."""
 HANDLER_FAILED = "handler.failed"
 """A handler raised; replay expects the same failure at the same step."""
 RUN_FORKED = "run.forked"
