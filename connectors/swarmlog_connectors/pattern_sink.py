@@ -241,7 +241,7 @@ class PatternSink:
     def _loop(self, *, until_end: bool) -> None:
         reader = self._reader
         assert reader is not None
-        self._look()
+        self._look(first=True)
         next_look = time.monotonic() + self.refresh_interval_s
         builder = self._builder
         read_to = self._read_to
@@ -381,11 +381,21 @@ class PatternSink:
 
     # -- the group: topics coming and going ----------------------------------------------------
 
-    def _look(self) -> None:
+    def _look(self, *, first: bool = False) -> None:
         """Match the broker's topics again and ask the group for them (new ones go to some sink of it)."""
         reader = self._reader
         assert reader is not None
-        found = discover(self.settings, self.pattern, client=reader.consumer)
+        try:
+            found = discover(self.settings, self.pattern, client=reader.consumer)
+        except ServiceUnavailable as exc:
+            if first:
+                raise
+            # The topics mirrored so far go on being read (the consumer says itself if the broker
+            # is really gone); a stall of this process (a SIGSTOP, a paused VM) also times out a
+            # request that was under way, and is no reason to stop.
+            logger.warning("sink: could not list the broker's topics to look for new swarms (%s); looking again "
+                           "in %.0f s", exc.detail, self.refresh_interval_s)
+            return
         for name, partitions in found.refused.items():
             if name not in self._refused:
                 self._refused.add(name)
@@ -400,11 +410,18 @@ class PatternSink:
                            ", ".join(sorted(gone)[:10]))
         new = sorted(topics - self._subscribed)
         if self._targets is not None:
+            if new:
+                try:
+                    ends = stable_ends(admin_client(self.settings), new, bootstrap=self.settings.bootstrap_servers)
+                except ServiceUnavailable as exc:
+                    if first:
+                        raise
+                    logger.warning("sink: could not read where %d new topic(s) end (%s); looking again in %.0f s",
+                                   len(new), exc.detail, self.refresh_interval_s)
+                    return
+                self._targets.update(ends)
             for t in gone:
                 self._targets.pop(t, None)
-            if new:
-                admin = admin_client(self.settings)
-                self._targets.update(stable_ends(admin, new, bootstrap=self.settings.bootstrap_servers))
         if reader.subscribe(topics) and new:
             logger.info("sink: %d new topic(s) for the group: %s%s", len(new), ", ".join(new[:10]),
                         " ..." if len(new) > 10 else "")

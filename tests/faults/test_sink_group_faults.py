@@ -20,9 +20,11 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -96,6 +98,14 @@ class Group:
             assert time.monotonic() < deadline, f"sink {slot} never held a topic: {self.holders()}"
             time.sleep(0.1)
 
+    def kill_all(self) -> None:
+        """Whatever still runs after a failed case: SIGKILL (and SIGCONT a stopped one, so that it dies)."""
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+                p.wait(timeout=30)
+
     def stop_all(self) -> str:
         """SIGTERM every sink; their stderr, in slot order (their final JSON in :attr:`finished`)."""
         err_all = ""
@@ -108,6 +118,37 @@ class Group:
             self.finished.append(json.loads(out.splitlines()[-1]))
             err_all += err
         return err_all
+
+
+@pytest.fixture
+def groups(base_settings, mirror_db: str, tmp_path: Path) -> Iterator[Callable[[str], Group]]:
+    """Groups of sink processes for one case; whatever of them still runs afterwards is killed."""
+    made: list[Group] = []
+
+    def make(prefix: str) -> Group:
+        made.append(Group(base_settings, mirror_db, prefix, tmp_path))
+        return made[-1]
+
+    yield make
+    for g in made:
+        g.kill_all()
+
+
+class Loader:
+    """The load on a thread: joined when the case ends, whether it passed or not."""
+
+    def __init__(self, settings, registry, topics: list[str], per_topic: int, spread_s: float,
+                 produced: dict[str, list[str]]) -> None:
+        self.loaded = threading.Event()
+        self.thread = threading.Thread(target=_load, args=(settings, registry, topics, per_topic, spread_s,
+                                                           self.loaded, produced))
+
+    def __enter__(self) -> Loader:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.thread.join()
 
 
 def _create_topics(settings, names) -> None:
@@ -192,32 +233,28 @@ def _setup(settings, mirror_db: str, n_topics: int) -> tuple[str, list[str], dic
 
 
 def test_three_sinks_of_one_group_mirror_300_topics_exactly_once_through_sigkills_and_restarts(
-        base_settings, registry, mirror_db, dev_cluster, tmp_path):
+        base_settings, registry, mirror_db, dev_cluster, groups):
     n_topics, per_topic, spread_s = harness.scaled((300, 300, 60.0), (60, 100, 30.0))
     kills = 2
     rng = random.Random(20261228)
     prefix, topics, produced = _setup(base_settings, mirror_db, n_topics)
-    group = Group(base_settings, mirror_db, prefix, tmp_path)
+    group = groups(prefix)
     for slot in range(3):
         group.start(slot)
     for slot in range(3):
         group.wait_holding(slot)
-    loaded = threading.Event()
-    loader = threading.Thread(target=_load, args=(base_settings, registry, topics, per_topic, spread_s, loaded,
-                                                  produced))
-    loader.start()
     held_at_kills = []
-    for _ in range(kills):
-        # Kill sink 0 mid-work: holding topics, at a random moment of the load.
+    with Loader(base_settings, registry, topics, per_topic, spread_s, produced) as load:
+        for _ in range(kills):
+            # Kill sink 0 mid-work: holding topics, at a random moment of the load.
+            group.wait_holding(0)
+            time.sleep(rng.uniform(2.0, spread_s / (kills + 1)))
+            held_at_kills.append(group.holders().get(0, 0))
+            group.procs[0].send_signal(signal.SIGKILL)
+            group.procs[0].wait()
+            assert not load.loaded.is_set(), "the load ended before the kills: make it longer"
+            group.start(0)  # restarted at once, as Kubernetes restarts a killed container
         group.wait_holding(0)
-        time.sleep(rng.uniform(2.0, spread_s / (kills + 1)))
-        held_at_kills.append(group.holders().get(0, 0))
-        group.procs[0].send_signal(signal.SIGKILL)
-        group.procs[0].wait()
-        assert not loaded.is_set(), "the load ended before the kills: make it longer"
-        group.start(0)  # restarted at once, as Kubernetes restarts a killed container
-    group.wait_holding(0)
-    loader.join()
     _wait_mirrored(base_settings, mirror_db, topics, group)
     err = group.stop_all()
     audit = _audit(base_settings, registry, mirror_db, topics, produced)
@@ -237,34 +274,30 @@ def test_three_sinks_of_one_group_mirror_300_topics_exactly_once_through_sigkill
 
 
 def test_a_sink_stopped_past_its_session_commits_nothing_of_the_topics_another_sink_claimed(
-        base_settings, registry, mirror_db, dev_cluster, tmp_path):
+        base_settings, registry, mirror_db, dev_cluster, groups):
     n_topics, per_topic, spread_s = harness.scaled((120, 300, 45.0), (30, 100, 30.0))
     prefix, topics, produced = _setup(base_settings, mirror_db, n_topics)
-    group = Group(base_settings, mirror_db, prefix, tmp_path)
+    group = groups(prefix)
     for slot in range(3):
         group.start(slot)
     for slot in range(3):
         group.wait_holding(slot)
-    loaded = threading.Event()
-    loader = threading.Thread(target=_load, args=(base_settings, registry, topics, per_topic, spread_s, loaded,
-                                                  produced))
-    loader.start()
-    time.sleep(spread_s / 5)
-    held = group.holders().get(0, 0)
-    # Frozen with whatever it had decoded or in flight, past its session timeout (10 s): the group
-    # gives its topics to the other two, which claim them; then it goes on from where it stopped.
-    group.procs[0].send_signal(signal.SIGSTOP)
-    try:
-        deadline = time.monotonic() + 60
-        while group.holders().get(0):
-            assert time.monotonic() < deadline, f"the frozen sink's topics were never claimed: {group.holders()}"
-            time.sleep(0.2)
-        time.sleep(2.0)
-    finally:
-        group.procs[0].send_signal(signal.SIGCONT)
-    assert not loaded.is_set(), "the load ended before the frozen sink resumed: make it longer"
-    group.wait_holding(0)  # back in the group, with a share again
-    loader.join()
+    with Loader(base_settings, registry, topics, per_topic, spread_s, produced) as load:
+        time.sleep(spread_s / 5)
+        held = group.holders().get(0, 0)
+        # Frozen with whatever it had decoded or in flight, past its session timeout (10 s): the group
+        # gives its topics to the other two, which claim them; then it goes on from where it stopped.
+        group.procs[0].send_signal(signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 60
+            while group.holders().get(0):
+                assert time.monotonic() < deadline, f"the frozen sink's topics were never claimed: {group.holders()}"
+                time.sleep(0.2)
+            time.sleep(2.0)
+        finally:
+            group.procs[0].send_signal(signal.SIGCONT)
+        assert not load.loaded.is_set(), "the load ended before the frozen sink resumed: make it longer"
+        group.wait_holding(0)  # back in the group, with a share again
     _wait_mirrored(base_settings, mirror_db, topics, group)
     err = group.stop_all()
     audit = _audit(base_settings, registry, mirror_db, topics, produced)
