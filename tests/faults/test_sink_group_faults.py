@@ -26,13 +26,12 @@ from pathlib import Path
 import psycopg
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from swarmlog.kafka.multi_reader import stable_ends
-from swarmlog.kafka.topic import TOPIC_CONFIG
 from swarmlog.schema.codec import Encoder
 
-from ..integration.conftest import read_topics
+from ..integration.conftest import create_topics, read_topics
 from . import harness
 
 _WRITES = """
@@ -98,6 +97,13 @@ class Group:
             assert time.monotonic() < deadline, f"sink {slot} never held a topic: {self.holders()}"
             time.sleep(0.1)
 
+    def start_three(self) -> None:
+        """Sinks 0, 1 and 2, each holding its share of the topics before this returns."""
+        for slot in range(3):
+            self.start(slot)
+        for slot in range(3):
+            self.wait_holding(slot)
+
     def kill_all(self) -> None:
         """Whatever still runs after a failed case: SIGKILL (and SIGCONT a stopped one, so that it dies)."""
         for p in self.procs.values():
@@ -149,17 +155,6 @@ class Loader:
 
     def __exit__(self, *exc: object) -> None:
         self.thread.join()
-
-
-def _create_topics(settings, names) -> None:
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-    for f in admin.create_topics([NewTopic(n, num_partitions=1, replication_factor=1, config=TOPIC_CONFIG)
-                                  for n in names], operation_timeout=120, request_timeout=120).values():
-        f.result()
-    deadline = time.monotonic() + 120
-    while not set(names) <= set(admin.list_topics(timeout=30).topics):
-        assert time.monotonic() < deadline, "created topics never showed in the metadata"
-        time.sleep(0.2)
 
 
 def _load(settings, registry, topics: list[str], per_topic: int, spread_s: float, done: threading.Event,
@@ -226,7 +221,7 @@ def _writes_by_others(mirror_db: str, group: Group) -> tuple[int, int]:
 def _setup(settings, mirror_db: str, n_topics: int) -> tuple[str, list[str], dict[str, list[str]]]:
     prefix = f"swarmlog.group-fault-{uuid.uuid4().hex[:10]}"
     topics = [f"{prefix}.s{i:03d}" for i in range(n_topics)]
-    _create_topics(settings, topics)
+    create_topics(settings, topics)
     with psycopg.connect(mirror_db, autocommit=True) as conn:
         conn.execute(_WRITES.encode())
     return prefix, topics, {t: [] for t in topics}
@@ -239,10 +234,7 @@ def test_three_sinks_of_one_group_mirror_300_topics_exactly_once_through_sigkill
     rng = random.Random(20261228)
     prefix, topics, produced = _setup(base_settings, mirror_db, n_topics)
     group = groups(prefix)
-    for slot in range(3):
-        group.start(slot)
-    for slot in range(3):
-        group.wait_holding(slot)
+    group.start_three()
     held_at_kills = []
     with Loader(base_settings, registry, topics, per_topic, spread_s, produced) as load:
         for _ in range(kills):
@@ -278,10 +270,7 @@ def test_a_sink_stopped_past_its_session_commits_nothing_of_the_topics_another_s
     n_topics, per_topic, spread_s = harness.scaled((120, 300, 45.0), (30, 100, 30.0))
     prefix, topics, produced = _setup(base_settings, mirror_db, n_topics)
     group = groups(prefix)
-    for slot in range(3):
-        group.start(slot)
-    for slot in range(3):
-        group.wait_holding(slot)
+    group.start_three()
     with Loader(base_settings, registry, topics, per_topic, spread_s, produced) as load:
         time.sleep(spread_s / 5)
         held = group.holders().get(0, 0)

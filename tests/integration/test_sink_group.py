@@ -16,26 +16,13 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from swarmlog.kafka.discovery import TopicPattern
-from swarmlog.kafka.topic import TOPIC_CONFIG
 from swarmlog.schema.codec import Encoder
 from swarmlog_connectors import sink_owners
 from swarmlog_connectors.pattern_sink import PatternSink
 
-from .conftest import new_topic_name, read_topics
-
-
-def _create_topics(settings, names) -> None:
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-    for f in admin.create_topics([NewTopic(n, num_partitions=1, replication_factor=1, config=TOPIC_CONFIG)
-                                  for n in names], operation_timeout=60, request_timeout=60).values():
-        f.result()
-    deadline = time.monotonic() + 60
-    while not set(names) <= set(admin.list_topics(timeout=10).topics):
-        assert time.monotonic() < deadline, "created topics never showed in the metadata"
-        time.sleep(0.1)
+from .conftest import create_topics, new_topic_name, read_topics
 
 
 class Load:
@@ -200,7 +187,7 @@ def test_sinks_of_one_group_split_the_topics_and_each_topic_is_mirrored_exactly_
         base_settings, registry, db, group):
     prefix = new_topic_name("group-split")
     topics = [f"{prefix}.s{i:02d}" for i in range(30)]
-    _create_topics(base_settings, topics)
+    create_topics(base_settings, topics)
     load = Load(base_settings, registry, topics, per_round=40, rounds=3).run()
     sinks = group(prefix, refresh_interval_ms=500)
     three = [sinks.start() for _ in range(3)]
@@ -226,7 +213,7 @@ def test_topics_handed_over_in_rebalances_under_load_resume_at_their_positions_w
         base_settings, registry, db, group):
     prefix = new_topic_name("group-handover")
     topics = [f"{prefix}.s{i:02d}" for i in range(24)]
-    _create_topics(base_settings, topics)
+    create_topics(base_settings, topics)
     load = Load(base_settings, registry, topics, per_round=25, rounds=40, pause_s=0.4).start()
     sinks = group(prefix, refresh_interval_ms=500, batch_size=200)
     first = sinks.start()
@@ -260,7 +247,7 @@ def test_sinks_with_until_end_stop_once_every_topic_is_mirrored_to_its_end_which
         base_settings, registry, db, group):
     prefix = new_topic_name("group-until-end")
     topics = [f"{prefix}.s{i:02d}" for i in range(12)]
-    _create_topics(base_settings, topics)
+    create_topics(base_settings, topics)
     # Transactional: every topic ends with a commit marker, an offset no row has.
     load = Load(base_settings, registry, topics, per_round=50, rounds=2, transactional=True).run()
     ends = _ends(base_settings, topics)
