@@ -13,6 +13,7 @@ Tests are split by what they need:
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,20 +63,25 @@ def subprocess_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-GUARD_HOOKS = ("native", "python")
-"""The determinism guard's two profile hooks (swarmlog.guard._hook): the C one and the Python one."""
+GUARD_HOOKS = ("native", "python") if sys.version_info < (3, 12) else ("native", "python", "python-profile")
+"""The determinism guard's hooks (swarmlog.guard._hook) a process can get on this Python: the C one and the
+Python one, through the API this version uses (a profile function on 3.11, sys.monitoring from 3.12); from
+3.12 also the Python one as a profile function, which the guard falls back to when no sys.monitoring tool
+id is free."""
 
 
 @pytest.fixture(params=GUARD_HOOKS)
 def guard_hook(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The test runs once under each of the guard's profile hooks (the native one is skipped where
-    it is not built; tests/unit/test_guard_native.py fails if a compiler was there to build it)."""
+    """The test runs once under each of the guard's hooks (the native one is skipped where it is not
+    built; tests/unit/test_guard_native.py fails if a compiler was there to build it)."""
     from swarmlog.guard import _hook
 
-    if request.param == "native" and _hook._native is None:
+    native = request.param == "native"
+    if native and _hook._native is None:
         cannot_run_here(_hook._NOT_BUILT)
+    api = _hook.PROFILE if request.param == "python-profile" else _hook._API
     before = _hook.hook_in_use()
-    _hook._select(_hook.GuardHook(native=request.param == "native", why=f"tests: {request.param}"))
+    _hook._select(_hook.GuardHook(native=native, why=f"tests: {request.param}", api=api))
     try:
         yield request.param
     finally:
