@@ -30,7 +30,7 @@ C_SOURCES := platform/swarmlog/guard/_native.c platform/swarmlog/schema/_route.c
 $(STAMP): pyproject.toml $(C_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics,tui,otel]'
+	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics,tui,otel,langgraph]'
 	touch $@
 
 # The other CPythons swarmlog supports (pyproject's classifiers; 3.11 is .venv's): `make test` runs

@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from swarmlog import interpreter
+from swarmlog.runtime import interpreter
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
@@ -34,7 +34,7 @@ from .replay import start_probe_server
 
 BENCH_DIR = Path(__file__).resolve().parent
 BENCHMARKS = ("append", "replay", "replay_swarm", "cli", "sink", "sink_many", "swarm", "hop", "llm_clients",
-              "snapshots", "timetravel", "simulate", "guard", "route")
+              "frameworks", "snapshots", "timetravel", "simulate", "guard", "route")
 
 # (column title, key, format)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
 
     # The runs the benchmarks replay are started by `swarmlog` processes, which pin the string-hash
-    # seed (swarmlog.interpreter); replaying their handlers here needs the same seed.
+    # seed (swarmlog.runtime.interpreter); replaying their handlers here needs the same seed.
     if interpreter.current().seed != interpreter.DEFAULT_HASH_SEED:
         interpreter.reexec_with(interpreter.DEFAULT_HASH_SEED, run_id="bench")
     s = common.settings()

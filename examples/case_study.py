@@ -32,7 +32,7 @@ from typing import Any
 
 from swarmlog import Agent, Swarm, on, on_message, on_timer
 from swarmlog.kafka.topic import create_topic
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.settings import Settings
 

@@ -12,7 +12,7 @@ CI), :func:`migrate` applies every version the database lacks and grants two gro
   ``SELECT`` on the version table. Nothing else: it cannot create, alter or drop anything,
   nor read the mirror.
 * **readers'** (:data:`READER_ROLE`): ``SELECT`` on the mirror's tables (``psql``,
-  :class:`swarmlog.mirror.Mirror`, dashboards).
+  :class:`swarmlog_connectors.mirror.Mirror`, dashboards).
 
 The sink refuses to run against a database whose schema is older than the one it writes
 (:class:`~swarmlog.errors.MirrorNotMigrated`, saying which command to run).

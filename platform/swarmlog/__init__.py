@@ -3,9 +3,9 @@
 The public surface: the agent API (``Agent``, ``Swarm``, the handler decorators and
 ``ctx``), running and replaying a swarm, appending events, the settings and the
 errors. Subpackages have faces of their own (``swarmlog.debug``, ``swarmlog.kafka``, ``swarmlog.log``,
-``swarmlog.runtime``, ``swarmlog.schema``, ``swarmlog.testing``); modules whose names start with ``_`` are
-machinery. ``swarmlog.debug`` is the debugging API (the log decoded, state at any offset,
-a debugger at a step, snapshots, forks); ``swarmlog.testing`` the simulator and the stubs
+``swarmlog.replaying``, ``swarmlog.runtime``, ``swarmlog.schema``, ``swarmlog.testing``); modules whose
+names start with ``_`` are machinery. ``swarmlog.debug`` is the debugging API (the log decoded, state at
+any offset, a debugger at a step, snapshots, forks); ``swarmlog.testing`` the simulator and the stubs
 swarms are tested with. ``tests/unit/test_layout.py`` pins this list.
 """
 
@@ -14,10 +14,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._lazy import exports
-
-# ``replay`` is both a submodule and the function this face exports: importing the submodule
-# binds the attribute to the module, so the function is bound here, before anyone can.
-from .replay import replay
 
 if TYPE_CHECKING:
     from .agent import Agent, Swarm, on, on_message, on_timer
@@ -44,6 +40,7 @@ if TYPE_CHECKING:
         InvalidToken,
         KafkaHandshakeFailed,
         KafkaOperationFailed,
+        MirrorBehind,
         MirrorMigrationFailed,
         MirrorNotMigrated,
         MissingDependency,
@@ -74,10 +71,10 @@ if TYPE_CHECKING:
         UsageError,
     )
     from .events import Event
-    from .http import HTTPRequestDiverged
+    from .llm import HTTPRequestDiverged
     from .log.append import EventLog
     from .log.memory import InMemoryLog
-    from .replay import Divergence, ReplayResult, SwarmReplayResult, replay_swarm
+    from .replaying import Divergence, ReplayResult, SwarmReplayResult, replay, replay_swarm
     from .runtime import run_agents, start_run
     from .settings import Settings
 
@@ -113,6 +110,7 @@ _LAZY: dict[str, str] = {
     "KafkaHandshakeFailed": ".errors",
     "KafkaOperationFailed": ".errors",
     "MirrorMigrationFailed": ".errors",
+    "MirrorBehind": ".errors",
     "MirrorNotMigrated": ".errors",
     "MissingDependency": ".errors",
     "NondeterminismError": ".errors",
@@ -141,13 +139,14 @@ _LAZY: dict[str, str] = {
     "UnmodelledEffect": ".errors",
     "UsageError": ".errors",
     "Event": ".events",
-    "HTTPRequestDiverged": ".http",
+    "HTTPRequestDiverged": ".llm",
     "EventLog": ".log.append",
     "InMemoryLog": ".log.memory",
-    "Divergence": ".replay",
-    "ReplayResult": ".replay",
-    "SwarmReplayResult": ".replay",
-    "replay_swarm": ".replay",
+    "Divergence": ".replaying",
+    "ReplayResult": ".replaying",
+    "SwarmReplayResult": ".replaying",
+    "replay": ".replaying",
+    "replay_swarm": ".replaying",
     "run_agents": ".runtime",
     "start_run": ".runtime",
     "Settings": ".settings",
@@ -187,6 +186,7 @@ __all__ = [
     "KafkaHandshakeFailed",
     "KafkaOperationFailed",
     "MirrorMigrationFailed",
+    "MirrorBehind",
     "MirrorNotMigrated",
     "MissingDependency",
     "NoRunStarted",

@@ -195,7 +195,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .replay import replay
+    from .replaying import replay
 
     expected = None
     if args.verify:
@@ -285,8 +285,8 @@ def _pin_interpreter(args: argparse.Namespace, settings: Settings | None, *, new
 
 def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, Any]:
     """Re-run the swarm's code against the log; print (and with --publish, store) its report."""
-    from .replay import replay_swarm
-    from .replay_report import swarm_report
+    from .replaying import replay_swarm
+    from .replaying.report import swarm_report
     from .runtime import load_swarm
 
     swarm = load_swarm(args.swarm)
@@ -425,7 +425,7 @@ def _first_reason(reasons: list[str | None]) -> str | None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .causality import check_causality
+    from .replaying.causality import check_causality
 
     count, violations = check_causality(settings=_settings(args))
     for v in violations:
@@ -730,7 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(args_list[0] if args_list else None).parse_args(args_list)
         configure_logging(verbosity + getattr(args, "verbose", 0),
                           service=args.command in _SERVICES or bool(getattr(args, "publish", False)))
-        # Only a process started as the command line may replace itself (swarmlog.interpreter).
+        # Only a process started as the command line may replace itself (swarmlog.runtime.interpreter).
         args.may_reexec = argv is None
         from .observe import tracing
 

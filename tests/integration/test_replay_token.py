@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from swarmlog.log.append import EventLog
-from swarmlog.replay import replay
+from swarmlog.replaying import replay
 from swarmlog.runtime import find_run, run_agents, start_run
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.token import token_from

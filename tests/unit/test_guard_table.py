@@ -20,7 +20,7 @@ import pytest
 
 from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.guard import COVERAGE, KINDS, ForbiddenCall, Row, is_guarded, resolve
-from swarmlog.protocol import HANDLER_FAILED
+from swarmlog.log.protocol import HANDLER_FAILED
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.testing import StubServer
 

@@ -23,7 +23,8 @@ PUBLIC = {
         "DatabasePermissionDenied", "Divergence", "EffectDiverged", "EffectFailed", "Event", "EventFate", "EventLog",
         "EventNotFound", "ForkPointInsideStep", "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed",
         "HTTPRequestDiverged", "HashSeedMismatch", "HistoryIncomplete", "InMemoryLog", "InvalidEvent",
-        "InvalidSetting", "InvalidToken", "KafkaHandshakeFailed", "KafkaOperationFailed", "MirrorMigrationFailed",
+        "InvalidSetting", "InvalidToken", "KafkaHandshakeFailed", "KafkaOperationFailed", "MirrorBehind",
+        "MirrorMigrationFailed",
         "MirrorNotMigrated", "MissingDependency", "NoRunStarted", "NondeterminismError", "OutsideStep",
         "ReadFailed", "ReplayResult", "RoutingHeaderMismatch", "RunAlreadyRecorded", "RunNotStarted",
         "ScheduleMismatch", "SchemaClash", "SchemaError", "SchemaNotFound", "ServiceUnavailable", "Settings",
@@ -41,10 +42,15 @@ PUBLIC = {
     ],
     "swarmlog.debug.timeline": ["ROW_KINDS", "Row", "Timeline", "build_timeline", "from_graph", "render_html",
                                 "render_text", "write_html"],
+    "swarmlog.integrations.langgraph": ["SwarmlogSaver"],
     "swarmlog.kafka": [
         "KafkaBackend", "LogReader", "TOPIC_CONFIG", "TopicInfo", "committed_offset", "create_topic",
         "describe_topic", "group_members", "high_watermark", "require_single_partition", "reset_group",
         "topic_config", "watermarks",
+    ],
+    "swarmlog.llm": [
+        "HTTPRequestDiverged", "LLMClient", "LLMRequestFailed", "LLMResponseInvalid", "LLMUnavailable", "OpenAIChat",
+        "RecordedHTTP", "Redaction", "SDKChat", "ScriptExhausted", "ScriptedLLM", "completion", "content", "llm_client",
     ],
     "swarmlog.log": [
         "AgentChannel", "Appender", "BATCH", "Delivered", "History", "InMemoryLog", "LogBackend", "MemoryMessage",
@@ -69,8 +75,9 @@ PUBLIC = {
         "SignatureUnchecked", "TOKEN_VERSION", "TokenCheck", "check_signature", "create_token", "load_token",
         "mismatches", "parse_token", "signature_status", "token_from", "verify_token",
     ],
-    "swarmlog.replay": ["Divergence", "Fold", "LiveStates", "ReplayResult", "SwarmReplayResult", "Undecodable",
-                        "replay", "replay_swarm"],
+    "swarmlog.replaying": ["CausalityViolation", "Divergence", "Fold", "Ledger", "LiveStates", "Reducer",
+                           "ReplayResult", "SwarmReplayResult", "Undecodable", "check_causality", "replay",
+                           "replay_swarm", "swarm_report"],
 }
 
 
@@ -166,9 +173,10 @@ def test_the_package_has_no_import_circle():
 # --- one home for each protocol detail ----------------------------------------------------------
 
 EVENT_TYPES = ("run.started", "agent.message", "timer.set", "timer.fired", "timer.cancelled", "effect.recorded",
-               "llm.call", "handler.failed", "state.digest")
+               "llm.call", "handler.failed", "state.digest", "langgraph.checkpoint", "langgraph.writes",
+               "langgraph.deleted")
 HEADERS = ("sl.type", "sl.v", "sl.agent", "sl.to", "sl.step")
-PROTOCOL = PACKAGE / "protocol.py"
+PROTOCOL = PACKAGE / "log" / "protocol.py"
 
 
 def _string_constants(path: Path) -> list[tuple[int, str]]:
@@ -188,7 +196,7 @@ def test_event_type_names_and_header_names_are_written_only_in_the_protocol_modu
         for line, value in _string_constants(path):
             if value in EVENT_TYPES or value in HEADERS:
                 strays.append(f"{path.relative_to(REPO)}:{line}: {value!r}")
-    assert strays == [], "use the constants of swarmlog.protocol"
+    assert strays == [], "use the constants of swarmlog.log.protocol"
 
 
 def test_the_event_id_grammar_is_spelled_only_in_the_protocol_module():
@@ -206,7 +214,7 @@ def test_the_event_id_grammar_is_spelled_only_in_the_protocol_module():
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
                     and any(mark in node.value for mark in ("@timer", "@state", "@stop")):
                 strays.append(f"{path.relative_to(REPO)}:{node.lineno}")
-    assert strays == [], "use swarmlog.protocol.output_id / wall_timer_id / state_digest_id / parse_step"
+    assert strays == [], "use swarmlog.log.protocol.output_id / wall_timer_id / state_digest_id / parse_step"
 
 
 # --- decisions by type, never by text ------------------------------------------------------------

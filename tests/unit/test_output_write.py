@@ -18,7 +18,7 @@ import pytest
 from swarmlog import Agent, on_message
 from swarmlog.guard import ForbiddenCall, _hook
 from swarmlog.log.memory import MemoryMessage
-from swarmlog.protocol import H_TO, H_TYPE, MESSAGE
+from swarmlog.log.protocol import H_TO, H_TYPE, MESSAGE
 from swarmlog.runtime._core import AgentCore
 from swarmlog.runtime._index import OwnIndex
 from swarmlog.runtime._worker import _LiveSink

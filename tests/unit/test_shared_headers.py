@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from swarmlog.context import Output
-from swarmlog.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION, MESSAGE, STATE_DIGEST
+from swarmlog.log.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION, MESSAGE, STATE_DIGEST
 from swarmlog.runtime._digests import DigestRecord
 from swarmlog.runtime._worker import _LiveSink
 from swarmlog.schema.codec import Encoder

@@ -26,7 +26,7 @@ from swarmlog.debug.timeline.model import (
 )
 from swarmlog.events import Event
 from swarmlog.log.memory import InMemoryLog
-from swarmlog.protocol import EFFECT_RECORDED, LLM_CALL, MESSAGE, RUN_STARTED, STATE_DIGEST, TIMER_FIRED, TIMER_SET
+from swarmlog.log.protocol import EFFECT_RECORDED, LLM_CALL, MESSAGE, RUN_STARTED, STATE_DIGEST, TIMER_FIRED, TIMER_SET
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.runtime._core import Divergence
 from swarmlog.settings import Settings

@@ -37,15 +37,15 @@ from ..context import Output
 from ..errors import SwarmlogError
 from ..events import Event
 from ..guard import allowed
-from ..hashing import canonical
 from ..log.base import LogBackend
-from ..observe import tracing
-from ..protocol import (
+from ..log.hashing import canonical
+from ..log.protocol import (
     RECORDED_EFFECTS,
     Route,
     agent_group,
     parse_step,
 )
+from ..observe import tracing
 from ..runtime._checkpoint import capture, copy_state, restore
 from ..runtime._core import AgentCore, Divergence
 from ..runtime._index import NO_LIVE_STEPS, OwnIndex

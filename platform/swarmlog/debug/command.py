@@ -38,7 +38,7 @@ def _session(args: argparse.Namespace) -> Any:
     _notes()
     settings = _settings(args)
     swarm = _swarm(args, settings)
-    # The swarm's handlers run here: under the run's string-hash seed (swarmlog.interpreter).
+    # The swarm's handlers run here: under the run's string-hash seed (swarmlog.runtime.interpreter).
     pin_interpreter(settings, may_reexec=getattr(args, "may_reexec", False))
     return Session(settings=settings, swarm=swarm, snapshots=not args.no_snapshots)
 

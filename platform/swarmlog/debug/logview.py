@@ -27,7 +27,7 @@ from ..errors import EventNotFound, SwarmlogError
 from ..events import Event
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
-from ..protocol import (
+from ..log.protocol import (
     EFFECT_RECORDED,
     HANDLER_FAILED,
     LLM_CALL,

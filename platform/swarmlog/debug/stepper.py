@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol import STATE_DIGEST
+from ..log.protocol import STATE_DIGEST
 from ..runtime._core import Divergence
 from ._fold import Step
 from .breakpoints import Breakpoint, first_match

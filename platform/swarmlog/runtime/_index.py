@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ..errors import SwarmlogError
 from ..events import Event
 from ..log.base import LogBackend
-from ..protocol import RECORDED_EFFECTS, STATE_DIGEST, parse_step
+from ..log.protocol import RECORDED_EFFECTS, STATE_DIGEST, parse_step
 from ..schema.codec import Decoder
 from ._digests import DigestRecord, RecordedDigests
 

@@ -38,7 +38,7 @@ from ..agent import Agent
 from ..context import EffectRunner
 from ..events import Event
 from ..log.base import BATCH, LogBackend
-from ..protocol import Route, route
+from ..log.protocol import Route, route
 from ..schema.codec import Decoder, Encoder
 from ._core import AgentCore, Timer
 from ._index import OwnIndex, index_log

@@ -44,7 +44,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .._hotloop import fewer_collections
 from ..agent import Agent, Swarm
 from ..context import Output
 from ..errors import AgentFenced, TransactionAborted
@@ -52,8 +51,8 @@ from ..events import Event
 from ..guard import allowed
 from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend, require_complete_history
-from ..observe import Family, LatencyHistogram, tracing
-from ..protocol import (
+from ..log.hotloop import fewer_collections
+from ..log.protocol import (
     H_STEP,
     STATE_DIGEST,
     TIMER_FIRED,
@@ -62,6 +61,7 @@ from ..protocol import (
     stop_digest_id,
     wall_timer_id,
 )
+from ..observe import Family, LatencyHistogram, tracing
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings

@@ -23,17 +23,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import interpreter
 from ..agent import Swarm
 from ..errors import ConfigurationError, RunAlreadyRecorded, RunNotStarted, TransactionAborted
 from ..guard import hook_in_use
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
+from ..log.protocol import RUN_STARTED, RUN_STARTER_CHANNEL, RUN_WRITER, run_started_id
 from ..observe import tracing
-from ..protocol import RUN_STARTED, RUN_STARTER_CHANNEL, RUN_WRITER, run_started_id
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
+from . import interpreter
 from ._worker import AgentWorker, WorkerResult
 
 logger = logging.getLogger(__name__)
@@ -106,10 +106,10 @@ def pin_interpreter(settings: Settings | None, *, may_reexec: bool, new_run: boo
 
     ``settings`` names the topic whose ``run.started`` says how (None: no log to ask, as for
     the demo); with no run there yet, ``new_run`` pins to the seed a new run will record
-    (:func:`swarmlog.interpreter.seed_for_new_run`). A process that may not re-execute itself
+    (:func:`swarmlog.runtime.interpreter.seed_for_new_run`). A process that may not re-execute itself
     (``may_reexec`` false: a library caller) is left as it is; the runtime then refuses a
     pinned run's handlers under another seed. For the command line: a new process under the
-    recorded ``PYTHONHASHSEED`` replaces this one (:func:`swarmlog.interpreter.reexec_with`).
+    recorded ``PYTHONHASHSEED`` replaces this one (:func:`swarmlog.runtime.interpreter.reexec_with`).
     """
     if not may_reexec:
         return
@@ -141,13 +141,13 @@ def start_run(*, settings: Settings, swarm: Swarm, run_id: str, seed: int, topic
 
     Exactly once even when starters race (a retried hook Job, a second pod of it, an operator
     at the same moment): a starter first fences every other one, through a transactional id
-    of the run's own (:data:`~swarmlog.protocol.RUN_STARTER_CHANNEL`), then reads the log, and
+    of the run's own (:data:`~swarmlog.log.protocol.RUN_STARTER_CHANNEL`), then reads the log, and
     writes only if it holds no run yet, in a transaction. Fencing waits for whatever an earlier
     starter had in flight to commit or abort, so the read sees a run that any other starter
     committed; and a starter fenced between its read and its commit commits nothing, reads
     again, and finds the run of the one that fenced it.
 
-    It records how this interpreter hashes strings (:mod:`swarmlog.interpreter`): with
+    It records how this interpreter hashes strings (:mod:`swarmlog.runtime.interpreter`): with
     ``PYTHONHASHSEED`` set, the run is pinned to it; without, the run is unpinned (and a
     warning says so), since no seed can be recorded for a random one.
     """

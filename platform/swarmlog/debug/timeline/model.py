@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...protocol import (
+from ...log.protocol import (
     EFFECT_RECORDED,
     HANDLER_FAILED,
     HTTP_EXCHANGE,

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 
 __all__ = ["SDKChat", "llm_client"]
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic_core import SchemaSerializer, core_schema
 
-from .errors import SwarmlogError
-from .events import Event
-from .hashing import FRAME
+from ..errors import SwarmlogError
+from ..events import Event
+from ..log.hashing import FRAME
 
 LedgerRow = tuple[int, str, str, str | None, dict[str, Any]]
 """What the ledger reads of an event: (offset, event_type, agent_id, to, payload)."""
@@ -82,8 +82,8 @@ class Ledger:
                       undecodable: Callable[[int, SwarmlogError], None]) -> None:
         """:meth:`fold_rows` of a batch of raw messages, in one pass that also hashes the stream.
 
-        The plain replay's hot loop (:class:`~swarmlog.fold.Fold`): each message's frame goes
-        into the stream hash (``frames``: :meth:`swarmlog.hashing.StreamHasher.sink`), then it
+        The plain replay's hot loop (:class:`~swarmlog.replaying.fold.Fold`): each message's frame goes
+        into the stream hash (``frames``: :meth:`swarmlog.log.hashing.StreamHasher.sink`), then it
         is decoded (``decode(value, offset)`` -> ``(writer, record)``) and folded, with
         no row built between the two. A message that does not decode is hashed all the same
         and given to ``undecodable(offset, error)``; the fold goes on with the next.
@@ -91,7 +91,7 @@ class Ledger:
         Why one pass: a second loop over the batch for the hash, and a generator handing rows
         from the decoding loop to the folding one, cost about 0.4 and 0.2 us an event, of the
         2.5 us that replay did beyond consuming and decoding (bench/README.md, Replay). The
-        body is :meth:`fold_rows`' with :func:`swarmlog.hashing.frame` inlined before it;
+        body is :meth:`fold_rows`' with :func:`swarmlog.log.hashing.frame` inlined before it;
         ``test_the_fused_fold_gives_the_two_pass_hash_and_states`` holds the two to the same
         digest and states.
         """

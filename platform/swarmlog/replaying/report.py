@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from .runtime import SwarmReplayResult
-from .token import ReplayToken
+from ..runtime import SwarmReplayResult
+from ..token import ReplayToken
 
 MAX_DIVERGENCES = 100
 """Divergences listed in full; ``divergences`` still counts them all."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, NoReturn
 
-from .errors import RoutingHeaderMismatch
+from ..errors import RoutingHeaderMismatch
 
 # --- event types ------------------------------------------------------------------------
 
@@ -37,7 +37,7 @@ EFFECT_RECORDED = "effect.recorded"
 LLM_CALL = "llm.call"
 """The recorded request and response of ``ctx.llm``."""
 HTTP_EXCHANGE = "http.exchange"
-"""A recorded request and response of ``ctx.http()`` (:mod:`swarmlog.http`)."""
+"""A recorded request and response of ``ctx.http()`` (:mod:`swarmlog.llm.http`)."""
 HANDLER_FAILED = "handler.failed"
 """A handler raised; replay expects the same failure at the same step."""
 RUN_FORKED = "run.forked"
@@ -45,6 +45,11 @@ RUN_FORKED = "run.forked"
 STATE_DIGEST = "state.digest"
 """An agent's state after its steps, as digests (:mod:`swarmlog.runtime._digests`): written in
 the same transaction as those steps' outputs, and at every clean stop."""
+LANGGRAPH_CHECKPOINT = "langgraph.checkpoint"
+LANGGRAPH_WRITES = "langgraph.writes"
+LANGGRAPH_DELETED = "langgraph.deleted"
+"""LangGraph's checkpointer on the log (:mod:`swarmlog.integrations.langgraph`): a checkpoint, a task's
+pending writes, and checkpoints taken out of view. Written by the checkpointer, handled by no agent."""
 
 RECORDED_EFFECTS = frozenset({EFFECT_RECORDED, LLM_CALL, HTTP_EXCHANGE})
 """Recorded I/O: run live once, served from the log on every replay. A handler needs the

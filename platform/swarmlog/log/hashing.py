@@ -140,7 +140,7 @@ class StreamHasher:
         """The hash's own ``update``, for a loop that hashes ``n`` messages itself, counted here.
 
         For a per-message loop that does other work too (the plain replay's
-        :meth:`~swarmlog.ledger.Ledger.fold_messages` decodes and folds in the same pass): it
+        :meth:`~swarmlog.replaying.ledger.Ledger.fold_messages` decodes and folds in the same pass): it
         must write each message as :func:`frame` does — :data:`FRAME`, then the value's bytes,
         ``None`` as empty — in offset order, so that the digest is :meth:`update`'s.
         """

@@ -30,31 +30,21 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ._lazy import exports
-from .errors import UsageError
-from .fold import Fold, Reducer, ReplayResult, Undecodable
-from .kafka.backend import backend_for
-from .log.base import LogBackend, read_from_log_start, require_complete_history
-from .protocol import agent_group, replay_group
-from .schema.registry import SchemaRegistry
-from .settings import Settings
+from ..errors import UsageError
+from ..kafka.backend import backend_for
+from ..log.base import LogBackend, read_from_log_start, require_complete_history
+from ..log.protocol import agent_group, replay_group
+from ..schema.registry import SchemaRegistry
+from ..settings import Settings
+from .fold import Fold, Reducer, ReplayResult
 
 if TYPE_CHECKING:
-    from .agent import Swarm
-    from .runtime import Divergence, LiveStates, SwarmReplayResult
+    from ..agent import Swarm
+    from ..runtime import LiveStates, SwarmReplayResult
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Divergence", "Fold", "LiveStates", "ReplayResult", "SwarmReplayResult", "Undecodable", "replay",
-           "replay_swarm"]
-
-_RUNTIME = ("Divergence", "LiveStates", "SwarmReplayResult")
-"""The swarm replay's names, imported from the runtime when first used: the plain replay (``swarmlog
-replay`` without ``--swarm``) runs no agent code and must not pay for importing the runtime and the
-determinism guard at every start."""
-
-
-__getattr__ = exports(globals(), dict.fromkeys(_RUNTIME, ".runtime"))
+__all__ = ["replay", "replay_swarm"]
 
 
 def replay(
@@ -141,7 +131,7 @@ def replay_swarm(
     use (its affinity and cgroup quota), at most one per agent. The result is the same however
     many; a short log, a strict replay and one with ``live_states`` or tracing use one process.
     """
-    from .runtime import replay_swarm_log
+    from ..runtime import replay_swarm_log
 
     topic = topic or settings.topic
     if group is not None:

@@ -20,17 +20,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import RoutingHeaderMismatch, SwarmlogError
-from .kafka.backend import backend_for
-from .log.base import LogBackend
-from .protocol import RUN_STARTED, TIMER_FIRED, TIMER_SET, parse_step
-from .schema.codec import Decoder
-from .schema.registry import SchemaRegistry
-from .settings import Settings
+from ..errors import RoutingHeaderMismatch, SwarmlogError
+from ..kafka.backend import backend_for
+from ..log.base import LogBackend
+from ..log.protocol import RUN_STARTED, TIMER_FIRED, TIMER_SET, parse_step
+from ..schema.codec import Decoder
+from ..schema.registry import SchemaRegistry
+from ..settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
-class Violation:
+class CausalityViolation:
     offset: int
     rule: str
     detail: str
@@ -49,18 +49,18 @@ class _Seen:
 
 def check_causality(*, settings: Settings, topic: str | None = None, registry: SchemaRegistry | None = None,
                     progress: Callable[[int], None] | None = None,
-                    backend: LogBackend | None = None) -> tuple[int, list[Violation]]:
+                    backend: LogBackend | None = None) -> tuple[int, list[CausalityViolation]]:
     """Check the whole log; return (events checked, violations in offset order)."""
     topic = topic or settings.topic
     decoder = Decoder(registry or SchemaRegistry.load(settings.schema_dirs()))
     backend = backend_for(settings, backend)
     seen: dict[int, _Seen] = {}
-    violations: list[Violation] = []
+    violations: list[CausalityViolation] = []
     count = 0
     with backend.reader(topic) as reader:
         history = backend.history(topic)
         if not history.complete:
-            violations.append(Violation(history.log_start, "history_incomplete",
+            violations.append(CausalityViolation(history.log_start, "history_incomplete",
                                         f"the log starts here, not at 0 ({history.describe()}): causes before "
                                         f"it cannot be checked"))
         reader.assign(0)
@@ -70,20 +70,22 @@ def check_causality(*, settings: Settings, topic: str | None = None, registry: S
                 try:
                     writer, rec = decoder.decode_checked(m)
                 except RoutingHeaderMismatch as exc:
-                    violations.append(Violation(off, "header_mismatch", f"header {exc.header} says "
+                    violations.append(CausalityViolation(off, "header_mismatch", f"header {exc.header} says "
                                                 f"{exc.header_value!r}, the envelope {exc.envelope_value!r}"))
                     writer, rec = decoder.decode(m.value(), off)  # it decoded: check its causes too
                 except SwarmlogError as exc:
-                    violations.append(Violation(off, "unreadable", str(exc)))
+                    violations.append(CausalityViolation(off, "unreadable", str(exc)))
                     continue
                 count += 1
                 etype, agent, causes = writer.event_type, rec["agent_id"], rec["causes"]
                 payload = rec["payload"]
                 for c in causes:
                     if c >= off:
-                        violations.append(Violation(off, "cause_not_before", f"cause {c} is not before {off}"))
+                        violations.append(CausalityViolation(off, "cause_not_before",
+                                                             f"cause {c} is not before {off}"))
                     elif c not in seen:
-                        violations.append(Violation(off, "cause_missing", f"cause {c} is not a readable event"))
+                        violations.append(CausalityViolation(off, "cause_missing",
+                                                             f"cause {c} is not a readable event"))
                 step = parse_step(rec["event_id"])
                 if step is not None and causes:
                     first = seen.get(causes[0])
@@ -91,19 +93,19 @@ def check_causality(*, settings: Settings, topic: str | None = None, registry: S
                     if is_logical_timer:
                         if first is None or first.event_type != TIMER_SET or first.agent != agent \
                                 or first.name != payload["name"]:
-                            violations.append(Violation(off, "timer_not_set",
+                            violations.append(CausalityViolation(off, "timer_not_set",
                                                         f"{agent} fired timer {payload['name']!r} not set at "
                                                         f"{causes[0]}"))
                     elif causes[0] != step[0]:
-                        violations.append(Violation(off, "step_not_first_cause",
+                        violations.append(CausalityViolation(off, "step_not_first_cause",
                                                     f"output of step {step[0]} names {causes[0]} as its first cause"))
                     elif first is not None and not _addressed(first, agent):
-                        violations.append(Violation(off, "input_not_addressed",
+                        violations.append(CausalityViolation(off, "input_not_addressed",
                                                     f"{agent} handled offset {causes[0]}, which was a "
                                                     f"{first.event_type} from {first.agent} to "
                                                     f"{first.to or 'everyone'}"))
                 elif step is not None and not causes:
-                    violations.append(Violation(off, "step_not_first_cause", "a step's output names no cause"))
+                    violations.append(CausalityViolation(off, "step_not_first_cause", "a step's output names no cause"))
                 seen[off] = _Seen(agent, rec["to"], etype, payload.get("name") if etype == TIMER_SET else None)
             if progress is not None:
                 progress(count)

@@ -38,7 +38,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .errors import HashSeedMismatch
+from ..errors import HashSeedMismatch
 
 logger = logging.getLogger(__name__)
 

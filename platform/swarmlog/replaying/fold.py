@@ -1,8 +1,8 @@
 """Folding the log into per-agent states with a reducer: the engine of a plain replay.
 
 A *reducer* folds events, in offset order, into per-agent state; the default is
-the :class:`~swarmlog.ledger.Ledger`. A plain replay knows nothing of a swarm's code
-(that is :func:`swarmlog.replay.replay_swarm`); it rebuilds what a reducer makes of
+the :class:`~swarmlog.replaying.ledger.Ledger`. A plain replay knows nothing of a swarm's code
+(that is :func:`swarmlog.replay_swarm`); it rebuilds what a reducer makes of
 the log alone, and hashes it beside the stream.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .errors import SwarmlogError
-from .events import Event
-from .hashing import StreamHasher, frame, state_hash
+from ..errors import SwarmlogError
+from ..events import Event
+from ..log.hashing import StreamHasher, frame, state_hash
+from ..schema.codec import Decoder
+from ..schema.registry import SchemaRegistry
 from .ledger import Ledger
-from .schema.codec import Decoder
-from .schema.registry import SchemaRegistry
 
 
 class Reducer(Protocol):

@@ -39,8 +39,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from .errors import ConfigurationError, SwarmlogError
-from .hashing import canonical
+from ..errors import ConfigurationError, SwarmlogError
+from ..log.hashing import canonical
 
 __all__ = [
     "LLMClient",

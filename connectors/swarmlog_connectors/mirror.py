@@ -4,7 +4,7 @@ The sink (``swarmlog sink``) mirrors a topic into the ``events`` table, exactly 
 reads it back as :class:`MirroredEvent` rows, in the log's order (``seq`` is the Kafka
 offset)::
 
-    from swarmlog.mirror import Mirror
+    from swarmlog_connectors.mirror import Mirror
 
     with Mirror.from_env() as m:                       # SWARMLOG_DATABASE_URL, SWARMLOG_TOPIC
         m.runs()                                       # [Run(run_id, first_seq, last_seq, events)]
@@ -27,9 +27,9 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from .errors import ConfigurationError, ServiceUnavailable
-from .redaction import SecretStr
-from .settings import Settings
+from swarmlog.errors import ConfigurationError, ServiceUnavailable
+from swarmlog.redaction import SecretStr
+from swarmlog.settings import Settings
 
 __all__ = ["Mirror", "MirroredEvent", "Run"]
 
