@@ -27,10 +27,13 @@ help:
 C_SOURCES := platform/swarmlog/guard/_native.c platform/swarmlog/schema/_route.c \
 	platform/swarmlog/schema/_avro_native.c platform/swarmlog/schema/_avro_binary.h
 
+# What the tests and benchmarks need, in every venv; .venv (CPython 3.11) also has the linters.
+EXTRAS := test,bench,metrics,tui,otel,langgraph
+
 $(STAMP): pyproject.toml $(C_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics,tui,otel,langgraph]'
+	$(BIN)/pip install --quiet -e '.[$(EXTRAS),lint]'
 	touch $@
 
 # The other CPythons swarmlog supports (pyproject's classifiers; 3.11 is .venv's): `make test` runs
@@ -44,7 +47,7 @@ NEWEST_PYTHON := $(lastword $(OTHER_PYTHONS))
 .venv-%/.installed: pyproject.toml $(C_SOURCES)
 	interpreter="$$(bash tests/find-python.sh $*)" && "$$interpreter" -m venv .venv-$*
 	.venv-$*/bin/pip install --quiet --upgrade pip
-	.venv-$*/bin/pip install --quiet -e '.[test,metrics,tui,otel]'
+	.venv-$*/bin/pip install --quiet -e '.[$(EXTRAS)]'
 	touch $@
 
 # The peers (LangGraph, its Postgres checkpointer) are heavy and only the peers benchmark
