@@ -100,6 +100,27 @@ def test_the_c_modules_are_optional_extensions_built_from_their_sources():
             assert needed in listed.group(1).split()  # an edit rebuilds it in every venv
 
 
+def test_the_pythons_pyproject_claims_are_the_ones_make_test_runs_on():
+    # requires-python and the classifiers name exactly the CPythons `make test` runs the unit suite on
+    # (.venv's, the oldest, and a venv per other one), with no gap and nothing newer claimed.
+    makefile = (REPO / "Makefile").read_text()
+    oldest = re.search(r"^OLDEST_PYTHON := (\S+)$", makefile, re.MULTILINE)
+    others = re.search(r"^OTHER_PYTHONS := (.+)$", makefile, re.MULTILINE)
+    assert oldest is not None and others is not None
+    tested = [oldest.group(1), *others.group(1).split()]
+    minors = [int(v.split(".")[1]) for v in tested]
+    assert all(v.startswith("3.") for v in tested) and minors == list(range(minors[0], minors[-1] + 1))
+    assert re.search(r"^test: .*\bunit unit-pythons\b.*\bintegration-\$\(NEWEST_PYTHON\)", makefile, re.MULTILINE)
+    project = PYPROJECT["project"]
+    assert project["requires-python"] == f">={tested[0]},<3.{minors[-1] + 1}"
+    claimed = [c.rsplit(" :: ", 1)[1] for c in project["classifiers"]
+               if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    assert claimed == tested
+    assert "Programming Language :: Python :: Implementation :: CPython" in project["classifiers"]
+    assert PYPROJECT["tool"]["ruff"]["target-version"] == f"py{tested[0].replace('.', '')}"
+    assert PYPROJECT["tool"]["mypy"]["python_version"] == tested[0]
+
+
 def test_the_builtin_schemas_are_found_through_importlib_resources_not_the_repo_layout():
     where = builtin_schema_dir()
     assert where == Path(str(resources.files(BUILTIN_PACKAGE)))
