@@ -2,8 +2,9 @@
 
 Tests are split by what they need:
 
-* ``tests/unit``: nothing but the package. No Kafka, no Postgres, no external process
-  (``tests/unit/conftest.py`` makes any attempt to reach them fail); seconds in all.
+* ``tests/unit``: nothing but the package. No Kafka, no Postgres, no service
+  (``tests/unit/conftest.py`` makes any attempt to reach them fail); seconds in all (the
+  figure is in the README), with Hypothesis's ``dev`` profile (below).
 * ``tests/integration``: the real Kafka and Postgres (``tests/integration/conftest.py``
   says where they come from); a service that cannot be reached fails the session.
 * ``tests/contract``: behaviour suites that every log backend must pass; ``unit`` runs
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -28,6 +30,29 @@ REPO = Path(__file__).resolve().parents[1]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 """CI (``CI=true``) has everything a test can need: nothing there may be skipped."""
+
+
+# --- Hypothesis: a few examples a property on a developer's machine, every one in CI ---------------------
+#
+# HYPOTHESIS_PROFILE names the profile; without it, "ci" under CI=true and "dev" otherwise. A property that
+# names its count (`@settings(max_examples=examples(300))`) runs that many under "ci" and a tenth (at least
+# ten) under "dev"; one that names none runs the profile's (100, or 10). Every assertion runs either way:
+# "dev" finds less, quickly, and CI (`bash .ci/run`) still runs them all.
+hypothesis_settings.register_profile("ci", max_examples=100, print_blob=True)
+hypothesis_settings.register_profile("dev", max_examples=10)
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if IN_CI else "dev")
+hypothesis_settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def examples(n: int) -> int:
+    """How many examples a property test that asks for ``n`` runs under the profile loaded."""
+    return n if HYPOTHESIS_PROFILE == "ci" else max(10, n // 10)
+
+
+def exhaustive() -> bool:
+    """Whether a test that enumerates a space (every byte value at every position) goes through all
+    of it ("ci"), or through a sample that keeps its boundaries ("dev")."""
+    return HYPOTHESIS_PROFILE == "ci"
 
 
 def cannot_run_here(reason: str) -> NoReturn:
