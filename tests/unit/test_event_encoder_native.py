@@ -187,7 +187,12 @@ EDGES = [  # (field, value): bounds, near-misses of a type, subclasses; C writes
 ]
 
 
-@pytest.mark.parametrize(("field", "value"), EDGES, ids=[f"{f}={v!r}"[:40] for f, v in EDGES])
+def _edge_id(field: str, value: object) -> str:
+    shown = f"memoryview({bytes(value)!r})" if isinstance(value, memoryview) else repr(value)  # no address
+    return f"{field}={shown}"[:40]
+
+
+@pytest.mark.parametrize(("field", "value"), EDGES, ids=[_edge_id(f, v) for f, v in EDGES])
 def test_each_edge_has_the_python_paths_outcome(field, value) -> None:
     c, python = _encoders(ALL)
     datum = {**DATUM, field: value}
