@@ -63,6 +63,8 @@ def test_the_native_hook_is_built_wherever_a_compiler_was_there_to_build_it() ->
 def test_the_api_is_a_profile_function_on_3_11_and_sys_monitoring_from_3_12() -> None:
     assert hook_in_use().api == API
     assert _hook._TOOL is None if not MONITORING else sys.monitoring.get_tool(_hook._TOOL) == _monitoring.TOOL_NAME
+    if MONITORING:  # 3 is the id Hypothesis's explain phase traces with (the simulate fixture runs Hypothesis)
+        assert sys.monitoring.get_tool(3) != _monitoring.TOOL_NAME
     if _native is not None:
         assert _native.API == API
 

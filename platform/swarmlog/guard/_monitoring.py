@@ -21,8 +21,8 @@ the Python ones below, which do the same with a Python call per event. Either ha
 event to the thread's hook in a profile function's shape, ``(frame, event, arg)``, so
 :func:`swarmlog.guard._hook.hook` and its scopes serve every API alike.
 
-The tool id is one of the two PEP 669 leaves unassigned (3 and 4), so a debugger, coverage.py
-and cProfile (ids 0-2) keep theirs and run beside the guard; it is claimed when the guard is
+The tool id is one of the two PEP 669 leaves unassigned (4, else 3), so a debugger, coverage.py,
+cProfile (ids 0-2) and Hypothesis's explain phase (3) keep theirs and run beside the guard; it is claimed when the guard is
 imported, where the choice of hook is made and logged (no id free: the profile hook, and the
 reason says so). The events are the process's, like the profile hook's tables: what differs per
 thread is only the slot.
@@ -42,7 +42,9 @@ __all__ = ["AVAILABLE", "TOOL_NAME", "Events", "claim", "python_events"]
 
 AVAILABLE = sys.version_info >= (3, 12) and hasattr(sys, "monitoring")
 TOOL_NAME = "swarmlog.guard"
-_UNASSIGNED_IDS = (3, 4)  # 0-2 are the debugger's, coverage's and profilers', 5 the optimizer's
+# 0-2 are the debugger's, coverage's and profilers', 5 the optimizer's; of the two left, Hypothesis's
+# explain phase takes 3 (hypothesis.internal.scrutineer), so 4 first.
+_UNASSIGNED_IDS = (4, 3)
 
 _BuiltinFunction = types.BuiltinFunctionType
 _MethodDescriptor = types.MethodDescriptorType
