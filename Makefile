@@ -15,7 +15,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit unit-pythons integration faults faults-slice lint bench bench-peers tools browser up down status schema-check clean help
+.PHONY: demo test unit unit-pythons integration faults faults-slice lint docs docs-serve bench bench-peers tools browser up down status schema-check clean help
 
 help:
 	@echo "make demo   run a swarm on a local Kafka + Postgres, mirror it, replay it"
@@ -23,7 +23,8 @@ help:
 	@echo "            integration tests against the real Kafka and Postgres (started here if they are not"
 	@echo "            running) on 3.11 and a slice of them on 3.13"
 	@echo "make faults the fault suite: real signals against real processes (a throwaway dev cluster of"
-	@echo "            its own); prints the table kept in the README -> tests/faults/results.md"
+	@echo "            its own); prints the table kept in docs/faults.md -> tests/faults/results.md"
+	@echo "make docs   the documentation site (mkdocs build --strict) -> build/site; make docs-serve to read it"
 	@echo "make bench  benchmarks beside their baselines -> bench/results.{json,md}"
 	@echo "make bench-peers  LangGraph and Kafka Connect beside swarmlog -> bench/results-peers.{json,md}"
 
@@ -34,7 +35,7 @@ C_SOURCES := platform/swarmlog/guard/_native.c platform/swarmlog/schema/_route.c
 	platform/swarmlog/schema/_avro_native.c platform/swarmlog/schema/_avro_binary.h
 
 # What the tests and benchmarks need, in every venv; .venv (CPython 3.11) also has the linters.
-EXTRAS := test,bench,metrics,tui,otel,langgraph
+EXTRAS := test,bench,metrics,tui,otel,langgraph,ui,docs
 
 $(STAMP): pyproject.toml $(C_SOURCES)
 	interpreter="$(PYTHON)"; interpreter="$${interpreter:-$$(bash tests/find-python.sh $(OLDEST_PYTHON))}" && \
@@ -89,14 +90,23 @@ schema-check: $(STAMP)
 
 # Order matters: the lint gate and the unit tests run before any service is started, which
 # is what shows the unit tests need none (tests/unit/conftest.py also refuses every attempt).
-test: $(STAMP) lint unit unit-pythons tools up schema-check integration integration-$(NEWEST_PYTHON) faults-slice
+test: $(STAMP) lint unit unit-pythons docs tools up schema-check integration integration-$(NEWEST_PYTHON) faults-slice
 
 # mypy checks the package as the oldest and the newest CPython it supports (code for one version only,
 # `if sys.version_info >= (3, 12)`, is checked under the other).
 lint: $(STAMP)
-	$(BIN)/ruff check platform connectors tests bench examples
+	$(BIN)/ruff check platform connectors tests bench examples docs
 	$(BIN)/mypy
 	$(BIN)/mypy --python-version $(NEWEST_PYTHON)
+
+# The site, strictly: a broken link, a missing page or an anchor that is not there fails the build. The
+# pages docs/_generate.py writes are held to the code by tests/unit/test_docs_reference.py, and every
+# Python block of the pages runs in tests/{unit,integration}/test_docs_code.py.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit

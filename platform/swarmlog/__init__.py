@@ -1,10 +1,11 @@
 """swarmlog: a clock-free, Kafka-backed event log that gives agent swarms deterministic replay.
 
 The public surface: the agent API (``Agent``, ``Swarm``, the handler decorators and
-``ctx``), running and replaying a swarm, appending events, the settings and the
-errors. Subpackages have faces of their own (``swarmlog.debug``, ``swarmlog.kafka``, ``swarmlog.log``,
-``swarmlog.replaying``, ``swarmlog.runtime``, ``swarmlog.schema``, ``swarmlog.testing``); modules whose
-names start with ``_`` are machinery. ``swarmlog.debug`` is the debugging API (the log decoded, state at
+``ctx``), running and replaying a swarm, work in and out of a running swarm (``Client``,
+``AsyncClient``), appending events, the settings and the errors. Subpackages have faces of
+their own (``swarmlog.debug``, ``swarmlog.kafka``, ``swarmlog.log``, ``swarmlog.replaying``,
+``swarmlog.runtime``, ``swarmlog.schema``, ``swarmlog.testing``); modules whose names start
+with ``_`` are machinery. ``swarmlog.debug`` is the debugging API (the log decoded, state at
 any offset, a debugger at a step, snapshots, forks); ``swarmlog.testing`` the simulator and the stubs
 swarms are tested with. ``tests/unit/test_layout.py`` pins this list.
 """
@@ -17,6 +18,7 @@ from ._lazy import exports
 
 if TYPE_CHECKING:
     from .agent import Agent, Swarm, on, on_message, on_timer
+    from .client import AsyncClient, Client, Sent
     from .context import Context
     from .errors import (
         AgentFenced,
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
         GroupResetFailed,
         HashSeedMismatch,
         HistoryIncomplete,
+        InputBeforeRun,
+        InputHandlerFailed,
         InvalidEvent,
         InvalidSetting,
         InvalidToken,
@@ -45,9 +49,12 @@ if TYPE_CHECKING:
         MirrorNotMigrated,
         MissingDependency,
         NondeterminismError,
+        NoReply,
         NoRunStarted,
+        NotAnAgentOfTheRun,
         OutsideStep,
         ReadFailed,
+        ReplyTimeout,
         RoutingHeaderMismatch,
         RunAlreadyRecorded,
         RunNotStarted,
@@ -88,6 +95,14 @@ _LAZY: dict[str, str] = {
     "on_message": ".agent",
     "on_timer": ".agent",
     "Context": ".context",
+    "AsyncClient": ".client",
+    "Client": ".client",
+    "Sent": ".client",
+    "InputBeforeRun": ".errors",
+    "InputHandlerFailed": ".errors",
+    "NoReply": ".errors",
+    "NotAnAgentOfTheRun": ".errors",
+    "ReplyTimeout": ".errors",
     "AgentFenced": ".errors",
     "AppendFailed": ".errors",
     "AppendIncomplete": ".errors",
@@ -159,6 +174,14 @@ __getattr__ = exports(globals(), _LAZY)
 __all__ = [
     "Agent",
     "AgentFenced",
+    "AsyncClient",
+    "Client",
+    "InputBeforeRun",
+    "InputHandlerFailed",
+    "NoReply",
+    "NotAnAgentOfTheRun",
+    "ReplyTimeout",
+    "Sent",
     "AppendFailed",
     "AppendIncomplete",
     "ConfigurationError",

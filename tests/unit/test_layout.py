@@ -31,7 +31,9 @@ def _nodes(path: Path) -> tuple[ast.AST, ...]:
 
 PUBLIC = {
     "swarmlog": [
-        "Agent", "AgentFenced", "AppendFailed", "AppendIncomplete", "ConfigurationError", "Context", "CopyFailed",
+        "Agent", "AgentFenced", "AppendFailed", "AppendIncomplete", "AsyncClient", "Client", "ConfigurationError",
+        "Context", "CopyFailed", "InputBeforeRun", "InputHandlerFailed", "NoReply", "NotAnAgentOfTheRun",
+        "ReplyTimeout", "Sent",
         "DatabasePermissionDenied", "Divergence", "EffectDiverged", "EffectFailed", "Event", "EventFate", "EventLog",
         "EventNotFound", "ForkPointInsideStep", "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed",
         "HTTPRequestDiverged", "HashSeedMismatch", "HistoryIncomplete", "InMemoryLog", "InvalidEvent",
@@ -101,12 +103,13 @@ def test_each_face_exports_exactly_its_public_names_and_they_resolve(module):
         assert getattr(mod, name) is not None
 
 
-def test_the_readme_names_only_importable_things():
-    readme = (REPO / "README.md").read_text()
-    for module, names in re.findall(r"^from (swarmlog[\w.]*) import ([\w, ]+)$", readme, flags=re.M):
-        mod = importlib.import_module(module)
-        for name in names.split(","):
-            assert hasattr(mod, name.strip()), f"README imports {name.strip()} from {module}"
+def test_the_readme_and_the_docs_name_only_importable_things():
+    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        for module, names in re.findall(r"^from (swarmlog[\w.]*) import ([\w, ]+)$", text, flags=re.M):
+            mod = importlib.import_module(module)
+            for name in names.split(","):
+                assert hasattr(mod, name.strip()), f"{page.name} imports {name.strip()} from {module}"
 
 
 # --- import circles ------------------------------------------------------------------------------
