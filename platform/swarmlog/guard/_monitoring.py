@@ -22,9 +22,9 @@ event to the thread's hook in a profile function's shape, ``(frame, event, arg)`
 :func:`swarmlog.guard._hook.hook` and its scopes serve every API alike.
 
 The tool id is one of the two PEP 669 leaves unassigned (4, else 3), so a debugger, coverage.py,
-cProfile (ids 0-2) and Hypothesis's explain phase (3) keep theirs and run beside the guard; it is claimed when the guard is
-imported, where the choice of hook is made and logged (no id free: the profile hook, and the
-reason says so). The events are the process's, like the profile hook's tables: what differs per
+cProfile (ids 0-2) and Hypothesis's explain phase (3) keep theirs and run beside the guard; it is
+claimed when the guard is imported, where the choice of hook is made and logged (no id free: the
+profile hook, and the reason says so). The events are the process's, like the profile hook's tables: what differs per
 thread is only the slot.
 """
 

@@ -130,7 +130,7 @@ _RECORD = ("logging.LogRecord.__init__",)
 _OFF = ("process", "a profiler outside handlers",
         "replaces the thread's profile function, which is the determinism guard's hook on CPython 3.11")
 _MONITORING = ("process", "sys.monitoring outside handlers",
-               "can switch off or replace the sys.monitoring events the determinism guard sees calls by (3.12+)")
+               "can switch off or replace the sys.monitoring events through which the determinism guard sees calls")
 
 
 def refuse(call: str, spec: tuple[str, str, str], *, case: str | None = None,
