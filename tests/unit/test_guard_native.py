@@ -442,6 +442,13 @@ def _socket_method(n: int) -> None:
         _SOCKET.fileno()  # a C method of a type with rules (connect...): handed over, as a method bound per call
 
 
+def _collect_and_freeze() -> None:
+    """A full collection, then what is alive frozen: the collection after the test's calls walks only
+    what they made, not the heap the session grew before (the counts compared are exact either way)."""
+    gc.collect()
+    gc.freeze()
+
+
 def _restart_events() -> None:
     """Let sys.monitoring report every start again (a test changed which names rows have)."""
     if hook_in_use().api == "monitoring":
@@ -465,7 +472,7 @@ def test_a_hundred_thousand_hooked_calls_leave_every_reference_count_and_the_hea
                _plain.__code__, qualname, _SOCKET, socket.socket.fileno)
     with guarded(agent="a", offset=1):
         run(1000)  # the caches warm: the harmless functions and types learned
-    gc.collect()
+    _collect_and_freeze()
     counts = [sys.getrefcount(o) for o in watched]
     nones = sys.getrefcount(None)  # what the Python hook returns: not exact (anything may hold None), but a
     tracemalloc.start()            # reference kept per call would be 100,000
@@ -496,7 +503,7 @@ def test_a_thousand_raises_and_rearms_leave_every_reference_count_as_it_was(guar
                 handler()
 
     once()
-    gc.collect()
+    _collect_and_freeze()
     watched = (_hook.hook, time.time, handler.__code__)
     counts = [sys.getrefcount(o) for o in watched]
     once()
