@@ -665,6 +665,21 @@ def test_a_model_built_inside_a_handler_may_look_up_pydantic_plugins() -> None:
         assert list(_loader.get_plugins()) == list(_loader.get_plugins())
 
 
+def test_pydantic_may_look_up_its_plugins_in_a_process_whose_first_model_is_built_inside_a_handler() -> None:
+    # A fresh process (a restarted agent, a replay): pydantic's plugin loader is imported inside the
+    # handler, and the import's own calls reach the guard while the loader's function does not exist
+    # yet; it must still be recognised once it does.
+    code = ("import pydantic, sys\n"
+            "assert 'pydantic.plugin._loader' not in sys.modules\n"
+            "from swarmlog.guard import guarded\n"
+            "with guarded(agent='a', offset=0):\n"
+            "    class Reply(pydantic.BaseModel):\n"
+            "        text: str\n"
+            "    print(Reply(text='hi').text)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "hi"), done.stderr
+
+
 def test_pydantic_opens_no_other_door() -> None:
     import pydantic
 
