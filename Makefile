@@ -108,14 +108,17 @@ docs: $(STAMP)
 docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
+# On every core (pytest-xdist): the unit suite is CPU alone (no service, no clock to wait on).
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto tests/unit
 
-# The unit suite on each other CPython (`make unit-3.12` runs one).
+# The unit suite on each other CPython (`make unit-3.12` runs one), with Hypothesis's dev profile even in
+# CI: what differs between the versions is the interpreter under the guard and the C modules' builds,
+# which every example exercises alike; every example of every property runs once, on 3.11 (`unit`).
 unit-pythons: $(addprefix unit-,$(OTHER_PYTHONS))
 
 unit-%: .venv-%/.installed
-	.venv-$*/bin/python -m pytest -q -p no:cacheprovider tests/unit
+	HYPOTHESIS_PROFILE=dev .venv-$*/bin/python -m pytest -q -p no:cacheprovider -n auto tests/unit
 
 # Against the cluster `up` just started, unless SWARMLOG_BOOTSTRAP_SERVERS already points at one.
 # (pytest run by hand with no SWARMLOG_* variables and a Docker engine reachable uses containers
