@@ -121,6 +121,23 @@ def test_the_pythons_pyproject_claims_are_the_ones_make_test_runs_on():
     assert PYPROJECT["tool"]["mypy"]["python_version"] == tested[0]
 
 
+def test_make_finds_each_cpython_it_tests_on_or_says_how_to_install_one():
+    import subprocess
+    import sys
+
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    found = subprocess.run(["bash", str(REPO / "tests" / "find-python.sh"), here], capture_output=True, text=True,
+                           timeout=60)
+    assert found.returncode == 0, found.stderr
+    version = subprocess.run([found.stdout.strip(), "-c", "import sys; print(sys.version_info[:2])"],
+                             capture_output=True, text=True, timeout=60)
+    assert version.stdout.strip() == str(sys.version_info[:2])
+    missing = subprocess.run(["bash", str(REPO / "tests" / "find-python.sh"), "3.1"], capture_output=True,
+                             text=True, timeout=60)
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert "no CPython 3.1 on this machine" in missing.stderr and "pyenv install 3.1" in missing.stderr
+
+
 def test_the_builtin_schemas_are_found_through_importlib_resources_not_the_repo_layout():
     where = builtin_schema_dir()
     assert where == Path(str(resources.files(BUILTIN_PACKAGE)))
