@@ -219,12 +219,14 @@ class AgentCore:
         self.state_mismatches = 0
         self.state_diverged_at: int | None = None
 
-    def digest_read(self, msg: Any) -> None:
+    def digest_read(self, msg: Any, last: int | None = None) -> None:
         """One of this agent's state digest records read: the last step it digests is an offset that held
         its input. If none is there any more, the log lost it (:class:`~swarmlog.errors.HistoryHoles`): what
         is left of a compacted log is each key's newest message — often an agent's last digest record,
-        which names no cause — so a fold from it would otherwise rebuild nothing and carry on."""
-        last = self.decoder.step(msg)
+        which names no cause — so a fold from it would otherwise rebuild nothing and carry on.
+        ``last``: the step its route gives (a route checked against the envelope has it), else read here."""
+        if last is None:
+            last = self.decoder.step(msg)
         if last is not None:
             self.watch.check_step(last, msg.offset())
 
@@ -275,7 +277,7 @@ class AgentCore:
             self.watch.presence.mark(off)
         if etype == STATE_DIGEST:
             if writer == self.name:
-                self.digest_read(msg)
+                self.digest_read(msg, route[3])
             return None, decoded  # bookkeeping, read by the first pass (_index); not an event timers count
         self.events_seen += 1
         if self.stopped or self.watch.parked is not None:
@@ -298,8 +300,7 @@ class AgentCore:
             event = self._decode(msg) if decoded is UNDECODED else decoded  # type: ignore[assignment]
             # A copy of one of its own records (a repeated id) is named, never checked as an output
             # this step no longer writes; a cause the log lost stops the agent (.anomalies).
-            if event is not None and not self.watch.repeated(event):
-                self.watch.check_causes(event)
+            if event is not None and self.watch.take(event):
                 self._own(event)
                 if event.event_type == TIMER_FIRED and event.to == me:
                     return (off, event), event
@@ -314,10 +315,9 @@ class AgentCore:
                     self._decode(msg)  # the caller's decode failed: this one says why
                 if self._decode_error is not None:
                     self.watch.unreadable(off, self._decode_error)
-            elif self.watch.repeated(event):
+            elif not self.watch.take(event):
                 event = None  # a copy: not handled a second time
             else:
-                self.watch.check_causes(event)
                 if event.event_type == RUN_STARTED:
                     # Before any handler runs: a pinned run's handlers only run in an interpreter
                     # that hashes strings as the one that recorded it (set order; swarmlog.runtime.interpreter).

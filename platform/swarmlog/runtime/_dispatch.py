@@ -69,7 +69,7 @@ class Dispatcher:
             self.position = msg.offset() + 1
             digested = self._by_name.get(writer)
             if digested is not None:
-                digested.digest_read(msg)
+                digested.digest_read(msg, route[3])
             return
         seen = self.seen
         self.seen = seen + 1

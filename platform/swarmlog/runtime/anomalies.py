@@ -87,10 +87,17 @@ class Presence:
         self._marks = bytearray()
 
     def mark(self, offset: int) -> None:
-        base = self._base
-        if base is None:
-            base = self._base = offset
-        i = offset - base
+        # Every message of a fold comes through here: one store, and the rare cases apart. Offsets only
+        # ascend from the first, so ``offset - base`` is never negative.
+        try:
+            self._marks[offset - self._base] = 1  # type: ignore[operator]
+        except (IndexError, TypeError):
+            self._grow(offset)
+
+    def _grow(self, offset: int) -> None:
+        if self._base is None:
+            self._base = offset
+        i = offset - self._base
         marks = self._marks
         if i >= len(marks):
             marks.extend(bytes(max(i + 1 - len(marks), 65_536)))
@@ -121,6 +128,25 @@ class Watch:
         self.parked: Anomaly | None = None
         """The input the agent could not read and parked at (:data:`NEWER_SCHEMA`); None: not parked."""
         self._ids: dict[str, int] = {}  # event id -> the offset of the first event with it the agent took
+
+    def take(self, event: Event) -> bool:
+        """Whether the agent may take ``event`` (an input addressed to it, or one of its own records):
+        False for a copy of one it took (:meth:`repeated`); :class:`~swarmlog.errors.HistoryHoles` if a
+        cause names an offset that lost its event. The engine's one call per event it decodes."""
+        off = event.offset
+        if self._ids.setdefault(event.event_id, off) != off:
+            return not self.repeated(event)
+        causes = event.causes
+        if causes:
+            p = self.presence
+            base, marks = p._base, p._marks
+            if base is not None:
+                n = len(marks)
+                for c in causes:
+                    i = c - base
+                    if 0 <= i < n and c < off and not marks[i] or n <= i and c < off:
+                        self.check_causes(event)  # raises, naming every lost one
+        return True
 
     def repeated(self, event: Event) -> bool:
         """Whether ``event`` repeats an id the agent already took (then it is named, and not to be
