@@ -256,6 +256,9 @@ def test_a_writer_upgraded_before_the_readers_parks_its_recipient_visibly_and_no
     old_replay = replay_swarm(settings=settings, swarm=SWARM, registry=registry)
     assert [(a.offset, a.agent, a.kind) for a in old_replay.anomalies if a.kind == "newer_schema"][:1] == \
         [(at, "r2", "newer_schema")]
+    strict = harness.run_cli(settings, "replay", "--swarm", SPEC, "--strict")  # a reader still on v3
+    assert strict.returncode == 3 and "named and not handled" in strict.stdout and f"offset {at}" in strict.stdout, \
+        strict.stdout + strict.stderr
     new_replay = replay_swarm(settings=settings, swarm=SWARM, registry=newer)
     audit += in_mirror
     harness.record(harness.Row(
