@@ -47,7 +47,7 @@ from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.guard import _hook, guarded, hook_in_use
 from swarmlog.log.memory import InMemoryLog
 from swarmlog.replay import replay_swarm
-from swarmlog.runtime import _core, run_agents, start_run
+from swarmlog.runtime import engine, run_agents, start_run
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
@@ -160,15 +160,15 @@ def run(s: Settings | None = None, registry: SchemaRegistry | None = None) -> li
     python_replay = Run("guard.replay_handlers_python_hook", steps)
 
     def replay(which: Run, unguard: bool, python: bool = False) -> None:
-        original = _core.guarded
+        original = engine.guarded
         if unguard:
-            _core.guarded = _unguarded  # type: ignore[assignment]
+            engine.guarded = _unguarded  # type: ignore[assignment]
         try:
             with _python_hook() if python else contextlib.nullcontext():
                 seconds, result = timed(lambda: replay_swarm(settings=settings, swarm=swarm, registry=registry,
                                                              backend=backend))
         finally:
-            _core.guarded = original  # type: ignore[assignment]
+            engine.guarded = original  # type: ignore[assignment]
         assert result.divergences == [] and sum(result.steps.values()) == steps
         which.add(seconds)
         log(f"{which.name}: {steps / seconds:,.0f} steps/s")

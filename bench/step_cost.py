@@ -1,7 +1,7 @@
 """What observing an agent costs per step: the step-latency histogram and the tracing hooks, before and after.
 
 The same recorded log (a 5-agent relay, run live on the in-memory log first) is folded by
-every agent's :class:`~swarmlog.runtime._core.AgentCore`: with nothing observed (before), with a
+every agent's :class:`~swarmlog.runtime.engine.AgentCore`: with nothing observed (before), with a
 :class:`~swarmlog.observe.LatencyHistogram` (after), and with a step tracer that builds every
 step's OpenTelemetry span and hands it to a processor that drops it (tracing on, export aside);
 repetitions interleaved, medians of the process's **CPU time** per step (wall time on a shared
@@ -22,8 +22,8 @@ from swarmlog import InMemoryLog, Swarm
 from swarmlog.observe import LatencyHistogram, tracing
 from swarmlog.protocol import route
 from swarmlog.runtime import run_agents, start_run
-from swarmlog.runtime._core import AgentCore
 from swarmlog.runtime._index import index_log
+from swarmlog.runtime.engine import AgentCore
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings

@@ -451,9 +451,9 @@ def agent_steps_cpu(registry: SchemaRegistry, *, digests: bool) -> float:
 
     from swarmlog.log.memory import MemoryMessage
     from swarmlog.protocol import MESSAGE, route
-    from swarmlog.runtime._core import AgentCore
     from swarmlog.runtime._index import OwnIndex
-    from swarmlog.runtime._worker import _LiveSink
+    from swarmlog.runtime.engine import AgentCore
+    from swarmlog.runtime.sink import LiveSink
     from swarmlog.schema.codec import Decoder, Encoder
 
     enc = Encoder(registry.latest(MESSAGE))
@@ -462,7 +462,7 @@ def agent_steps_cpu(registry: SchemaRegistry, *, digests: bool) -> float:
         value = enc.encode_event(f"s0@{i}#0", "bench", "s0", "s1", [i],
                                  {"kind": "hop", "body": _json.dumps({"chain": i, "ttl": 5}), "urgency": "normal"})
         msgs.append(MemoryMessage(i, value, b"s0", enc.headers(b"s0", b"s1"), 0))
-    sink = _LiveSink(channel=_NoChannel(), registry=registry, agent="s1")  # type: ignore[arg-type]
+    sink = LiveSink(channel=_NoChannel(), registry=registry, agent="s1")  # type: ignore[arg-type]
     core = AgentCore(agent=Hopper("s1"), decoder=Decoder(registry), index=OwnIndex(), live_sink=sink,
                      digest_every=1 if digests else 0)
     sink.core = core

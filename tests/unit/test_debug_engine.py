@@ -20,9 +20,9 @@ from swarmlog.log.memory import InMemoryLog
 from swarmlog.protocol import RUN_FORKED, route
 from swarmlog.replay import replay_swarm
 from swarmlog.runtime import run_agents, start_run
-from swarmlog.runtime._checkpoint import FOLD_FIELDS, WIRING_FIELDS, copy_state, decode_value, encode_value
-from swarmlog.runtime._core import AgentCore
 from swarmlog.runtime._index import index_log
+from swarmlog.runtime.checkpoint import FOLD_FIELDS, WIRING_FIELDS, copy_state, decode_value, encode_value
+from swarmlog.runtime.engine import AgentCore
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -128,7 +128,7 @@ def test_every_attribute_of_the_agent_core_is_either_captured_or_wiring():
     core = AgentCore(agent=swarms.relay_long.agents()[0], decoder=Decoder(registry), index=OwnIndex(),
                      live_sink=None)
     unknown = set(vars(core)) - FOLD_FIELDS - WIRING_FIELDS
-    assert unknown == set(), f"new AgentCore state {unknown}: add it to runtime/_checkpoint.py (capture/restore)"
+    assert unknown == set(), f"new AgentCore state {unknown}: add it to runtime/checkpoint.py (capture/restore)"
 
 
 def test_each_step_shows_the_state_before_and_after_and_the_next_step_starts_where_it_ended(long_log, registry):

@@ -109,9 +109,9 @@ def test_only_the_command_line_process_may_reexecute(monkeypatch):
 
 
 def test_a_snapshot_of_a_pinned_run_is_not_resumed_under_another_seed(registry):
-    from swarmlog.runtime._checkpoint import capture, restore
-    from swarmlog.runtime._core import AgentCore
     from swarmlog.runtime._index import OwnIndex
+    from swarmlog.runtime.checkpoint import capture, restore
+    from swarmlog.runtime.engine import AgentCore
     from swarmlog.schema.codec import Decoder
 
     def core() -> AgentCore:

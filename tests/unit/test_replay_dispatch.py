@@ -14,9 +14,9 @@ from swarmlog.log.memory import InMemoryLog
 from swarmlog.protocol import route
 from swarmlog.replay import replay_swarm
 from swarmlog.runtime import run_agents, start_run
-from swarmlog.runtime._core import AgentCore
 from swarmlog.runtime._dispatch import Dispatcher
 from swarmlog.runtime._index import index_log
+from swarmlog.runtime.engine import AgentCore
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings

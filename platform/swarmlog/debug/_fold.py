@@ -46,9 +46,9 @@ from ..protocol import (
     agent_group,
     parse_step,
 )
-from ..runtime._checkpoint import capture, copy_state, restore
-from ..runtime._core import AgentCore, Divergence
 from ..runtime._index import NO_LIVE_STEPS, OwnIndex
+from ..runtime.checkpoint import capture, copy_state, restore
+from ..runtime.engine import AgentCore, Divergence
 from ..schema.codec import Decoder
 
 logger = logging.getLogger(__name__)
@@ -248,7 +248,7 @@ class SwarmFold:
 
     def __init__(self, *, backend: LogBackend, topic: str, swarm: Swarm, decoder: Decoder, agents: list[str],
                  starts: dict[str, dict[str, Any]] | None = None, last: tuple[int, int] | None = None) -> None:
-        """``starts``: agent -> a :func:`~swarmlog.runtime._checkpoint.capture` to resume that agent from
+        """``starts``: agent -> a :func:`~swarmlog.runtime.checkpoint.capture` to resume that agent from
         (all at one position); ``last``: the (offset, crc32) of the last message folded before it, which
         the log must still hold — else :class:`SnapshotStale` (another log now has this topic's name)."""
         self.backend = backend

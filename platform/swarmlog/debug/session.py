@@ -34,8 +34,8 @@ from ..errors import ConfigurationError, UsageError
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
 from ..runtime import code_version
-from ..runtime._checkpoint import StateNotCapturable, capture, clean, restore
-from ..runtime._core import Divergence
+from ..runtime.checkpoint import StateNotCapturable, capture, clean, restore
+from ..runtime.engine import Divergence
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..protocol import STATE_DIGEST
-from ..runtime._core import Divergence
+from ..runtime.engine import Divergence
 from ._fold import Step
 from .breakpoints import Breakpoint, first_match
 from .logview import LoggedEvent

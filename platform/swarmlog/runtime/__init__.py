@@ -2,18 +2,18 @@
 
 Public face: :func:`start_run`, :func:`run_agents`, :func:`load_swarm`,
 :func:`replay_swarm_log` and their results. The machinery is private:
-``_core`` (one agent's deterministic fold, no I/O), ``_index`` (an agent's first pass
-over a log), ``_digests`` (state digests in the record), ``_statediff`` (what a
+``engine`` (one agent's deterministic fold, no I/O), ``_index`` (an agent's first pass
+over a log), ``digests`` (state digests in the record), ``_statediff`` (what a
 state divergence shows; :class:`LiveStates` is the seam for live states),
 ``_worker`` (a live agent on a channel of the log), ``_replayer`` (a whole swarm's
 code against its log), ``_lookahead`` (the replay's one read of the log, ahead of its fold
 as far as a step needs), ``_processes`` (a replay's agents split across forked processes).
 """
 
-from ._core import Divergence
 from ._replayer import SwarmReplayResult, replay_swarm_log
 from ._statediff import LiveStates, diff_states
 from ._worker import AgentWorker, WorkerResult
+from .engine import Divergence
 from .runner import (
     RunInfo,
     code_version,

@@ -4,8 +4,8 @@ A replayed step needs its recorded effects and LLM calls *while its handler runs
 but the log holds them after the step's input. So one pass ahead of the fold learns,
 for each agent: the last step it recorded outputs for (the ``sl.step`` header, checked
 against the event id in the envelope; no payload decoded), its recorded effects, and its recorded state digests
-(decoded only they; :mod:`._digests`). The live worker uses the last step to know
-where history ends and live work begins (so does the simulator's stepper, ``_stepper``), and compares
+(decoded only they; :mod:`.digests`). The live worker uses the last step to know
+where history ends and live work begins (so does the simulator's stepper, ``driven``), and compares
 each step's state with its recorded digest. :func:`steps_past` serves a swarm replay cut at
 an offset.
 
@@ -28,7 +28,7 @@ from ..events import Event
 from ..log.base import LogBackend
 from ..protocol import RECORDED_EFFECTS, STATE_DIGEST, parse_step
 from ..schema.codec import Decoder
-from ._digests import DigestRecord, RecordedDigests
+from .digests import DigestRecord, RecordedDigests
 
 NO_LIVE_STEPS = sys.maxsize
 """``OwnIndex.last_step`` of a replay (the swarm replayer's, the debugger's): every recorded output is

@@ -3,7 +3,7 @@
 Internal; the swarm replayer (``_replayer``) folds through it. A replayed step needs two
 records its agent wrote *after* the step's input: its recorded effects and LLM calls (while
 the handler runs) and its state digest (right after). Both lie in the agent's transaction
-that holds the step's outputs, the digest record last in it (``_digests``). The replayer
+that holds the step's outputs, the digest record last in it (``digests``). The replayer
 used to read the whole log twice for them, an index pass (``_index``) and then the fold;
 here every message is read once:
 
@@ -45,8 +45,8 @@ from ..guard import allowed
 from ..log.base import BATCH, LogBackend
 from ..protocol import H_STEP, RECORDED_EFFECTS, STATE_DIGEST, Headers, Route, parse_step
 from ..schema.codec import Decoder
-from ._digests import DigestRecord, RecordedDigests
 from ._index import NO_LIVE_STEPS, OwnIndex
+from .digests import DigestRecord, RecordedDigests
 
 logger = logging.getLogger(__name__)
 

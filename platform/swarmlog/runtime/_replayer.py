@@ -5,7 +5,7 @@ Internal; the public entry point is :func:`swarmlog.replay.replay_swarm`.
 Every agent's handlers re-run, in offset order, on the inputs the log recorded;
 effects and LLM calls are served from the log; every output is compared with the
 one the log recorded for that step, and every step's resulting state with the
-digest the live agent recorded for it (``_digests``). Nothing is written. With the
+digest the live agent recorded for it (``digests``). Nothing is written. With the
 code that made the log, the result is the live state hashes and no divergence. With
 changed code, it says where the changed program first diverges, and the state it
 would have reached on the same inputs: a "what if" on a production failure.
@@ -36,11 +36,11 @@ from ..protocol import agent_group
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from . import _lookahead, _processes
-from ._core import AgentCore, Divergence
 from ._dispatch import Dispatcher
 from ._index import steps_past
 from ._lookahead import Lookahead
 from ._statediff import LiveStates
+from .engine import AgentCore, Divergence
 
 logger = logging.getLogger(__name__)
 

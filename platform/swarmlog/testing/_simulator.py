@@ -1,9 +1,9 @@
 """The simulator: a swarm's unchanged agents in one thread on the in-memory log, one chosen step at a time.
 
-Each agent is the runtime's own: an :class:`~swarmlog.runtime._core.AgentCore` (the same
+Each agent is the runtime's own: an :class:`~swarmlog.runtime.engine.AgentCore` (the same
 ``ctx``, the same determinism guard, the same timers) on a transactional channel of an
 :class:`~swarmlog.log.InMemoryLog`, its outputs encoded by the live worker's sink, one
-transaction per step — driven by :class:`~swarmlog.runtime._stepper.AgentStepper`. So
+transaction per step — driven by :class:`~swarmlog.runtime.driven.DrivenAgent`. So
 the log a simulated run leaves has the bytes, headers, ids and offsets the real runtime
 would have written for the same interleaving: it replays with ``replay_swarm`` and,
 copied to Kafka (:mod:`swarmlog.testing._export`), with ``swarmlog replay --swarm``.
@@ -51,9 +51,9 @@ from ..llm import completion
 from ..log.memory import InMemoryLog
 from ..protocol import HTTP_EXCHANGE, TIMER_CANCELLED
 from ..runtime import start_run
-from ..runtime._core import Timer
 from ..runtime._index import OwnIndex
-from ..runtime._stepper import AgentStepper
+from ..runtime.driven import DrivenAgent
+from ..runtime.engine import Timer
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
@@ -225,8 +225,8 @@ class Simulator:
         self._check(run)
         return run
 
-    def _stepper(self, log: InMemoryLog, agent: Agent, chooser: Chooser, *, fresh: bool) -> AgentStepper:
-        cell: list[AgentStepper] = []
+    def _stepper(self, log: InMemoryLog, agent: Agent, chooser: Chooser, *, fresh: bool) -> DrivenAgent:
+        cell: list[DrivenAgent] = []
 
         def now() -> int:
             return cell[0].core.ctx.now()
@@ -244,14 +244,14 @@ class Simulator:
 
         # A new run's log holds its start and nothing else: nothing for a first pass to find. A later
         # life (after a crash) indexes the log and rebuilds from offset zero, as the worker does.
-        stepper = AgentStepper(backend=log, topic=SIM_TOPIC, agent=agent, decoder=self.decoder,
+        stepper = DrivenAgent(backend=log, topic=SIM_TOPIC, agent=agent, decoder=self.decoder,
                                llm_client=_ModelLLM(self.llm, chooser, name, now), run_effect=run_effect,
                                encoders=self.encoders, index=OwnIndex() if fresh else None)
         cell.append(stepper)
         return stepper
 
     @staticmethod
-    def _hold(stepper: AgentStepper) -> Callable[[Any], bool]:
+    def _hold(stepper: DrivenAgent) -> Callable[[Any], bool]:
         name = stepper.name
 
         def hold(r: Any) -> bool:
@@ -259,7 +259,7 @@ class Simulator:
 
         return hold
 
-    def _perform(self, log: InMemoryLog, clock: list[int], steppers: list[AgentStepper], chooser: Chooser,
+    def _perform(self, log: InMemoryLog, clock: list[int], steppers: list[DrivenAgent], chooser: Chooser,
                  crashes_left: list[int], snapshots: list[str], options: list[_Option], c: int, number: int) -> Step:
         o = options[c]
         s = steppers[o.agent]
@@ -339,7 +339,7 @@ class Simulator:
         return exhaust(self, limit=limit)
 
 
-def _options(steppers: list[AgentStepper], crashes: bool) -> list[_Option]:
+def _options(steppers: list[DrivenAgent], crashes: bool) -> list[_Option]:
     """What can happen next, the default first (see the module)."""
     opts: list[_Option] = []
     for i, s in enumerate(steppers):
@@ -361,7 +361,7 @@ def _options(steppers: list[AgentStepper], crashes: bool) -> list[_Option]:
     return opts
 
 
-def _label(steppers: list[AgentStepper], o: _Option) -> str:
+def _label(steppers: list[DrivenAgent], o: _Option) -> str:
     """A short description of an option (what a chosen step was chosen over)."""
     s = steppers[o.agent]
     if o.kind == "fire":

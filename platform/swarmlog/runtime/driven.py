@@ -1,11 +1,11 @@
 """One agent driven a step at a time, in one thread: the seam a simulator drives a swarm through.
 
-Internal. The live worker (``_worker``) reads batches and runs each step as soon as it
-has read its input; what happens *between* agents is up to the machine. An
-:class:`AgentStepper` runs the same agent on the same machinery — an :class:`AgentCore`
-on an :class:`~swarmlog.log.base.AgentChannel`, its outputs encoded and written by the
-worker's own live sink, one transaction per step committed with the agent's position —
-and leaves the *when* to its caller:
+Public inside the package (the simulator, :mod:`swarmlog.testing`). The live worker
+(``_worker``) reads batches and runs each step as soon as it has read its input; what
+happens *between* agents is up to the machine. A :class:`DrivenAgent` runs the same agent on
+the same machinery — an :class:`AgentCore` on an :class:`~swarmlog.log.base.AgentChannel`,
+its outputs encoded and written by the worker's own live sink, one transaction per step
+committed with the agent's position — and leaves the *when* to its caller:
 
 * :meth:`advance` reads the agent's next messages until one makes a live step due
   (:attr:`due`, not yet run) or the committed end of the log. Messages that make no
@@ -40,17 +40,21 @@ from ..events import Event
 from ..log.base import BATCH, LogBackend
 from ..protocol import Route, route
 from ..schema.codec import Decoder, Encoder
-from ._core import AgentCore, Timer
 from ._index import OwnIndex, index_log
-from ._worker import _LiveSink
+from .engine import AgentCore, Timer
+from .sink import LiveSink
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DrivenAgent",
+]
 
 _FOREVER_MS = 1 << 62
 """A time past every timeout: what is armed is what would be due then."""
 
 
-class AgentStepper:
+class DrivenAgent:
     """One live agent of ``topic`` on ``backend``, stepped by its caller (see the module)."""
 
     def __init__(self, *, backend: LogBackend, topic: str, agent: Agent, decoder: Decoder, llm_client: Any = None,
@@ -68,7 +72,7 @@ class AgentStepper:
             index = indexes[name]
         self.start_end = start_end
         """The log end this life found at start: it fires nothing before it has read that far."""
-        self.sink = _LiveSink(channel=self.channel, registry=decoder.registry, agent=name, encoders=encoders)
+        self.sink = LiveSink(channel=self.channel, registry=decoder.registry, agent=name, encoders=encoders)
         self.core = AgentCore(agent=agent, decoder=decoder, index=index, live_sink=self.sink, llm_client=llm_client,
                               strict=True, run_effect=run_effect)
         self.sink.core = self.core

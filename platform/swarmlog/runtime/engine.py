@@ -1,8 +1,11 @@
 """One agent's fold over the log: routing, steps, timers, and checking against the record.
 
-Internal. Both the live worker (``_worker``) and the swarm replayer
-(``_replayer``) drive an :class:`AgentCore` message by message, in offset order;
-it knows nothing of Kafka (``tests/unit`` drive it over a recorded log).
+The engine of the runtime, public inside the package: every tool that runs an agent's
+code over a log drives an :class:`AgentCore` message by message, in offset order — the
+live worker (``_worker``), the swarm replayer (``_replayer``), the debugger
+(:mod:`swarmlog.debug`) and the simulator (through :mod:`.driven`). It knows nothing of
+Kafka (``tests/unit`` drive it over a recorded log), and what it needs of the recorded
+history it asks one seam (:mod:`.history`).
 
 **Live or replayed.** Every step is either *live* (its outputs go into the
 agent's Kafka transaction) or *replayed* (its outputs are checked against what
@@ -30,7 +33,7 @@ the handler runs when the ``timer.fired`` event is read back from the log, at
 its fixed place in the total order.
 
 **State.** After each step the agent's state is digested: a live step's digest goes
-into the record (:mod:`._digests`), a replayed step's is compared with the recorded
+into the record (:mod:`.digests`), a replayed step's is compared with the recorded
 one right away, so a state that departs without any output departing is a
 :class:`~swarmlog.errors.StateDiverged` at the step where it first departs. Digest
 records are bookkeeping, not events of the swarm: logical timers do not count them.
@@ -65,11 +68,19 @@ from ..protocol import (
     parse_step,
 )
 from ..schema.codec import Decoder
-from ._digests import DigestRecord, DigestRecorder, state_digest
 from ._index import OwnIndex
 from ._statediff import LiveStates, diff_states
+from .digests import DigestRecord, DigestRecorder, state_digest
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "KINDS",
+    "UNDECODED",
+    "AgentCore",
+    "Divergence",
+    "Timer",
+]
 
 
 _TIMER_TYPES = frozenset({TIMER_SET, TIMER_CANCELLED, TIMER_FIRED})
@@ -235,7 +246,7 @@ class AgentCore:
         """Fold one message up to its step: the step it makes due, as ``(offset, input)``, or None.
 
         :meth:`process` runs the step at once; a single-threaded driver that chooses when
-        each agent's step happens (the simulator, :mod:`swarmlog.runtime._stepper`) calls
+        each agent's step happens (the simulator, :mod:`swarmlog.runtime.driven`) calls
         :meth:`step` later, and reads nothing more for this agent until it has. ``input`` is
         None for a step that only fires logical timers.
         """

@@ -1,11 +1,12 @@
 """State digests in the record: what an agent's state was after its steps, written beside its outputs.
 
-Internal. Nondeterminism that reaches an output is caught by comparing outputs; the
-kind that reaches only an agent's state (``id()`` ordering, a C extension's value, a
-set of objects iterated in address order) would be invisible. So the live agent
-records, for its steps, the sha256 of its state's canonical JSON (the same digest as
-:func:`swarmlog.hashing.state_hash`), and every replay and every restart recomputes it
-at the same step and compares (:class:`~swarmlog.errors.StateDiverged`).
+Public inside the package (the replay token reads the records too). Nondeterminism that
+reaches an output is caught by comparing outputs; the kind that reaches only an agent's
+state (``id()`` ordering, a C extension's value, a set of objects iterated in address order)
+would be invisible. So the live agent records, for its steps, the sha256 of its state's
+canonical JSON (the same digest as :func:`swarmlog.hashing.state_hash`), and every replay
+and every restart recomputes it at the same step and compares
+(:class:`~swarmlog.errors.StateDiverged`).
 
 **Where and when.** One ``state.digest`` record per transaction, written last in it,
 after the batch's outputs: the digests commit exactly when the steps they describe do
@@ -39,6 +40,14 @@ from typing import Any
 
 from ..errors import StateNotSerialisable
 from ..hashing import canonical_json, sha256_digest
+
+__all__ = [
+    "DIGEST_SIZE",
+    "DigestRecord",
+    "DigestRecorder",
+    "RecordedDigests",
+    "state_digest",
+]
 
 DIGEST_SIZE = 32
 

@@ -1,13 +1,13 @@
 """An agent's fold, captured at an offset and restored later: the ground snapshots stand on.
 
-Internal. An :class:`~swarmlog.runtime._core.AgentCore` that has read the log up to
-offset N is more than ``agent.state``: its timers (a logical timer counts events
-seen, a wall-clock one carries its due time), the outputs of replayed steps still
-waiting for their recorded counterparts, how many events and steps it has seen, the
-run's seed. :func:`capture` writes all of that as plain JSON-able data and
-:func:`restore` puts it back into a fresh core, so that folding the rest of the log
-from there gives exactly what folding the whole log gives (``tests/unit/
-test_debug_engine.py::test_snapshot_plus_tail_equals_full_replay``).
+Public inside the package (the debugger's snapshots and cursors). An
+:class:`~swarmlog.runtime.engine.AgentCore` that has read the log up to offset N is more
+than ``agent.state``: its timers (a logical timer counts events seen, a wall-clock one
+carries its due time), the outputs of replayed steps still waiting for their recorded
+counterparts, how many events and steps it has seen, the run's seed. :func:`capture` writes
+all of that as plain JSON-able data and :func:`restore` puts it back into a fresh core, so
+that folding the rest of the log from there gives exactly what folding the whole log gives
+(``tests/unit/ test_debug_engine.py::test_snapshot_plus_tail_equals_full_replay``).
 
 ``FOLD_FIELDS`` and ``WIRING_FIELDS`` together name every attribute of an
 ``AgentCore``; a unit test fails when the core gains one that neither names, so a new
@@ -26,7 +26,21 @@ from .. import interpreter
 from ..context import Output
 from ..errors import SwarmlogError
 from ..hashing import state_hash
-from ._core import AgentCore, Divergence, Timer
+from .engine import AgentCore, Divergence, Timer
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "FOLD_FIELDS",
+    "WIRING_FIELDS",
+    "CheckpointUnreadable",
+    "StateNotCapturable",
+    "capture",
+    "clean",
+    "copy_state",
+    "decode_value",
+    "encode_value",
+    "restore",
+]
 
 CHECKPOINT_FORMAT = 1
 """Bump when what :func:`capture` writes changes meaning; older captures are then refused."""
