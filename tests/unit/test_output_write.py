@@ -20,8 +20,8 @@ from swarmlog import Agent, on_message
 from swarmlog.guard import ForbiddenCall
 from swarmlog.log.memory import MemoryMessage
 from swarmlog.protocol import H_TO, H_TYPE, MESSAGE
-from swarmlog.runtime._index import OwnIndex
 from swarmlog.runtime.engine import AgentCore
+from swarmlog.runtime.history import NoHistory
 from swarmlog.runtime.sink import LiveSink
 from swarmlog.schema.codec import Decoder, Encoder
 
@@ -76,7 +76,7 @@ def _step(registry: Any, body: str, channel: _Channel | None = None,
     channel = channel or _Channel()
     decoder = Decoder(registry)
     sink = LiveSink(channel=channel, registry=registry, agent="a")  # type: ignore[arg-type]
-    core = AgentCore(agent=agent("a"), decoder=decoder, index=OwnIndex(), live_sink=sink)
+    core = AgentCore(agent=agent("a"), decoder=decoder, history=NoHistory(), live_sink=sink)
     sink.core = core
     core.ctx.set_run(run_id="r", seed=1)
     enc = Encoder(registry.latest(MESSAGE))

@@ -6,10 +6,10 @@ group consumer, :mod:`swarmlog.kafka.channel`):
 
 1. **Fence.** Opening the agent's channel aborts whatever a previous life left open
    and fences it off: a zombie of this agent can no longer commit anything.
-2. **Index.** One pass over the log (``_index``): the highest step that has recorded
-   outputs, and the recorded effects.
+2. **History.** A first pass over the log (:func:`.history.first_pass`): the highest step
+   that has recorded outputs, the recorded effects and state digests.
 3. **Rebuild, then live.** The agent always reads from offset zero (whatever its
-   group's committed offset says: restart *is* rebuild). Steps up to the indexed one
+   group's committed offset says: restart *is* rebuild). Steps up to its last recorded one
    are replayed and checked against the log; later steps run live. Nothing an earlier
    life wrote is written again.
 4. **One batch, one transaction.** Live outputs, recorded effects and LLM calls, and
@@ -53,8 +53,8 @@ from ..observe import Family, LatencyHistogram, tracing
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
-from ._index import index_log
 from .engine import AgentCore
+from .history import first_pass
 from .sink import LiveSink
 
 logger = logging.getLogger(__name__)
@@ -169,13 +169,14 @@ class AgentWorker:
         # another state than the run's, silently. Refuse before anything is written.
         require_complete_history(self.backend, self.topic)
         channel.fence()
-        indexes, start_end = index_log(backend=self.backend, topic=self.topic, decoder=self.decoder, agents=[name])
-        index = indexes[name]
+        histories, start_end = first_pass(backend=self.backend, topic=self.topic, decoder=self.decoder,
+                                          agents=[name])
+        history = histories[name]
         self.start_end = start_end
         logger.info("agent %s: rebuild started from offset 0 up to the log end %d (its last recorded step: %d)",
-                    name, start_end, index.last_step)
+                    name, start_end, history.last_step)
         sink = self._sink = LiveSink(channel=channel, registry=self.registry, agent=name)
-        core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, index=index, live_sink=sink,
+        core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, history=history, live_sink=sink,
                                      llm_client=self.swarm.llm, strict=True,
                                      digest_every=self.settings.state_digest_every)
         core.step_latency = self.step_latency
@@ -188,7 +189,7 @@ class AgentWorker:
         self._reported_steps = 0
         self._committed_to = -1
         try:
-            with fewer_collections():  # a state, an index and batches alive, garbage acyclic: see _hotloop
+            with fewer_collections():  # a state, its history and batches alive, garbage acyclic: see _hotloop
                 while not self.stop_event.is_set():
                     self._turn(channel, sink, core, start_end)
             self._stop_cleanly(channel, sink, core, start_end)
@@ -233,7 +234,7 @@ class AgentWorker:
             self._at_end = True
         # By the envelope alone: a live agent routes by no header, so none can steer it, and it
         # pays for each of the many messages that are not its business the least it can. (Its
-        # first pass, _index, routes by the headers, and checks every one against the envelope.)
+        # first pass, .history, routes by the headers, and checks every one against the envelope.)
         route = self.decoder.envelope_route
         for m in msgs:
             core.process(m, route(m))

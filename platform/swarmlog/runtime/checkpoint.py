@@ -51,15 +51,15 @@ FOLD_FIELDS = frozenset({
 })
 """Core attributes that are the fold's state (beside ``agent.state`` and the ``ctx``'s run)."""
 WIRING_FIELDS = frozenset({
-    "agent", "name", "decoder", "index", "ctx", "live_sink", "verify_sink", "strict", "on_divergence", "reach",
-    "past_cut", "_handled", "_raised", "step_latency", "tracer", "recorder", "live_states",
+    "agent", "name", "decoder", "history", "ctx", "live_sink", "verify_sink", "strict", "on_divergence",
+    "_handled", "_raised", "_held", "step_latency", "tracer", "recorder", "live_states",
 })
 """Core attributes that are how it is wired (or derived from the wiring), set up anew by whoever builds it.
-``reach`` is how far the live agent got, asked of its group; ``past_cut`` what a replay's cut leaves out;
-``_raised`` is only ever set by a strict replay; ``step_latency`` is the live worker's histogram and ``tracer``
-its spans (what the process observes, not what the fold is); ``recorder`` holds a live agent's digests until
-its transaction commits (None in a replay, which snapshots are of); ``live_states`` is where a replay may ask
-for the live run's states."""
+``history`` is what the agent recorded, read from the log from the capture's position on (:mod:`.history`);
+``_raised`` and ``_held`` are only ever set by a strict fold; ``step_latency`` is the live worker's histogram
+and ``tracer`` its spans (what the process observes, not what the fold is); ``recorder`` holds a live agent's
+digests until its transaction commits (None in a replay, which snapshots are of); ``live_states`` is where a
+replay may ask for the live run's states."""
 
 
 class StateNotCapturable(SwarmlogError):

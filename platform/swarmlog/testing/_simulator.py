@@ -51,9 +51,9 @@ from ..llm import completion
 from ..log.memory import InMemoryLog
 from ..protocol import HTTP_EXCHANGE, TIMER_CANCELLED
 from ..runtime import start_run
-from ..runtime._index import OwnIndex
 from ..runtime.driven import DrivenAgent
 from ..runtime.engine import Timer
+from ..runtime.history import NoHistory
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
@@ -243,10 +243,11 @@ class Simulator:
             return answer(model, args, chooser, f"effect {effect!r} of {name} at {now()}")
 
         # A new run's log holds its start and nothing else: nothing for a first pass to find. A later
-        # life (after a crash) indexes the log and rebuilds from offset zero, as the worker does.
+        # life (after a crash) reads its history first and rebuilds from offset zero, as the worker does.
         stepper = DrivenAgent(backend=log, topic=SIM_TOPIC, agent=agent, decoder=self.decoder,
                                llm_client=_ModelLLM(self.llm, chooser, name, now), run_effect=run_effect,
-                               encoders=self.encoders, index=OwnIndex() if fresh else None)
+                               encoders=self.encoders, history=NoHistory() if fresh else None,
+                               digest_every=self.settings.state_digest_every)
         cell.append(stepper)
         return stepper
 
