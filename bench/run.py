@@ -34,7 +34,7 @@ from .replay import start_probe_server
 
 BENCH_DIR = Path(__file__).resolve().parent
 BENCHMARKS = ("append", "replay", "replay_swarm", "cli", "sink", "sink_many", "swarm", "hop", "llm_clients",
-              "snapshots", "timetravel", "simulate", "guard", "route")
+              "frameworks", "snapshots", "timetravel", "simulate", "guard", "route")
 
 # (column title, key, format)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (

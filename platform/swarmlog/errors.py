@@ -650,3 +650,20 @@ class ScheduleMismatch(ConfigurationError):
         super().__init__(f"the schedule takes option {choice} at decision {decision}, where the swarm has only "
                          f"{options} option(s): it was recorded on other code or another swarm. Explore again "
                          f"with this code to get a schedule for it")
+
+
+# --- integrations ------------------------------------------------------------------
+
+
+class MirrorBehind(SwarmlogError):
+    """A reader that must see its own writes waited for the Postgres mirror in vain (the sink is
+    stopped, or far behind): LangGraph's checkpointer (:mod:`swarmlog.integrations.langgraph`)."""
+
+    def __init__(self, *, topic: str, written: int, mirrored: int, waited_s: float) -> None:
+        self.topic = topic
+        self.written = written
+        self.mirrored = mirrored
+        self.waited_s = waited_s
+        super().__init__(f"the mirror of topic {topic!r} has not reached offset {written} (this process's last "
+                         f"write) after {waited_s:g} s: it is at {mirrored}. Is `swarmlog sink` running for this "
+                         f"topic (`swarmlog mirror status`, the sink's /readyz)? The write itself is in the log")

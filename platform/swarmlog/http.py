@@ -99,15 +99,18 @@ class HTTPRequestDiverged(EffectDiverged):
     """
 
     def __init__(self, *, offset: int | None, agent: str | None, method: str, url: str, part: str,
-                 recorded_value: Any, replayed_value: Any) -> None:
+                 recorded_value: Any, replayed_value: Any, about: str | None = None) -> None:
         self.method = method
         self.url = url
         self.part = part
         self.recorded_value = recorded_value
         self.replayed_value = replayed_value
+        self.about = about
+        """What the differing part is, when the body says (``the result of tool 'word_count' (call ...)``)."""
+        where = f"{part} ({about})" if about else part
         super().__init__(
             offset=offset, agent=agent,
-            detail=(f"the HTTP request {method} {url} differs from the recorded one at {part}: "
+            detail=(f"the HTTP request {method} {url} differs from the recorded one at {where}: "
                     f"recorded {_show(recorded_value)}, now {_show(replayed_value)}. Fix the handler, "
                     f"or replay with the code that made the log"),
             recorded={"method": method, "url": url, "part": part, "value": recorded_value},
@@ -257,6 +260,48 @@ def _first_difference(a: Any, b: Any, path: str) -> tuple[str, Any, Any] | None:
     return None
 
 
+_ITEM = re.compile(r"^body\.(messages|input)\[(\d+)\](?:\.content\[(\d+)\])?")
+
+
+def _tool_result_named(body: Any, part: str) -> str | None:
+    """Which tool's result a differing part of a model request is, when it is one: the tool's name is
+    in the call the model made earlier in the same conversation. OpenAI's chat completions (a ``tool``
+    message), its Responses API (a ``function_call_output`` item) and Anthropic's messages (a
+    ``tool_result`` block): a changed tool is then named, not only a path."""
+    m = _ITEM.match(part)
+    if m is None or not isinstance(body, dict) or not isinstance(body.get(m.group(1)), list):
+        return None
+    items, i = body[m.group(1)], int(m.group(2))
+    item = items[i] if i < len(items) else None
+    if not isinstance(item, dict):
+        return None
+    call_id = None
+    if item.get("role") == "tool":
+        call_id = item.get("tool_call_id")
+    elif item.get("type") == "function_call_output":
+        call_id = item.get("call_id")
+    elif m.group(3) is not None and isinstance(item.get("content"), list):
+        blocks = item["content"]
+        j = int(m.group(3))
+        if j < len(blocks) and isinstance(blocks[j], dict) and blocks[j].get("type") == "tool_result":
+            call_id = blocks[j].get("tool_use_id")
+    if call_id is None:
+        return None
+    for earlier in reversed(items[:i]):
+        if not isinstance(earlier, dict):
+            continue
+        content = earlier.get("content")
+        calls = [*(earlier.get("tool_calls") or ()), earlier, *(content if isinstance(content, list) else ())]
+        for call in calls:
+            if not isinstance(call, dict):
+                continue
+            if call.get("id") == call_id and isinstance(call.get("function"), dict):
+                return f"the result of tool {call['function'].get('name')!r} (call {call_id})"
+            if call.get("type") in ("function_call", "tool_use") and call_id in (call.get("call_id"), call.get("id")):
+                return f"the result of tool {call.get('name')!r} (call {call_id})"
+    return f"the result of tool call {call_id}"
+
+
 def _show(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
     return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "..."
@@ -355,8 +400,9 @@ class RecordedHTTP:
                                            _comparable_body(sent.body, sent.headers), "body")
         if difference is not None:
             part, was, now = difference
+            about = _tool_result_named(_comparable_body(sent.body, sent.headers), part)
             raise HTTPRequestDiverged(offset=self.ctx.now(), agent=self.ctx.agent, method=sent.method, url=sent.url,
-                                      part=part, recorded_value=was, replayed_value=now)
+                                      part=part, recorded_value=was, replayed_value=now, about=about)
 
     def _live(self, request: Any, sent: _Sent, secret_headers: list[tuple[str, str]]) -> dict[str, Any]:
         """Send the request (retrying what is worth it); the exchange as recorded. The real values

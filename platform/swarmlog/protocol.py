@@ -45,6 +45,11 @@ RUN_FORKED = "run.forked"
 STATE_DIGEST = "state.digest"
 """An agent's state after its steps, as digests (:mod:`swarmlog.runtime.digests`): written in
 the same transaction as those steps' outputs, and at every clean stop."""
+LANGGRAPH_CHECKPOINT = "langgraph.checkpoint"
+LANGGRAPH_WRITES = "langgraph.writes"
+LANGGRAPH_DELETED = "langgraph.deleted"
+"""LangGraph's checkpointer on the log (:mod:`swarmlog.integrations.langgraph`): a checkpoint, a task's
+pending writes, and checkpoints taken out of view. Written by the checkpointer, handled by no agent."""
 
 RECORDED_EFFECTS = frozenset({EFFECT_RECORDED, LLM_CALL, HTTP_EXCHANGE})
 """Recorded I/O: run live once, served from the log on every replay. A handler needs the

@@ -299,3 +299,22 @@ def test_a_body_that_cannot_be_decoded_is_recorded_as_a_failure_and_replayed_as_
     with pytest.raises(httpx2.DecodingError):
         http.get("https://api.example.com/v1/models")
     assert core.live_requests == 0
+
+
+@pytest.mark.parametrize(("body", "part", "named"), [
+    ({"messages": [{"role": "user", "content": "q"},
+                   {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "word_count"}}]},
+                   {"role": "tool", "tool_call_id": "c1", "content": "4"}]},
+     "body.messages[2].content", "the result of tool 'word_count' (call c1)"),
+    ({"input": [{"type": "function_call", "call_id": "c2", "name": "fetch_page", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c2", "output": "page"}]},
+     "body.input[1].output", "the result of tool 'fetch_page' (call c2)"),
+    ({"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t3", "name": "get_weather"}]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t3", "content": "sunny"}]}]},
+     "body.messages[1].content[0].content", "the result of tool 'get_weather' (call t3)"),
+    ({"messages": [{"role": "user", "content": "q"}]}, "body.messages[0].content", None),
+])
+def test_a_differing_tool_result_in_a_model_request_is_named_by_its_tool(body, part, named):
+    from swarmlog.http import _tool_result_named
+
+    assert _tool_result_named(body, part) == named

@@ -23,7 +23,8 @@ PUBLIC = {
         "DatabasePermissionDenied", "Divergence", "EffectDiverged", "EffectFailed", "Event", "EventFate", "EventLog",
         "EventNotFound", "ForkPointInsideStep", "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed",
         "HTTPRequestDiverged", "HashSeedMismatch", "HistoryIncomplete", "InMemoryLog", "InvalidEvent",
-        "InvalidSetting", "InvalidToken", "KafkaHandshakeFailed", "KafkaOperationFailed", "MirrorMigrationFailed",
+        "InvalidSetting", "InvalidToken", "KafkaHandshakeFailed", "KafkaOperationFailed", "MirrorBehind",
+        "MirrorMigrationFailed",
         "MirrorNotMigrated", "MissingDependency", "NoRunStarted", "NondeterminismError", "OutsideStep",
         "ReadFailed", "ReplayResult", "RoutingHeaderMismatch", "RunAlreadyRecorded", "RunNotStarted",
         "ScheduleMismatch", "SchemaClash", "SchemaError", "SchemaNotFound", "ServiceUnavailable", "Settings",
@@ -41,6 +42,7 @@ PUBLIC = {
     ],
     "swarmlog.debug.timeline": ["ROW_KINDS", "Row", "Timeline", "build_timeline", "from_graph", "render_html",
                                 "render_text", "write_html"],
+    "swarmlog.integrations.langgraph": ["SwarmlogSaver"],
     "swarmlog.kafka": [
         "KafkaBackend", "LogReader", "TOPIC_CONFIG", "TopicInfo", "committed_offset", "create_topic",
         "describe_topic", "group_members", "high_watermark", "require_single_partition", "reset_group",
@@ -192,7 +194,8 @@ def test_the_engines_public_modules_say_what_they_export():
 # --- one home for each protocol detail ----------------------------------------------------------
 
 EVENT_TYPES = ("run.started", "agent.message", "timer.set", "timer.fired", "timer.cancelled", "effect.recorded",
-               "llm.call", "handler.failed", "state.digest")
+               "llm.call", "handler.failed", "state.digest", "langgraph.checkpoint", "langgraph.writes",
+               "langgraph.deleted")
 HEADERS = ("sl.type", "sl.v", "sl.agent", "sl.to", "sl.step")
 PROTOCOL = PACKAGE / "protocol.py"
 

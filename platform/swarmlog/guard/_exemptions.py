@@ -34,6 +34,8 @@ anything), walking outward from the caller once:
   profile hook at all. A call made by a debugger's frame, or by the standard library for one,
   passes; never with handler code between the call and the debugger (``pdb.runcall(handler)``
   stays guarded).
+* **Credential discovery** (:data:`CREDENTIAL_DISCOVERY`): an SDK reading its credential files while a
+  client is built; what it finds goes only into redacted, never compared, request headers.
 * **Trusted libraries** (:data:`TRUSTED_LIBRARIES`): an HTTP client or SDK reading the clock, the
   environment or OS entropy for its own bookkeeping, decided by the nearest frame outside the
   standard library (so a user's callback called by httpx is the user's, not httpx's).
@@ -52,7 +54,8 @@ import weakref
 
 from .table import Row
 
-__all__ = ["DEBUGGER_MODULES", "LIBRARY_SETUP", "TRUSTED_KINDS", "TRUSTED_LIBRARIES", "exemption", "trust_library"]
+__all__ = ["CREDENTIAL_DISCOVERY", "DEBUGGER_MODULES", "FRAMEWORKS", "LIBRARY_SETUP", "TRUSTED_KINDS",
+           "TRUSTED_LIBRARIES", "exemption", "trust_library"]
 
 # HTTP clients and the SDKs built on them read the clock and OS entropy for their own
 # bookkeeping while a handler uses ctx.http(): timeouts and timings, retry jitter and backoff,
@@ -67,10 +70,34 @@ __all__ = ["DEBUGGER_MODULES", "LIBRARY_SETUP", "TRUSTED_KINDS", "TRUSTED_LIBRAR
 # still fails at its first connect.
 # swarmlog's own tracing times a step's recorded calls from inside the handler (when each asks
 # for its record and when it writes it); the times go only into spans, never into the step.
+#
+# The agent frameworks swarmlog integrates (swarmlog.integrations) do the same for their own bookkeeping, so
+# a user of a supported framework writes no trust_library line. LangGraph and LangChain: the environment
+# (LANGCHAIN_*/LANGSMITH_* tracing switches, OPENAI_API_KEY and OPENAI_BASE_URL read by ChatOpenAI's
+# defaults), run ids for callbacks (uuid4), checkpoint ids and timestamps (uuid6: the clock and entropy),
+# and callback timings. What of it reaches the handler is ids, never decisions: the ids of messages the
+# graph makes itself (add_messages gives an id-less message a uuid4) and of checkpoints; what reaches
+# the log (requests, outputs) is compared on replay, and an id kept in state is a state divergence
+# (docs/integrations/langgraph.md says to keep them out of state). Threads stay refused for them too:
+# LangGraph's prebuilt ToolNode runs tools on a thread pool (a sync graph runs its tools in a node of
+# its own; an async one on the step's loop).
+FRAMEWORKS: dict[str, frozenset[str]] = {
+    "langgraph": frozenset({"langgraph", "langchain_core", "langchain_openai", "langsmith"}),
+}
+"""Per supported framework, the packages whose own clock, environment, machine and entropy reads pass."""
+
 TRUSTED_LIBRARIES: set[str] = {"httpx", "httpx2", "httpcore", "httpcore2", "openai", "anthropic", "opentelemetry",
-                               "http.cookiejar", "swarmlog.observe.tracing"}
+                               "http.cookiejar", "swarmlog.observe.tracing", *FRAMEWORKS["langgraph"]}
 """Packages (or exact modules) whose own clock, environment, machine and entropy reads pass inside handlers."""
 TRUSTED_KINDS = frozenset({"clock", "timezone", "random", "entropy", "environment", "machine"})
+
+CREDENTIAL_DISCOVERY = ("anthropic.lib.credentials",)
+"""Modules of SDKs that find their credentials in files: anthropic (2.17 on) reads its active profile
+(``~/.config/anthropic/active_config`` and the profile it names) whenever a client is built, key given
+or not. What they find only goes into credential headers, which recorded HTTP redacts and never compares,
+so their reads of files (as of the environment) pass; a file read by the handler, or by any other module
+of the SDK, does not."""
+CREDENTIAL_KINDS = frozenset({"files", "environment", "machine"})
 
 
 def trust_library(package: str) -> None:
@@ -166,5 +193,7 @@ def exemption(row: Row, caller: types.FrameType | None, base: types.FrameType | 
                 nearest = module
                 if row.kind in TRUSTED_KINDS and _is_trusted(module):
                     return "trusted"
+                if row.kind in CREDENTIAL_KINDS and module.startswith(CREDENTIAL_DISCOVERY):
+                    return "credentials"
         f = f.f_back
     return None
