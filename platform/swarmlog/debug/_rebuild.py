@@ -111,10 +111,13 @@ class Rebuild:
     """Agents of ``swarm`` rebuilt over ``topic``, each folded from its own start (zero or a checkpoint)."""
 
     def __init__(self, *, backend: LogBackend, topic: str, swarm: Swarm, decoder: Decoder, agents: list[str],
-                 starts: dict[str, dict[str, Any]] | None = None, last: tuple[int, int] | None = None) -> None:
+                 starts: dict[str, dict[str, Any]] | None = None, last: tuple[int, int] | None = None,
+                 check_states: bool = True) -> None:
         """``starts``: agent -> a :func:`~swarmlog.runtime.checkpoint.capture` to resume that agent from
         (all at one position); ``last``: the (offset, crc32) of the last message folded before it, which
-        the log must still hold — else :class:`SnapshotStale` (another log now has this topic's name)."""
+        the log must still hold — else :class:`SnapshotStale` (another log now has this topic's name).
+        ``check_states=False``: no step's state is compared with its recorded digest (a rebuild asked
+        for states only: it reads no further ahead than effects need, and computes no digest)."""
         self.backend = backend
         self.topic = topic
         self.swarm = swarm
@@ -122,7 +125,10 @@ class Rebuild:
         self.names = list(agents)
         starts = starts or {}
         start = min((doc["position"] for doc in starts.values()), default=0) if len(starts) == len(agents) else 0
-        self.history = LogHistory(backend=backend, topic=topic, decoder=decoder, agents=self.names, start=start)
+        # By the envelope alone, as the debugger always read: no header can steer the rebuild, and a log
+        # with a lying one (which a replay refuses, naming it) still opens here.
+        self.history = LogHistory(backend=backend, topic=topic, decoder=decoder, agents=self.names, start=start,
+                                  check=None, check_states=check_states)
         """What the agents recorded from ``start`` on (their effects, digests, how far each got), read ahead
         of this fold through its own reader."""
         built = {a.name: a for a in swarm.agents()}
@@ -166,9 +172,9 @@ class Rebuild:
         nxt = self._next_route
         self._next_route = None
         if nxt is not None and nxt[0] == off:
-            r = nxt[1]  # routed as the history scanned it, its headers checked against its envelope
+            r = nxt[1]  # routed as the history scanned it
         else:
-            r = self.decoder.route(m)  # a message folded again (a cursor going back)
+            r = self.decoder.envelope_route(m)  # a message folded again (a cursor going back)
         steps: list[AgentStep] = []
         resume = self.resume
         for name, core in self.cores.items():

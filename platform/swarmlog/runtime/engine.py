@@ -35,8 +35,12 @@ its fixed place in the total order.
 **State.** After each step the agent's state is digested: a live step's digest goes
 into the record (:mod:`.digests`), a replayed step's is compared with the recorded
 one right away, so a state that departs without any output departing is a
-:class:`~swarmlog.errors.StateDiverged` at the step where it first departs. Digest
-records are bookkeeping, not events of the swarm: logical timers do not count them.
+:class:`~swarmlog.errors.StateDiverged` at the step where it first departs. At one
+offset an output divergence is reported before a state one (:data:`KINDS`), by every
+fold: a strict one, which raises the first it finds, holds a state divergence until the
+step's outputs have all been checked — its transaction's digest record, the last record
+of the transaction, proves they have all been read, as a record of a later step does.
+Digest records are bookkeeping, not events of the swarm: logical timers do not count them.
 """
 
 from __future__ import annotations

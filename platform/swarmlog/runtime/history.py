@@ -27,9 +27,9 @@ How it reads ahead:
 * **Scanned as read.** Each batch is scanned before the fold takes it: every message's
   route, its routing headers checked against its envelope
   (:meth:`~swarmlog.schema.codec.Decoder.route`: a lying header is a
-  :class:`~swarmlog.errors.RoutingHeaderMismatch`), each agent's highest recorded step, its
-  recorded effects and state digests. The fold routes by the routes the scan computed: each
-  message is routed once.
+  :class:`~swarmlog.errors.RoutingHeaderMismatch`; the debugger routes by the envelope alone,
+  reading no header), each agent's highest recorded step, its recorded effects and state
+  digests. The fold routes by the routes the scan computed: each message is routed once.
 * **Read ahead only as far as a step needs.** Before a replayed step at offset X of agent A
   looks up an effect, :meth:`LogHistory.settle` reads on, keeping what it reads for the fold,
   until an A record of a later step shows (A's records come in step order: its transactions
@@ -190,6 +190,8 @@ class AgentHistory:
 
     def digest_at(self, step: int) -> bytes | None:
         log = self._log
+        if not log.check_states:
+            return None
         if not log.done and log.digested_to[self.name] < step:
             with allowed():
                 log.settle(self.name, step, digest=True)
@@ -220,23 +222,29 @@ class LogHistory:
     """What ``agents`` recorded in ``topic``, read once: by a first pass or ahead of a fold (see the module)."""
 
     def __init__(self, *, backend: LogBackend, topic: str, decoder: Decoder, agents: Collection[str],
-                 live: bool = False, start: int = 0, end: int | None = None, check: tuple[int, int] = (0, 1),
+                 live: bool = False, start: int = 0, end: int | None = None,
+                 check: tuple[int, int] | None = (0, 1),
                  past: Mapping[str, Collection[int]] | None = None,
-                 committed: Mapping[str, int] | None = None) -> None:
-        """``live``: the agents run live past their last recorded step (a first pass first), else every
-        step is history (a replay). ``start``: the offset to read from (0, or a checkpoint's position);
-        ``end``: a cut (nothing at or past it is read). ``check``: ``(k, n)``, the routing headers of the
-        messages whose offset is k modulo n are checked against their envelopes; the others are routed
-        by their envelopes alone — for n folds of the same log side by side, each checking its own share
-        (``_replayer``'s processes), so that every header is checked once and a lie anywhere fails the
-        replay. ``past``: per agent, the steps with outputs past the cut (:func:`steps_past`).
-        ``committed``: per agent, its group's committed offset (-1: none), when the caller asked already;
-        else the group is asked when a step's record is missing."""
+                 committed: Mapping[str, int] | None = None, check_states: bool = True) -> None:
+        """``live``: the agents run live past their last recorded step (a first pass first), else every step is history
+        (a replay). ``start``: the offset to read from (0, or a checkpoint's position); ``end``: a cut
+        (nothing at or past it is read). ``check``: ``(k, n)``, the routing headers of the messages whose
+        offset is k modulo n are checked against their envelopes; the others are routed by their envelopes
+        alone — for n folds of the same log side by side, each checking its own share (``_replayer``'s
+        processes), so that every header is checked once and a lie anywhere fails the replay. ``check=None``:
+        every message routed by its envelope alone, no header read (so none can steer the fold, and none is
+        checked: the debugger, which opens a log whatever its headers say). ``past``: per agent, the steps
+        with outputs past the cut (:func:`steps_past`). ``committed``: per agent, its group's committed offset
+        (-1: none), when the caller asked already; else the group is asked when a step's record is missing.
+        ``check_states=False``: no step's digest is given (:meth:`AgentHistory.digest_at` is None), so the
+        fold compares no state — for a fold asked for states, not for where they depart (the debugger's
+        ``state --at``), which then reads no further than a step's effects need."""
         self.backend = backend
         self.topic = topic
         self.decoder = decoder
         self.live = live
         self.end = end
+        self.check_states = check_states
         self.max_step: dict[str, int] = dict.fromkeys(agents, -1)
         """Agent -> its highest recorded step scanned so far (outputs, effects, digest records)."""
         self.digested_to: dict[str, int] = dict.fromkeys(agents, -1)
@@ -358,6 +366,8 @@ class LogHistory:
 
     def _scan(self, batch: list[Any]) -> list[Route]:
         """Every message's route; what it tells of an agent of the history, once per offset."""
+        if self._check is None:
+            return self._scan_by_envelope(batch)
         checked = self.decoder.route
         k, n = self._check
         if n == 1:
@@ -381,6 +391,31 @@ class LogHistory:
                 continue
             if n > 1 and off % n != k:  # the step route() gives: its sl.step header's (checked by another fold)
                 step = _header_step(m.headers())
+            if step is not None and step > top:
+                max_step[who] = step
+            if etype == STATE_DIGEST:
+                self._digest(m, who, step)
+            elif etype in RECORDED_EFFECTS:
+                self._effect(m)
+        self.read_to = batch[-1].offset() + 1
+        return routes
+
+    def _scan_by_envelope(self, batch: list[Any]) -> list[Route]:
+        """:meth:`_scan` with every message routed by its envelope alone (``check=None``); an agent's
+        step is its event id's (:meth:`~swarmlog.schema.codec.Decoder.step`), as ``sl.step`` would say."""
+        by_envelope = self.decoder.envelope_route
+        routes = [by_envelope(m) for m in batch]
+        read_to = self.read_to
+        if batch[-1].offset() < read_to:
+            return routes
+        max_step = self.max_step
+        step_of = self.decoder.step
+        for m, r in zip(batch, routes, strict=True):
+            etype, who, _, _ = r
+            top = max_step.get(who)
+            if top is None or m.offset() < read_to:
+                continue
+            step = step_of(m)
             if step is not None and step > top:
                 max_step[who] = step
             if etype == STATE_DIGEST:
