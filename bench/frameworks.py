@@ -67,7 +67,7 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
     from langchain_openai import ChatOpenAI
 
     from swarmlog.guard import guarded
-    from swarmlog.http import RecordedHTTP, transport_type
+    from swarmlog.llm.http import RecordedHTTP, transport_type
     from swarmlog.testing import StubServer
 
     with_swarmlog, plain = Run("langgraph.step_swarmlog", STEPS), Run("langgraph.step_plain", STEPS)

@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.guard import _hook, guarded, hook_in_use
 from swarmlog.log.memory import InMemoryLog
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import engine, run_agents, start_run
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings

@@ -65,9 +65,9 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
     import openai
 
     from swarmlog.guard import guarded
-    from swarmlog.http import RecordedHTTP, transport_type
     from swarmlog.llm import OpenAIChat
-    from swarmlog.sdk import SDKChat
+    from swarmlog.llm.http import RecordedHTTP, transport_type
+    from swarmlog.llm.sdk import SDKChat
     from swarmlog.testing import StubServer
 
     own, sdk, sdk_http, raw = (Run("llm.openai_chat", CALLS), Run("llm.sdk_chat", CALLS),

@@ -5,7 +5,7 @@
 Paths profiled (each on its own, the I/O-free ones over messages already in memory):
 
 * ``append``: ``EventLog.produce`` x N + ``flush`` (what ``append.swarmlog`` times);
-* ``replay``: ``swarmlog.replay.replay()`` over a topic of N events;
+* ``replay``: ``swarmlog.replay()`` over a topic of N events;
 * ``replay fold``: ``Fold.apply_batch`` over N consumed messages (hash, decode, fold; no I/O);
 * ``sink rows``: ``RowBuilder.build_copy`` over the same messages (decode, JSON, binary COPY bytes; no I/O);
 * ``sink``: ``PostgresSink.run(until_end=True)`` over the topic.
@@ -28,7 +28,7 @@ from pyinstrument.renderers import ConsoleRenderer
 
 from swarmlog.kafka.reader import LogReader
 from swarmlog.log.append import EventLog
-from swarmlog.replay import Fold, replay
+from swarmlog.replaying import Fold, replay
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog_connectors.postgres_rows import RowBuilder
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
         sections.append(("append: EventLog.produce x N + flush", *profiled(append)))
         common.populate(s, registry, stream, topic, n)
-        sections.append(("replay: swarmlog.replay.replay()",
+        sections.append(("replay: swarmlog.replay()",
                          *profiled(lambda: replay(settings=s, topic=topic, registry=registry))))
 
         msgs: list[Any] = []

@@ -1,6 +1,6 @@
 """Replay throughput and memory: rebuilding agent state from offset zero.
 
-Subject ``replay.swarmlog``: ``swarmlog.replay.replay()`` over a fresh topic of
+Subject ``replay.swarmlog``: ``swarmlog.replay()`` over a fresh topic of
 ``BENCH_REPLAY_EVENTS`` (1M) ``agent.message`` events from ten agents, each with
 ``to`` set: consume in batches (``read_committed``), hash the stream, decode,
 fold into the ``Ledger`` and hash every agent's state.
@@ -45,7 +45,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from swarmlog.kafka.config import consumer as make_consumer
 from swarmlog.log.base import BATCH
-from swarmlog.replay import replay
+from swarmlog.replaying import replay
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings

@@ -1,7 +1,7 @@
 """Replay of a swarm's code (``replay --swarm``, the debugger's engine) beside the plain replay of
 the same log.
 
-Subject ``replay_swarm.swarmlog``: :func:`swarmlog.replay.replay_swarm` of ``bench.swarm:ring``
+Subject ``replay_swarm.swarmlog``: :func:`swarmlog.replay_swarm` of ``bench.swarm:ring``
 over the log of a real run of that ring (five agents, ``BENCH_SWARM_CHAINS`` chains of
 ``BENCH_SWARM_HOPS`` hops, run live as one ``swarmlog run`` process on a fresh topic, the
 log checked exactly once afterwards): the index pass (headers; recorded effects), then every
@@ -13,7 +13,7 @@ show no divergence, one step per hop and the run's ``run.started``, or the bench
 ``replay_swarm.swarmlog_one_process`` is the same replay with ``workers=1``.
 
 Baseline, same run, same log, repetitions interleaved: ``replay_swarm.plain_replay``,
-:func:`swarmlog.replay.replay` (consume, hash, decode, fold into the ``Ledger``): the same
+:func:`swarmlog.replay` (consume, hash, decode, fold into the ``Ledger``): the same
 log read once with no swarm code, the ceiling a swarm replay can approach.
 
 A short replay's start-up (``swarmlog replay`` of a 3-event topic as a process) is measured
@@ -25,7 +25,7 @@ from __future__ import annotations
 from time import perf_counter
 from typing import Any
 
-from swarmlog.replay import replay, replay_swarm
+from swarmlog.replaying import replay, replay_swarm
 from swarmlog.runtime import _replayer
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings

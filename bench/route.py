@@ -10,7 +10,7 @@ repetitions interleaved:
   case). What the runtime, replay and the debugger route by.
 * ``route.checked_step``: the same, for runtime outputs (an ``sl.step`` header, checked against
   the event id's step).
-* ``route.headers_only`` (baseline): :func:`swarmlog.protocol.route` — the headers parsed and
+* ``route.headers_only`` (baseline): :func:`swarmlog.log.protocol.route` — the headers parsed and
   trusted, no look at the body. What they routed by before the check.
 * ``route.full_decode``: :meth:`Decoder.decode` — the whole event decoded by fastavro: what
   checking the headers by decoding each message would have cost.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swarmlog.protocol import H_STEP, Headers, route
+from swarmlog.log.protocol import H_STEP, Headers, route
 from swarmlog.schema.codec import Decoder, Encoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings

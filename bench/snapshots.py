@@ -44,7 +44,7 @@ from swarmlog.debug import Session
 from swarmlog.kafka.backend import KafkaBackend
 from swarmlog.kafka.reader import watermarks
 from swarmlog.log.memory import InMemoryLog
-from swarmlog.protocol import snapshot_topic
+from swarmlog.log.protocol import snapshot_topic
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings

@@ -19,8 +19,8 @@ import statistics
 import time
 
 from swarmlog import InMemoryLog, Swarm
+from swarmlog.log.protocol import route
 from swarmlog.observe import LatencyHistogram, tracing
-from swarmlog.protocol import route
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.runtime.engine import AgentCore
 from swarmlog.runtime.history import LogHistory

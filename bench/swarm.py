@@ -43,7 +43,7 @@ from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.errors import KafkaOperationFailed
 from swarmlog.kafka.config import admin_client
 from swarmlog.kafka.groups import group_members
-from swarmlog.protocol import H_STEP, H_TO, H_TYPE
+from swarmlog.log.protocol import H_STEP, H_TO, H_TYPE
 from swarmlog.runtime import start_run
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -450,7 +450,7 @@ def agent_steps_cpu(registry: SchemaRegistry, *, digests: bool) -> float:
     import json as _json
 
     from swarmlog.log.memory import MemoryMessage
-    from swarmlog.protocol import MESSAGE, route
+    from swarmlog.log.protocol import MESSAGE, route
     from swarmlog.runtime.engine import AgentCore
     from swarmlog.runtime.history import NoHistory
     from swarmlog.runtime.sink import LiveSink

@@ -19,7 +19,7 @@ Run it: ``swarmlog demo`` (part of ``make demo``), or
 ``swarmlog run swarmlog.examples.case_study:buggy --run-id r1 --seed 1 --until-quiet 1``, then
 ``swarmlog replay --swarm swarmlog.examples.case_study:fixed``.
 Or find the race without running anything live: ``swarmlog.testing.Simulator`` explores
-the interleavings of the same agents (README, "Find the race before production").
+the interleavings of the same agents (docs/simulation.md).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 from swarmlog import Agent, Swarm, on, on_message, on_timer
 from swarmlog.kafka.topic import create_topic
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.settings import Settings
 

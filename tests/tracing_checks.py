@@ -15,8 +15,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from swarmlog import Swarm
 from swarmlog.events import Event
+from swarmlog.log.protocol import HANDLER_FAILED, RECORDED_EFFECTS, RUN_STARTED, TIMER_FIRED, parse_step
 from swarmlog.observe.tracing import call_span_id, run_span_id, step_span_id, trace_id
-from swarmlog.protocol import HANDLER_FAILED, RECORDED_EFFECTS, RUN_STARTED, TIMER_FIRED, parse_step
 
 
 def _cause_step(event: Event, by_offset: dict[int, Event]) -> tuple[str, int] | None:

@@ -44,12 +44,12 @@ from typing import Any
 
 import psycopg
 
-from swarmlog._hotloop import fewer_collections, prompt_thread_switches
 from swarmlog.errors import ServiceUnavailable
 from swarmlog.kafka.discovery import TopicPattern, discover
 from swarmlog.kafka.multi_reader import MultiTopicReader
+from swarmlog.log.hotloop import fewer_collections, prompt_thread_switches
+from swarmlog.log.protocol import sink_group
 from swarmlog.observe import Family
-from swarmlog.protocol import sink_group
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -137,7 +137,7 @@ class PatternSink:
         with connect(self.settings) as conn, \
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix="swarmlog-sink-db") as db, \
                 MultiTopicReader(settings=self.settings, group=self.group) as reader, \
-                fewer_collections(), prompt_thread_switches():  # see swarmlog._hotloop
+                fewer_collections(), prompt_thread_switches():  # see swarmlog.log.hotloop
             require_schema(conn, database=_redact(self.settings.database_url))
             conn.autocommit = False
             logger.info("sink: mirroring the topics matching %r into Postgres (consumer group %s)",

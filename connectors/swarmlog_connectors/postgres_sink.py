@@ -12,7 +12,7 @@ Exactly-once, and why it holds under SIGKILL at any instant:
   killed after COMMIT starts after it. No gap, no duplicate; the primary key
   ``(topic, seq)`` would reject a duplicate even if this reasoning were wrong.
 * The position is also committed to the sink's own consumer group
-  (:func:`swarmlog.protocol.sink_group`) after each Postgres commit, for Kafka's tools
+  (:func:`swarmlog.log.protocol.sink_group`) after each Postgres commit, for Kafka's tools
   (``kafka-consumer-groups.sh --describe`` shows the lag). Advisory: never read back.
 * ``SELECT ... FOR UPDATE`` on the position row fences a second sink on the same
   topic: whichever commits second sees the position moved, rolls back, and
@@ -49,7 +49,7 @@ the batches decoded after it are dropped and the sink re-seeks. Postgres is the 
 side, so the time it waits is what the sink loses: the main thread decodes a slice of
 ``_HANDOVER_EVERY`` messages at a time and hands the db thread its next transaction
 between slices, and while the sink runs the collector runs less often and threads switch
-sooner (:mod:`swarmlog._hotloop`: the batches waiting for their transaction are many live
+sooner (:mod:`swarmlog.log.hotloop`: the batches waiting for their transaction are many live
 objects, and the db thread needs the GIL back between the chunks of its COPY).
 
 It logs where it resumes, when it has caught up, dead letters as they happen, and its
@@ -72,13 +72,13 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from swarmlog._hotloop import fewer_collections, prompt_thread_switches
 from swarmlog.errors import DatabasePermissionDenied, ServiceUnavailable
 from swarmlog.kafka.backend import KafkaBackend
 from swarmlog.kafka.reader import LogReader, watermarks
 from swarmlog.log.base import ReadPosition
+from swarmlog.log.hotloop import fewer_collections, prompt_thread_switches
+from swarmlog.log.protocol import sink_group
 from swarmlog.observe import Family
-from swarmlog.protocol import sink_group
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -228,7 +228,7 @@ class PostgresSink:
             backend.close()
         with LogReader(settings=self.settings, topic=self.topic, group=self.group, advisory=True) as reader, \
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix="swarmlog-sink-db") as db, \
-                fewer_collections(), prompt_thread_switches():  # see swarmlog._hotloop
+                fewer_collections(), prompt_thread_switches():  # see swarmlog.log.hotloop
             self._reader = reader
             away_since: float | None = None
             delay = _BACKOFF_FIRST_S

@@ -46,7 +46,7 @@ def _no_nul(value: Any) -> Any:
 
 
 def publish_report(settings: Settings, report: dict[str, Any]) -> int:
-    """Insert ``report`` (:func:`swarmlog.replay_report.swarm_report`) and return its row id."""
+    """Insert ``report`` (:func:`swarmlog.replaying.report.swarm_report`) and return its row id."""
     doc = _no_nul(json.loads(json.dumps(report, default=str)))
     first = doc.get("first_divergence")
     params = {

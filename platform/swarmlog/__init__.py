@@ -1,11 +1,12 @@
 """swarmlog: a clock-free, Kafka-backed event log that gives agent swarms deterministic replay.
 
 The public surface: the agent API (``Agent``, ``Swarm``, the handler decorators and
-``ctx``), running and replaying a swarm, appending events, the settings and the
-errors. Subpackages have faces of their own (``swarmlog.debug``, ``swarmlog.kafka``, ``swarmlog.log``,
-``swarmlog.runtime``, ``swarmlog.schema``, ``swarmlog.testing``); modules whose names start with ``_`` are
-machinery. ``swarmlog.debug`` is the debugging API (the log decoded, state at any offset,
-a debugger at a step, snapshots, forks); ``swarmlog.testing`` the simulator and the stubs
+``ctx``), running and replaying a swarm, work in and out of a running swarm (``Client``,
+``AsyncClient``), appending events, the settings and the errors. Subpackages have faces of
+their own (``swarmlog.debug``, ``swarmlog.kafka``, ``swarmlog.log``, ``swarmlog.replaying``,
+``swarmlog.runtime``, ``swarmlog.schema``, ``swarmlog.testing``); modules whose names start
+with ``_`` are machinery. ``swarmlog.debug`` is the debugging API (the log decoded, state at
+any offset, a debugger at a step, snapshots, forks); ``swarmlog.testing`` the simulator and the stubs
 swarms are tested with. ``tests/unit/test_layout.py`` pins this list.
 """
 
@@ -15,12 +16,9 @@ from typing import TYPE_CHECKING
 
 from ._lazy import exports
 
-# ``replay`` is both a submodule and the function this face exports: importing the submodule
-# binds the attribute to the module, so the function is bound here, before anyone can.
-from .replay import replay
-
 if TYPE_CHECKING:
     from .agent import Agent, Swarm, on, on_message, on_timer
+    from .client import AsyncClient, Client, Sent
     from .context import Context
     from .errors import (
         AgentFenced,
@@ -39,6 +37,8 @@ if TYPE_CHECKING:
         GroupResetFailed,
         HashSeedMismatch,
         HistoryIncomplete,
+        InputBeforeRun,
+        InputHandlerFailed,
         InvalidEvent,
         InvalidSetting,
         InvalidToken,
@@ -49,9 +49,12 @@ if TYPE_CHECKING:
         MirrorNotMigrated,
         MissingDependency,
         NondeterminismError,
+        NoReply,
         NoRunStarted,
+        NotAnAgentOfTheRun,
         OutsideStep,
         ReadFailed,
+        ReplyTimeout,
         RoutingHeaderMismatch,
         RunAlreadyRecorded,
         RunNotStarted,
@@ -75,10 +78,10 @@ if TYPE_CHECKING:
         UsageError,
     )
     from .events import Event
-    from .http import HTTPRequestDiverged
+    from .llm import HTTPRequestDiverged
     from .log.append import EventLog
     from .log.memory import InMemoryLog
-    from .replay import Divergence, ReplayResult, SwarmReplayResult, replay_swarm
+    from .replaying import Divergence, ReplayResult, SwarmReplayResult, replay, replay_swarm
     from .runtime import run_agents, start_run
     from .settings import Settings
 
@@ -92,6 +95,14 @@ _LAZY: dict[str, str] = {
     "on_message": ".agent",
     "on_timer": ".agent",
     "Context": ".context",
+    "AsyncClient": ".client",
+    "Client": ".client",
+    "Sent": ".client",
+    "InputBeforeRun": ".errors",
+    "InputHandlerFailed": ".errors",
+    "NoReply": ".errors",
+    "NotAnAgentOfTheRun": ".errors",
+    "ReplyTimeout": ".errors",
     "AgentFenced": ".errors",
     "AppendFailed": ".errors",
     "AppendIncomplete": ".errors",
@@ -143,13 +154,14 @@ _LAZY: dict[str, str] = {
     "UnmodelledEffect": ".errors",
     "UsageError": ".errors",
     "Event": ".events",
-    "HTTPRequestDiverged": ".http",
+    "HTTPRequestDiverged": ".llm",
     "EventLog": ".log.append",
     "InMemoryLog": ".log.memory",
-    "Divergence": ".replay",
-    "ReplayResult": ".replay",
-    "SwarmReplayResult": ".replay",
-    "replay_swarm": ".replay",
+    "Divergence": ".replaying",
+    "ReplayResult": ".replaying",
+    "SwarmReplayResult": ".replaying",
+    "replay": ".replaying",
+    "replay_swarm": ".replaying",
     "run_agents": ".runtime",
     "start_run": ".runtime",
     "Settings": ".settings",
@@ -162,6 +174,14 @@ __getattr__ = exports(globals(), _LAZY)
 __all__ = [
     "Agent",
     "AgentFenced",
+    "AsyncClient",
+    "Client",
+    "InputBeforeRun",
+    "InputHandlerFailed",
+    "NoReply",
+    "NotAnAgentOfTheRun",
+    "ReplyTimeout",
+    "Sent",
     "AppendFailed",
     "AppendIncomplete",
     "ConfigurationError",

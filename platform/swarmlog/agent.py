@@ -34,8 +34,8 @@ from typing import Any
 
 from .errors import ConfigurationError
 from .events import Event
-from .protocol import AGENT_NAME_FORBIDDEN, MESSAGE, TIMER_FIRED
-from .sdk import llm_client
+from .llm.sdk import llm_client
+from .log.protocol import AGENT_NAME_FORBIDDEN, MESSAGE, TIMER_FIRED
 
 Handler = Callable[[Any, Any, Event], None]
 
@@ -120,7 +120,7 @@ class Swarm:
         self._factory = agents
         self.llm = llm_client(llm)
         """The LLM client ``ctx.llm`` calls live (never on replay); see ``swarmlog.llm``. An
-        ``openai.OpenAI`` or ``anthropic.Anthropic`` client is taken as it is (``swarmlog.sdk``)."""
+        ``openai.OpenAI`` or ``anthropic.Anthropic`` client is taken as it is (``swarmlog.llm.sdk``)."""
         self.code_version = code_version
         names = [a.name for a in agents()]
         if len(set(names)) != len(names):

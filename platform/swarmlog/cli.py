@@ -97,17 +97,24 @@ def cmd_topic(args: argparse.Namespace) -> int:
 
 
 def cmd_append(args: argparse.Namespace) -> int:
-    from .log.append import EventLog
+    """One event into the topic's run, through the client's path (swarmlog.client): held until the run
+    starts, written with its run id; ``--no-run`` for a topic no swarm runs on."""
+    from .client import Client
 
     settings = _settings(args)
     try:
         payload = json.loads(args.payload)
     except json.JSONDecodeError as exc:
         raise UsageError(f"payload is not JSON: {exc}") from None
-    with EventLog(settings=settings, run_id=args.run_id) as log:
-        offset = log.append(args.event_type, payload, agent=args.agent, to=args.to,
-                            causes=[int(c) for c in args.cause])
-    print(offset)
+    causes = [int(c) for c in args.cause]
+    with Client(settings=settings, sender=args.agent) as client:
+        if args.no_run:
+            sent = client.append_outside_run(args.event_type, payload, to=args.to, causes=causes,
+                                             run_id=args.run_id or "", timeout=args.timeout)
+        else:
+            sent = client.append(args.event_type, payload, to=args.to, causes=causes, run_id=args.run_id,
+                                 timeout=args.timeout)
+    print(sent.offset)
     return 0
 
 
@@ -195,7 +202,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .replay import replay
+    from .replaying import replay
 
     expected = None
     if args.verify:
@@ -285,8 +292,8 @@ def _pin_interpreter(args: argparse.Namespace, settings: Settings | None, *, new
 
 def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, Any]:
     """Re-run the swarm's code against the log; print (and with --publish, store) its report."""
-    from .replay import replay_swarm
-    from .replay_report import swarm_report
+    from .replaying import replay_swarm
+    from .replaying.report import swarm_report
     from .runtime import load_swarm
 
     swarm = load_swarm(args.swarm)
@@ -425,7 +432,7 @@ def _first_reason(reasons: list[str | None]) -> str | None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .causality import check_causality
+    from .replaying.causality import check_causality
 
     count, violations = check_causality(settings=_settings(args))
     for v in violations:
@@ -548,7 +555,8 @@ class _OneCommand:
 
 _TOKEN_COMMANDS = frozenset({"token"})
 _DEBUG_COMMANDS = frozenset({"log", "show", "state", "debug", "snapshot", "step", "timeline", "fork"})
-"""The commands whose parsers ``swarmlog.token.command`` and ``swarmlog.debug.command`` add
+_UI_COMMANDS = frozenset({"ui"})
+"""The commands whose parsers ``swarmlog.token.command``, ``swarmlog.debug.command`` and ``swarmlog.ui.command`` add
 (test_cli_parser.py holds these to what they add): those modules are imported to build the
 parser of one of their commands, or the whole parser, and not for another command's (a replay's
 start, bench/cli.py). A command missing here would still be found, by the whole parser."""
@@ -582,13 +590,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     t.add_argument("name", nargs="?", help="topic (default: $SWARMLOG_TOPIC)")
     t.set_defaults(func=cmd_topic)
 
-    a = sub.add_parser("append", help="append one event and print its offset", parents=[verbose])
-    a.add_argument("event_type")
+    a = sub.add_parser("append", help="append one event to the topic's run and print its offset", parents=[verbose])
+    a.add_argument("event_type", help="its type, e.g. agent.message (a directory of schemas/ or SWARMLOG_SCHEMA_PATH)")
     a.add_argument("payload", help="the payload as JSON")
-    a.add_argument("--agent", required=True)
-    a.add_argument("--to")
+    a.add_argument("--agent", required=True, help="who writes it: a name that is not one of the run's agents")
+    a.add_argument("--to", help="the agent it is for (default: every agent)")
     a.add_argument("--cause", action="append", default=[], help="offset of a cause (repeatable)")
-    a.add_argument("--run-id", default="")
+    a.add_argument("--run-id", help="the run it is meant for: refused if the topic holds another (with --no-run: "
+                                    "the run id to record)")
+    a.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="how long to wait for the topic's run to start and for Kafka's acknowledgement (default 60); "
+                        "an input is never written ahead of its run's run.started")
+    a.add_argument("--no-run", action="store_true",
+                   help="the topic is a plain event log that no swarm runs on: append without a run")
     a.add_argument("--topic")
     a.set_defaults(func=cmd_append)
 
@@ -682,6 +696,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from .debug.command import add_parsers as add_debug_parsers
 
         add_debug_parsers(sub)  # log, show, state, debug, snapshot, step, timeline, fork
+    if command is None or command in _UI_COMMANDS:
+        from .ui.command import add_parsers as add_ui_parsers
+
+        add_ui_parsers(sub)  # ui
     for name, subparser in sub.choices.items():
         if name not in ("dev", "schema") and "-v" not in subparser._option_string_actions:
             subparser.add_argument("-v", "--verbose", action="count", default=0,
@@ -730,7 +748,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(args_list[0] if args_list else None).parse_args(args_list)
         configure_logging(verbosity + getattr(args, "verbose", 0),
                           service=args.command in _SERVICES or bool(getattr(args, "publish", False)))
-        # Only a process started as the command line may replace itself (swarmlog.interpreter).
+        # Only a process started as the command line may replace itself (swarmlog.runtime.interpreter).
         args.may_reexec = argv is None
         from .observe import tracing
 

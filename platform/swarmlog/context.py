@@ -15,7 +15,7 @@ randomness) or *recorded in the log* (messages, timers, effects, LLM calls):
   differs from the recorded one is a divergence.
 
 Every output of a step gets the id ``<agent>@<offset>#<index>``
-(:func:`swarmlog.protocol.output_id`): deterministic, so the runtime can tell, for
+(:func:`swarmlog.log.protocol.output_id`): deterministic, so the runtime can tell, for
 each input, which outputs an earlier life of the agent already wrote.
 """
 
@@ -29,8 +29,8 @@ from typing import Any, NamedTuple, Protocol
 from .errors import ConfigurationError, EffectDiverged, EffectFailed, NoRunStarted, OutsideStep
 from .events import Event
 from .guard import allowed
-from .hashing import canonical, short_sha256
-from .protocol import (
+from .log.hashing import canonical, short_sha256
+from .log.protocol import (
     EFFECT_RECORDED,
     LLM_CALL,
     MESSAGE,
@@ -243,7 +243,7 @@ class Context:
 
     def http(self, library: Any = None, *, retries: int = 2, redact_headers: Sequence[str] = (),
              redact_params: Sequence[str] = ()) -> Any:
-        """An httpx client whose every request and response is recorded (see :mod:`swarmlog.http`).
+        """An httpx client whose every request and response is recorded (see :mod:`swarmlog.llm.http`).
 
         ``httpx2.Client`` by default, the library both official LLM SDKs take
         (``openai.OpenAI(http_client=ctx.http())``, ``anthropic.Anthropic(http_client=ctx.http())``);
@@ -260,7 +260,7 @@ class Context:
 
     def _http_pair(self, library: Any, retries: int, redact_headers: Sequence[str],
                    redact_params: Sequence[str]) -> tuple[Any, Any]:
-        from .http import RecordedHTTP, Redaction, httpx_library, transport_type
+        from .llm.http import RecordedHTTP, Redaction, httpx_library, transport_type
 
         with allowed():  # the first use imports httpx2, which reads its package metadata: not the handler's I/O
             lib = httpx_library(library)
@@ -293,7 +293,14 @@ class Context:
                                f"{recorded.event_type}", recorded=_describe(recorded),
                                replayed={"event_type": event_type})
             payload = recorded.payload
-            check(payload)
+            try:
+                check(payload)
+            except EffectDiverged as exc:
+                # Where the differing call was recorded: a reader marks that row (the exchange), not
+                # only the step's input. The check knows the payload, not where the log holds it.
+                if isinstance(exc.recorded, dict):
+                    exc.recorded.setdefault("offset", recorded.offset)
+                raise
         self._effects.append(self._output(event_type, payload, self.agent, locate=True, event_id=event_id))
         return payload
 

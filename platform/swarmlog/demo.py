@@ -17,13 +17,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fold import Fold
-from .hashing import state_hash
 from .kafka.reader import LogReader
 from .kafka.topic import create_topic
 from .log.append import EventLog
-from .protocol import MESSAGE, RUN_STARTED
-from .replay import replay
+from .log.hashing import state_hash
+from .log.protocol import MESSAGE, RUN_STARTED
+from .replaying import replay
+from .replaying.fold import Fold
 from .schema.registry import SchemaRegistry
 from .settings import Settings
 

@@ -7,7 +7,7 @@ import json.decoder
 import json.scanner
 from typing import Any, NamedTuple
 
-from .protocol import MESSAGE
+from .log.protocol import MESSAGE
 
 _scan = json.scanner.make_scanner(json.decoder.JSONDecoder())  # type: ignore[arg-type]
 """What ``json.loads`` runs on a str, without its wrappers (``JSONDecoder.raw_decode`` at 0)."""

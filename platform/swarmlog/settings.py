@@ -34,7 +34,7 @@ Variables:
                                  ``SWARMLOG_KAFKA_SSL_CA_LOCATION=/etc/kafka/ca.pem``.
 
 Read by the module they concern, for the whole process rather than for one :class:`Settings`:
-``PYTHONHASHSEED`` (:mod:`swarmlog.interpreter`), ``OTEL_*`` (:mod:`swarmlog.observe.tracing`) and
+``PYTHONHASHSEED`` (:mod:`swarmlog.runtime.interpreter`), ``OTEL_*`` (:mod:`swarmlog.observe.tracing`) and
 ``SWARMLOG_GUARD_HOOK`` (``python``: the determinism guard's Python profile hook instead of its C one;
 :mod:`swarmlog.guard._hook`, read when the guard is imported).
 

@@ -34,8 +34,8 @@ import pytest
 from swarmlog.agent import Swarm
 from swarmlog.debug import Session, Stepper
 from swarmlog.errors import EffectDiverged, NondeterminismError, StateDiverged
-from swarmlog.protocol import agent_group
-from swarmlog.replay import replay_swarm
+from swarmlog.log.protocol import agent_group
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.runtime.driven import DrivenAgent
 from swarmlog.schema.codec import Decoder

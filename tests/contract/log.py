@@ -15,7 +15,7 @@ import pytest
 
 from swarmlog.errors import AgentFenced, GroupHasActiveMembers, TopicExists, TopicNotFound
 from swarmlog.log.base import LogBackend
-from swarmlog.protocol import agent_group
+from swarmlog.log.protocol import agent_group
 
 
 def read_all(backend: LogBackend, topic: str, start: int = 0) -> list[Any]:

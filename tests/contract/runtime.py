@@ -20,8 +20,8 @@ from swarmlog import Agent, Swarm, on, on_message, on_timer
 from swarmlog.errors import GroupNotAtStart, NondeterminismError, RunAlreadyRecorded, RunNotStarted, UsageError
 from swarmlog.log.append import EventLog
 from swarmlog.log.base import LogBackend
-from swarmlog.protocol import agent_group, parse_step, replay_group
-from swarmlog.replay import replay_swarm
+from swarmlog.log.protocol import agent_group, parse_step, replay_group
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run, wait_for_run
 from swarmlog.schema.codec import Decoder
 

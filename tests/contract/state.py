@@ -16,8 +16,8 @@ import pytest
 from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.errors import StateDiverged
 from swarmlog.log.append import EventLog
-from swarmlog.protocol import parse_step
-from swarmlog.replay import replay_swarm
+from swarmlog.log.protocol import parse_step
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.runtime.digests import state_digest
 

@@ -24,7 +24,7 @@ import psycopg
 
 from swarmlog.dev import cluster, process
 from swarmlog.kafka.reader import LogReader
-from swarmlog.protocol import parse_step
+from swarmlog.log.protocol import parse_step
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings

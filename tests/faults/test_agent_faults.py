@@ -15,9 +15,9 @@ import time
 from confluent_kafka import Consumer, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from swarmlog.causality import check_causality
 from swarmlog.kafka.reader import high_watermark
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
+from swarmlog.replaying.causality import check_causality
 from swarmlog.runtime import start_run
 from swarmlog_connectors.postgres_sink import PostgresSink
 

@@ -14,11 +14,11 @@ import psycopg
 import pytest
 
 from swarmlog import Agent, Swarm, on_message
-from swarmlog.causality import check_causality
 from swarmlog.errors import KafkaOperationFailed, RoutingHeaderMismatch
 from swarmlog.log.append import EventLog
-from swarmlog.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION
-from swarmlog.replay import replay, replay_swarm
+from swarmlog.log.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION
+from swarmlog.replaying import replay, replay_swarm
+from swarmlog.replaying.causality import check_causality
 from swarmlog.schema.codec import Encoder
 
 from . import harness

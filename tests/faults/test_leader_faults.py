@@ -28,11 +28,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from swarmlog.causality import check_causality
 from swarmlog.kafka.reader import high_watermark
 from swarmlog.kafka.topic import TOPIC_CONFIG, create_topic, topic_config, wait_until_known
-from swarmlog.protocol import agent_group
-from swarmlog.replay import replay_swarm
+from swarmlog.log.protocol import agent_group
+from swarmlog.replaying import replay_swarm
+from swarmlog.replaying.causality import check_causality
 from swarmlog.runtime import start_run
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings

@@ -20,7 +20,7 @@ import pytest
 from swarmlog.debug import LogView
 from swarmlog.examples import case_study
 from swarmlog.kafka.topic import create_topic
-from swarmlog.protocol import TIMER_FIRED
+from swarmlog.log.protocol import TIMER_FIRED
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.settings import Settings
 

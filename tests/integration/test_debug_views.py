@@ -25,7 +25,7 @@ from swarmlog import EventLog
 from swarmlog.debug import LogView, Session
 from swarmlog.examples import case_study
 from swarmlog.kafka.topic import create_topic
-from swarmlog.protocol import MESSAGE, STATE_DIGEST, TIMER_FIRED
+from swarmlog.log.protocol import MESSAGE, STATE_DIGEST, TIMER_FIRED
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.settings import Settings
 

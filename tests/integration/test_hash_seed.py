@@ -1,4 +1,4 @@
-"""One string-hash seed for a run, across the processes that run its handlers (swarmlog.interpreter).
+"""One string-hash seed for a run, across the processes that run its handlers (swarmlog.runtime.interpreter).
 
 A handler that iterates a set of strings does things in the order of the process's string
 hashes. Live in one process, restarted in a second and replayed in a third — each started
@@ -15,11 +15,11 @@ import sys
 
 import pytest
 
-from swarmlog import interpreter
 from swarmlog.errors import HashSeedMismatch
 from swarmlog.log.append import EventLog
-from swarmlog.protocol import MESSAGE, RUN_STARTED
-from swarmlog.replay import replay_swarm
+from swarmlog.log.protocol import MESSAGE, RUN_STARTED
+from swarmlog.replaying import replay_swarm
+from swarmlog.runtime import interpreter
 
 from .. import swarms
 from .conftest import read_log, subprocess_env

@@ -25,7 +25,7 @@ import yaml
 from swarmlog.kafka.config import admin_client
 from swarmlog.kafka.groups import committed_offset
 from swarmlog.kafka.reader import high_watermark
-from swarmlog.protocol import agent_group
+from swarmlog.log.protocol import agent_group
 from swarmlog.settings import Settings
 
 from .. import swarms

@@ -18,7 +18,7 @@ import pytest
 
 from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.kafka.reader import LogReader
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.testing import StubServer, tool_call_reply
 from swarmlog.token import token_from

@@ -22,7 +22,7 @@ from langgraph.graph.message import add_messages
 
 from swarmlog.errors import MirrorBehind
 from swarmlog.integrations.langgraph import SwarmlogSaver
-from swarmlog.protocol import LANGGRAPH_CHECKPOINT, LANGGRAPH_DELETED, LANGGRAPH_WRITES
+from swarmlog.log.protocol import LANGGRAPH_CHECKPOINT, LANGGRAPH_DELETED, LANGGRAPH_WRITES
 from swarmlog_connectors.postgres_sink import PostgresSink
 
 from .conftest import read_log

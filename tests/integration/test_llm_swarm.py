@@ -8,7 +8,7 @@ import pytest
 
 from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.llm import OpenAIChat, content
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.testing import StubServer
 

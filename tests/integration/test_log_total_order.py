@@ -17,8 +17,8 @@ from swarmlog.kafka.config import admin_client
 from swarmlog.kafka.reader import LogReader
 from swarmlog.kafka.topic import create_topic, topic_config
 from swarmlog.log.append import EventLog
-from swarmlog.protocol import H_AGENT, H_TO, H_TYPE, H_VERSION
-from swarmlog.replay import replay
+from swarmlog.log.protocol import H_AGENT, H_TO, H_TYPE, H_VERSION
+from swarmlog.replaying import replay
 from swarmlog.settings import Settings
 
 from .conftest import new_topic_name, read_log, subprocess_env

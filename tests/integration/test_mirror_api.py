@@ -4,8 +4,8 @@ by run, agent, type and causal links, and equal to the log."""
 from __future__ import annotations
 
 from swarmlog import Agent, Swarm, on, on_message
-from swarmlog.mirror import Mirror
 from swarmlog.runtime import run_agents, start_run
+from swarmlog_connectors.mirror import Mirror
 from swarmlog_connectors.postgres_sink import PostgresSink
 
 from .conftest import read_log

@@ -14,11 +14,11 @@ from fastavro.utils import generate_many
 from swarmlog.demo import main as demo_main
 from swarmlog.errors import GroupHasActiveMembers, GroupNotAtStart
 from swarmlog.events import Event
-from swarmlog.hashing import state_hash
 from swarmlog.kafka.reader import LogReader
-from swarmlog.ledger import Ledger
 from swarmlog.log.append import EventLog
-from swarmlog.replay import Fold, replay
+from swarmlog.log.hashing import state_hash
+from swarmlog.replaying import Fold, replay
+from swarmlog.replaying.ledger import Ledger
 from swarmlog.schema.codec import Decoder, Encoder
 
 from .conftest import subprocess_env
@@ -181,7 +181,7 @@ def test_a_changed_missing_duplicated_or_reordered_event_changes_the_agents_hash
 
 
 def test_payloads_decode_in_the_newest_schemas_field_order_from_every_writer(registry):
-    # The ledger's mark encodes a payload in its dict's order (swarmlog.ledger.mark_json), so the
+    # The ledger's mark encodes a payload in its dict's order (swarmlog.replaying.ledger.mark_json), so the
     # same event written by an old and by the newest writer marks the same only if the
     # decoder builds both dicts in one order. A new version that reorders fields, or adds
     # one anywhere but at the end, breaks that; this says so before any hash does.

@@ -17,8 +17,8 @@ import pytest
 from swarmlog.examples import case_study
 from swarmlog.examples.case_study import buggy, fixed, live_run
 from swarmlog.kafka.reader import watermarks
-from swarmlog.protocol import MESSAGE, step_of
-from swarmlog.replay import replay_swarm
+from swarmlog.log.protocol import MESSAGE, step_of
+from swarmlog.replaying import replay_swarm
 
 from .conftest import read_log, subprocess_env
 

@@ -11,7 +11,7 @@ import psycopg
 
 from swarmlog.kafka.config import admin_client
 from swarmlog.kafka.groups import committed_offset
-from swarmlog.protocol import replay_group
+from swarmlog.log.protocol import replay_group
 from swarmlog.runtime import run_agents, start_run
 
 from .. import swarms

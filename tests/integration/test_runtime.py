@@ -14,12 +14,12 @@ from collections import Counter
 import pytest
 
 from swarmlog import Agent, Swarm, on
-from swarmlog.causality import check_causality
 from swarmlog.errors import NondeterminismError
 from swarmlog.kafka.reader import high_watermark
 from swarmlog.log.append import EventLog
-from swarmlog.protocol import parse_step
-from swarmlog.replay import replay_swarm
+from swarmlog.log.protocol import parse_step
+from swarmlog.replaying import replay_swarm
+from swarmlog.replaying.causality import check_causality
 from swarmlog.runtime import run_agents, start_run
 
 from .. import swarms

@@ -13,7 +13,7 @@ import logging
 import pytest
 
 from swarmlog.errors import TransactionAborted
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import _worker, run_agents, start_run
 
 from .. import swarms

@@ -13,8 +13,8 @@ from swarmlog.events import Event
 from swarmlog.kafka.reader import LogReader
 from swarmlog.kafka.topic import create_topic
 from swarmlog.log.append import EventLog
-from swarmlog.protocol import H_VERSION
-from swarmlog.replay import replay
+from swarmlog.log.protocol import H_VERSION
+from swarmlog.replaying import replay
 from swarmlog.schema.check import conforms
 from swarmlog.schema.codec import Decoder, Encoder
 from swarmlog.schema.registry import SchemaRegistry

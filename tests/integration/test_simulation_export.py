@@ -15,8 +15,8 @@ import sys
 
 from swarmlog.examples import case_study, claims
 from swarmlog.kafka import KafkaBackend
-from swarmlog.protocol import STATE_DIGEST, TIMER_FIRED, agent_group, route
-from swarmlog.replay import replay_swarm
+from swarmlog.log.protocol import STATE_DIGEST, TIMER_FIRED, agent_group, route
+from swarmlog.replaying import replay_swarm
 from swarmlog.testing import Schedule, Simulator, export, no_message_ignored
 
 from .conftest import REPO, subprocess_env

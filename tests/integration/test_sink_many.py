@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from swarmlog.kafka.discovery import TopicPattern
 from swarmlog.kafka.topic import TOPIC_CONFIG, create_topic
 from swarmlog.log.append import EventLog
-from swarmlog.protocol import sink_group, snapshot_topic
+from swarmlog.log.protocol import sink_group, snapshot_topic
 from swarmlog.schema.codec import Encoder
 from swarmlog_connectors.pattern_sink import PatternSink
 from swarmlog_connectors.postgres_sink import PostgresSink

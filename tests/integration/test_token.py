@@ -10,12 +10,11 @@ import sys
 
 from confluent_kafka import Producer
 
-from swarmlog import interpreter
 from swarmlog.kafka.reader import LogReader
 from swarmlog.kafka.topic import create_topic
 from swarmlog.log.append import EventLog
-from swarmlog.protocol import output_id, parse_step
-from swarmlog.runtime import run_agents, start_run
+from swarmlog.log.protocol import output_id, parse_step
+from swarmlog.runtime import interpreter, run_agents, start_run
 
 from .. import swarms
 from .conftest import new_topic_name, read_log

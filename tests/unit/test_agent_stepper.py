@@ -11,8 +11,8 @@ from typing import Any
 
 from swarmlog import Agent, Swarm, on, on_message, on_timer
 from swarmlog.log.memory import InMemoryLog
-from swarmlog.protocol import TIMER_FIRED, agent_group
-from swarmlog.replay import replay_swarm
+from swarmlog.log.protocol import TIMER_FIRED, agent_group
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.runtime.driven import DrivenAgent
 from swarmlog.schema.codec import Decoder

@@ -65,10 +65,11 @@ def test_workers_outside_a_swarm_replay_or_below_one_is_a_usage_error(capsys, ar
     assert says in capsys.readouterr().err
 
 
-def test_the_token_and_debug_commands_are_the_ones_their_modules_add():
-    # build_parser imports swarmlog.token.command and swarmlog.debug.command only for these.
+def test_the_token_debug_and_ui_commands_are_the_ones_their_modules_add():
+    # build_parser imports swarmlog.token.command, swarmlog.debug.command and swarmlog.ui.command only for these.
     from swarmlog.debug.command import add_parsers as add_debug
     from swarmlog.token.command import add_parsers as add_token
+    from swarmlog.ui.command import add_parsers as add_ui
 
     def added(add) -> set[str]:
         sub = argparse.ArgumentParser().add_subparsers()
@@ -77,6 +78,7 @@ def test_the_token_and_debug_commands_are_the_ones_their_modules_add():
 
     assert added(add_token) == cli._TOKEN_COMMANDS
     assert added(add_debug) == cli._DEBUG_COMMANDS
+    assert added(add_ui) == cli._UI_COMMANDS
 
 
 def test_only_a_process_started_as_the_command_line_freezes_its_objects():

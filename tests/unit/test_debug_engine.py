@@ -15,10 +15,10 @@ import pytest
 
 from swarmlog.debug import Session, fork
 from swarmlog.errors import ForkPointInsideStep, TopicExists
-from swarmlog.hashing import state_hash
+from swarmlog.log.hashing import state_hash
 from swarmlog.log.memory import InMemoryLog
-from swarmlog.protocol import RUN_FORKED, route
-from swarmlog.replay import replay_swarm
+from swarmlog.log.protocol import RUN_FORKED, route
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.runtime.checkpoint import FOLD_FIELDS, WIRING_FIELDS, copy_state, decode_value, encode_value
 from swarmlog.runtime.engine import AgentCore

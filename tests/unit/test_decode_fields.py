@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from swarmlog.errors import RoutingHeaderMismatch, SwarmlogError, UndecodableMessage
 from swarmlog.log.memory import MemoryMessage
-from swarmlog.protocol import H_AGENT, H_TO
+from swarmlog.log.protocol import H_AGENT, H_TO
 from swarmlog.schema.codec import Decoder, Encoder
 
 names = st.text(min_size=1, max_size=90)  # past 63 bytes a string's length takes two bytes

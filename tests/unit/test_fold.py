@@ -1,7 +1,7 @@
 """The plain replay's fold: one pass over a batch gives what hashing, decoding and folding apart give.
 
 :meth:`Fold.apply_batch` hashes, decodes and folds each message in one loop (the ledger's
-:meth:`~swarmlog.ledger.Ledger.fold_messages`); the reference here does it the long way, in
+:meth:`~swarmlog.replaying.ledger.Ledger.fold_messages`); the reference here does it the long way, in
 two passes: every message into :meth:`StreamHasher.update`, then every message decoded into an
 :class:`Event` and given to :meth:`Ledger.apply`. Stream hash, states, per-agent hashes and the
 undecodable messages must be the same, whatever the batches.
@@ -19,10 +19,10 @@ from pydantic_core import to_json
 
 from swarmlog.errors import SwarmlogError
 from swarmlog.events import Event
-from swarmlog.fold import Fold, Undecodable
-from swarmlog.hashing import StreamHasher, state_hash
-from swarmlog.ledger import Ledger, _mark_json, mark_json
+from swarmlog.log.hashing import StreamHasher, state_hash
 from swarmlog.log.memory import MemoryMessage
+from swarmlog.replaying.fold import Fold, Undecodable
+from swarmlog.replaying.ledger import Ledger, _mark_json, mark_json
 from swarmlog.schema.codec import Decoder, Encoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings

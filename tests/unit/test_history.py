@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from swarmlog.causality import check_causality
 from swarmlog.errors import HistoryIncomplete
 from swarmlog.log.append import EventLog
-from swarmlog.replay import replay, replay_swarm
+from swarmlog.replaying import replay, replay_swarm
+from swarmlog.replaying.causality import check_causality
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.token import token_from
 

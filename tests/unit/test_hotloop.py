@@ -1,4 +1,4 @@
-"""The interpreter knobs a hot loop sets (swarmlog._hotloop): set inside the block, put back after it."""
+"""The interpreter knobs a hot loop sets (swarmlog.log.hotloop): set inside the block, put back after it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from swarmlog._hotloop import SWITCH_INTERVAL_S, YOUNG_THRESHOLD, fewer_collections, prompt_thread_switches
+from swarmlog.log.hotloop import SWITCH_INTERVAL_S, YOUNG_THRESHOLD, fewer_collections, prompt_thread_switches
 
 
 @pytest.fixture(autouse=True)

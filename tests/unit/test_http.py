@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from swarmlog.guard import ForbiddenCall, guarded
-from swarmlog.http import (
+from swarmlog.llm.http import (
     REDACTED,
     HTTPRequestDiverged,
     RecordedHTTP,
@@ -270,7 +270,7 @@ def test_swarm_llm_takes_either_sdk_and_refuses_what_it_cannot_record():
 
     from swarmlog import Swarm
     from swarmlog.errors import ConfigurationError
-    from swarmlog.sdk import SDKChat
+    from swarmlog.llm.sdk import SDKChat
 
     with StubServer(lambda request: "hi there") as server:
         claude = Swarm(name="s", agents=list, llm=anthropic.Anthropic(api_key=KEY, base_url=server.anthropic_base_url))
@@ -315,6 +315,6 @@ def test_a_body_that_cannot_be_decoded_is_recorded_as_a_failure_and_replayed_as_
     ({"messages": [{"role": "user", "content": "q"}]}, "body.messages[0].content", None),
 ])
 def test_a_differing_tool_result_in_a_model_request_is_named_by_its_tool(body, part, named):
-    from swarmlog.http import _tool_result_named
+    from swarmlog.llm.http import _tool_result_named
 
     assert _tool_result_named(body, part) == named

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from swarmlog import cli, interpreter
+from swarmlog import cli
 from swarmlog.errors import HashSeedMismatch
 from swarmlog.log.append import EventLog
-from swarmlog.protocol import RUN_STARTED
-from swarmlog.runtime import find_run, run_agents, start_run
+from swarmlog.log.protocol import RUN_STARTED
+from swarmlog.runtime import find_run, interpreter, run_agents, start_run
 
 from .. import swarms
 from ..conftest import REPO

@@ -19,7 +19,9 @@ SOURCES = sorted(PACKAGE.rglob("*.py")) + sorted((REPO / "connectors").rglob("*.
 
 PUBLIC = {
     "swarmlog": [
-        "Agent", "AgentFenced", "AppendFailed", "AppendIncomplete", "ConfigurationError", "Context", "CopyFailed",
+        "Agent", "AgentFenced", "AppendFailed", "AppendIncomplete", "AsyncClient", "Client", "ConfigurationError",
+        "Context", "CopyFailed", "InputBeforeRun", "InputHandlerFailed", "NoReply", "NotAnAgentOfTheRun",
+        "ReplyTimeout", "Sent",
         "DatabasePermissionDenied", "Divergence", "EffectDiverged", "EffectFailed", "Event", "EventFate", "EventLog",
         "EventNotFound", "ForkPointInsideStep", "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed",
         "HTTPRequestDiverged", "HashSeedMismatch", "HistoryIncomplete", "InMemoryLog", "InvalidEvent",
@@ -48,6 +50,10 @@ PUBLIC = {
         "describe_topic", "group_members", "high_watermark", "require_single_partition", "reset_group",
         "topic_config", "watermarks",
     ],
+    "swarmlog.llm": [
+        "HTTPRequestDiverged", "LLMClient", "LLMRequestFailed", "LLMResponseInvalid", "LLMUnavailable", "OpenAIChat",
+        "RecordedHTTP", "Redaction", "SDKChat", "ScriptExhausted", "ScriptedLLM", "completion", "content", "llm_client",
+    ],
     "swarmlog.log": [
         "AgentChannel", "Appender", "BATCH", "Delivered", "History", "InMemoryLog", "LogBackend", "MemoryMessage",
         "Message", "ReadPosition", "Reader",
@@ -71,8 +77,9 @@ PUBLIC = {
         "SignatureUnchecked", "TOKEN_VERSION", "TokenCheck", "check_signature", "create_token", "load_token",
         "mismatches", "parse_token", "signature_status", "token_from", "verify_token",
     ],
-    "swarmlog.replay": ["Divergence", "Fold", "LiveStates", "ReplayResult", "SwarmReplayResult", "Undecodable",
-                        "replay", "replay_swarm"],
+    "swarmlog.replaying": ["CausalityViolation", "Divergence", "Fold", "Ledger", "LiveStates", "Reducer",
+                           "ReplayResult", "SwarmReplayResult", "Undecodable", "check_causality", "replay",
+                           "replay_swarm", "swarm_report"],
 }
 
 
@@ -84,12 +91,13 @@ def test_each_face_exports_exactly_its_public_names_and_they_resolve(module):
         assert getattr(mod, name) is not None
 
 
-def test_the_readme_names_only_importable_things():
-    readme = (REPO / "README.md").read_text()
-    for module, names in re.findall(r"^from (swarmlog[\w.]*) import ([\w, ]+)$", readme, flags=re.M):
-        mod = importlib.import_module(module)
-        for name in names.split(","):
-            assert hasattr(mod, name.strip()), f"README imports {name.strip()} from {module}"
+def test_the_readme_and_the_docs_name_only_importable_things():
+    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        for module, names in re.findall(r"^from (swarmlog[\w.]*) import ([\w, ]+)$", text, flags=re.M):
+            mod = importlib.import_module(module)
+            for name in names.split(","):
+                assert hasattr(mod, name.strip()), f"{page.name} imports {name.strip()} from {module}"
 
 
 # --- import circles ------------------------------------------------------------------------------
@@ -197,7 +205,7 @@ EVENT_TYPES = ("run.started", "agent.message", "timer.set", "timer.fired", "time
                "llm.call", "handler.failed", "state.digest", "langgraph.checkpoint", "langgraph.writes",
                "langgraph.deleted")
 HEADERS = ("sl.type", "sl.v", "sl.agent", "sl.to", "sl.step")
-PROTOCOL = PACKAGE / "protocol.py"
+PROTOCOL = PACKAGE / "log" / "protocol.py"
 
 
 def _string_constants(path: Path) -> list[tuple[int, str]]:
@@ -217,7 +225,7 @@ def test_event_type_names_and_header_names_are_written_only_in_the_protocol_modu
         for line, value in _string_constants(path):
             if value in EVENT_TYPES or value in HEADERS:
                 strays.append(f"{path.relative_to(REPO)}:{line}: {value!r}")
-    assert strays == [], "use the constants of swarmlog.protocol"
+    assert strays == [], "use the constants of swarmlog.log.protocol"
 
 
 def test_the_event_id_grammar_is_spelled_only_in_the_protocol_module():
@@ -235,7 +243,7 @@ def test_the_event_id_grammar_is_spelled_only_in_the_protocol_module():
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
                     and any(mark in node.value for mark in ("@timer", "@state", "@stop")):
                 strays.append(f"{path.relative_to(REPO)}:{node.lineno}")
-    assert strays == [], "use swarmlog.protocol.output_id / wall_timer_id / state_digest_id / parse_step"
+    assert strays == [], "use swarmlog.log.protocol.output_id / wall_timer_id / state_digest_id / parse_step"
 
 
 # --- decisions by type, never by text ------------------------------------------------------------

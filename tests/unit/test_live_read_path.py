@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from swarmlog import Agent, on_message
 from swarmlog.log.memory import MemoryMessage
-from swarmlog.protocol import H_STEP, H_TO, MESSAGE, Route
+from swarmlog.log.protocol import H_STEP, H_TO, MESSAGE, Route
 from swarmlog.runtime.engine import AgentCore
 from swarmlog.runtime.history import NoHistory
 from swarmlog.runtime.sink import LiveSink

@@ -10,7 +10,7 @@ import pytest
 
 from swarmlog.context import Output
 from swarmlog.guard import ForbiddenCall, guarded
-from swarmlog.protocol import MESSAGE
+from swarmlog.log.protocol import MESSAGE
 from swarmlog.runtime.sink import LiveSink
 from swarmlog.schema.registry import SchemaRegistry
 

@@ -7,7 +7,7 @@ import json
 
 from swarmlog.debug.logview import LoggedEvent
 from swarmlog.events import Event
-from swarmlog.protocol import STATE_DIGEST, state_digest_id
+from swarmlog.log.protocol import STATE_DIGEST, state_digest_id
 
 
 def _digest_event() -> LoggedEvent:

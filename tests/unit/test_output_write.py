@@ -19,7 +19,7 @@ import pytest
 from swarmlog import Agent, on_message
 from swarmlog.guard import ForbiddenCall
 from swarmlog.log.memory import MemoryMessage
-from swarmlog.protocol import H_TO, H_TYPE, MESSAGE
+from swarmlog.log.protocol import H_TO, H_TYPE, MESSAGE
 from swarmlog.runtime.engine import AgentCore
 from swarmlog.runtime.history import NoHistory
 from swarmlog.runtime.sink import LiveSink

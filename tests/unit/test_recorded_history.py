@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from swarmlog.log.memory import InMemoryLog
-from swarmlog.protocol import RECORDED_EFFECTS, STATE_DIGEST, agent_group, output_id, parse_step, route
+from swarmlog.log.protocol import RECORDED_EFFECTS, STATE_DIGEST, agent_group, output_id, parse_step, route
 from swarmlog.runtime import history as history_module
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.runtime.digests import DigestRecord

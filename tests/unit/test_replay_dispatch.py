@@ -11,8 +11,8 @@ from typing import Any
 
 from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.log.memory import InMemoryLog
-from swarmlog.protocol import route
-from swarmlog.replay import replay_swarm
+from swarmlog.log.protocol import route
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.runtime._dispatch import Dispatcher
 from swarmlog.runtime.engine import AgentCore

@@ -13,7 +13,7 @@ import pytest
 
 from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.log.memory import InMemoryLog
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import _replayer, history, run_agents, start_run
 
 JOBS = 40

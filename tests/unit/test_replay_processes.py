@@ -14,7 +14,7 @@ import pytest
 
 from swarmlog import Swarm, on_message
 from swarmlog.errors import ReplayWorkerFailed, StateNotSerialisable, UsageError
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import _processes, _replayer
 
 from ..conftest import cannot_run_here

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from swarmlog.replay_report import MAX_DIVERGENCES, swarm_report
+from swarmlog.replaying.report import MAX_DIVERGENCES, swarm_report
 from swarmlog.runtime import Divergence, SwarmReplayResult
 from swarmlog.token import ReplayToken
 from swarmlog_connectors.replay_reports import _no_nul

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from swarmlog.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION, Route
+from swarmlog.log.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION, Route
 from swarmlog.schema import codec
 from swarmlog.schema.codec import Decoder, Encoder
 from swarmlog.schema.registry import SchemaRegistry

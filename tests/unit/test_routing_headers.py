@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarmlog import Agent, Swarm, on, on_message
-from swarmlog.causality import check_causality
 from swarmlog.debug import Session
 from swarmlog.errors import RoutingHeaderMismatch
 from swarmlog.log.append import EventLog
 from swarmlog.log.memory import MemoryMessage
-from swarmlog.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION, Route
-from swarmlog.replay import replay_swarm
+from swarmlog.log.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION, Route
+from swarmlog.replaying import replay_swarm
+from swarmlog.replaying.causality import check_causality
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.schema.codec import Decoder, Encoder
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.errors import NondeterminismError
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 
 
@@ -90,7 +90,7 @@ def test_an_effect_the_log_cannot_serve_stops_that_agent_at_that_step(backend, r
 
 def test_an_agent_stopped_cleanly_has_committed_past_its_last_transaction_marker(backend, run_settings, registry):
     """Lag 0 in Kafka's terms: a caught-up agent's committed offset is the log end, markers included."""
-    from swarmlog.protocol import agent_group
+    from swarmlog.log.protocol import agent_group
 
     _recorded(backend, run_settings)
     end = backend.watermarks(run_settings.topic)[1]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from swarmlog.context import Output
-from swarmlog.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION, MESSAGE, STATE_DIGEST
+from swarmlog.log.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION, MESSAGE, STATE_DIGEST
 from swarmlog.runtime.digests import DigestRecord
 from swarmlog.runtime.sink import LiveSink
 from swarmlog.schema.codec import Encoder

@@ -17,7 +17,7 @@ from swarmlog import Agent, Swarm, on, on_message, on_timer
 from swarmlog.errors import EffectFailed, ScheduleMismatch, UnmodelledEffect
 from swarmlog.examples import case_study, claims
 from swarmlog.log.memory import InMemoryLog
-from swarmlog.protocol import MESSAGE, STATE_DIGEST, TIMER_CANCELLED, TIMER_FIRED, route
+from swarmlog.log.protocol import MESSAGE, STATE_DIGEST, TIMER_CANCELLED, TIMER_FIRED, route
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.testing import (
     Fail,

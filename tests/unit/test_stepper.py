@@ -12,7 +12,7 @@ from swarmlog.debug.breakpoints import Breakpoint, parse
 from swarmlog.debug.stepper import Stepper
 from swarmlog.errors import UsageError
 from swarmlog.log.memory import InMemoryLog
-from swarmlog.protocol import H_TYPE, STATE_DIGEST
+from swarmlog.log.protocol import H_TYPE, STATE_DIGEST
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.settings import Settings
 

@@ -6,7 +6,7 @@ import pytest
 
 from swarmlog.errors import UsageError
 from swarmlog.kafka.discovery import TopicPattern
-from swarmlog.protocol import is_side_topic, sink_group, snapshot_topic
+from swarmlog.log.protocol import is_side_topic, sink_group, snapshot_topic
 
 
 def test_the_pattern_matches_whole_topic_names_as_kafka_connects_topics_regex():

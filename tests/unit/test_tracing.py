@@ -21,7 +21,7 @@ from swarmlog.errors import NondeterminismError, TracingExporterMissing
 from swarmlog.events import Event
 from swarmlog.observe import tracing
 from swarmlog.observe.tracing import call_span_id, run_span_id, step_span_id, trace_id
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
@@ -224,7 +224,7 @@ _UNTRACED = """
 import json, sys
 from swarmlog import InMemoryLog
 from swarmlog.runtime import run_agents, start_run
-from swarmlog.replay import replay_swarm
+from swarmlog.replaying import replay_swarm
 from swarmlog.settings import Settings
 from tests.swarms import traced, SERVER
 from swarmlog.testing import StubServer

@@ -30,10 +30,10 @@ from ..agent import Agent, Swarm
 from ..context import Output
 from ..errors import SwarmlogError
 from ..events import Event
-from ..hashing import canonical
 from ..log.base import LogBackend
+from ..log.hashing import canonical
+from ..log.protocol import Route
 from ..observe import tracing
-from ..protocol import Route
 from ..runtime.checkpoint import capture, copy_state, restore
 from ..runtime.engine import AgentCore, Divergence
 from ..runtime.history import LogHistory

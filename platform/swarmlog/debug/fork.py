@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ForkPointInsideStep
-from ..hashing import StreamHasher
 from ..kafka.backend import backend_for
 from ..log.append import EventLog
 from ..log.base import LogBackend
-from ..protocol import RUN_FORKED, RUN_STARTED
+from ..log.hashing import StreamHasher
+from ..log.protocol import RUN_FORKED, RUN_STARTED
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings

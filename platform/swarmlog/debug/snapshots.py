@@ -5,7 +5,7 @@ timers, outputs awaiting their record, counters, the run's seed) just before an 
 tagged with what made it: the **code version** of the swarm
 (:func:`swarmlog.runtime.code_version`), a digest of the **schema versions** events were
 read into, and the snapshot **format**. They live in a topic of their own beside the log
-(:func:`swarmlog.protocol.snapshot_topic`: ``<topic>.snapshots``, one record per agent
+(:func:`swarmlog.log.protocol.snapshot_topic`: ``<topic>.snapshots``, one record per agent
 and offset, key = agent, headers say agent, offset and code version so a reader picks
 one without parsing the rest), so the log holds only what the swarm did, and the
 snapshots go wherever the log goes.
@@ -41,7 +41,7 @@ from typing import Any
 
 from ..errors import AppendFailed, TopicNotFound
 from ..log.base import LogBackend
-from ..protocol import H_AGENT, H_SNAPSHOT_AT, H_SNAPSHOT_CODE, snapshot_topic
+from ..log.protocol import H_AGENT, H_SNAPSHOT_AT, H_SNAPSHOT_CODE, snapshot_topic
 from ..schema.registry import SchemaRegistry
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol import STATE_DIGEST
+from ..log.protocol import STATE_DIGEST
 from ..runtime.engine import Divergence
 from ._rebuild import AgentStep
 from .breakpoints import Breakpoint, first_match

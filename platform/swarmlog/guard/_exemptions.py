@@ -64,7 +64,7 @@ __all__ = ["CREDENTIAL_DISCOVERY", "DEBUGGER_MODULES", "FRAMEWORKS", "LIBRARY_SE
 # ids and span times of OpenTelemetry, which the SDKs put in request headers; and the host they
 # describe in those headers (openai's and anthropic's X-Stainless-OS and -Arch: platform.system(),
 # platform.machine()). None of it flows into what the handler gets back, which is the recorded
-# response (request headers are recorded, never compared: swarmlog.http). So a call of these
+# response (request headers are recorded, never compared: swarmlog.llm.http). So a call of these
 # kinds whose nearest caller outside the standard library is one of these packages passes. The
 # network, files and processes stay refused for them: an SDK client not built on ctx.http()
 # still fails at its first connect.

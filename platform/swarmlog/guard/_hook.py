@@ -344,7 +344,7 @@ def _rearm_global(frame: types.FrameType, event: str, arg: object) -> object:
 # =native insists on the C one (an error where it is not built). Read here, not in
 # swarmlog.settings: the guard is chosen when it is imported, before any Settings exists, and for
 # every caller of `guarded()` (library callers pass no Settings), as the interpreter's hash seed
-# is read by swarmlog.interpreter.
+# is read by swarmlog.runtime.interpreter.
 
 HOOK_ENV = "SWARMLOG_GUARD_HOOK"
 

@@ -1,7 +1,7 @@
 """One live agent's exactly-once link to Kafka: a transactional producer and a group consumer.
 
 * **Fence.** ``init_transactions`` with the agent's stable ``transactional.id``
-  (:func:`swarmlog.protocol.agent_transactional_id`) aborts whatever a previous life
+  (:func:`swarmlog.log.protocol.agent_transactional_id`) aborts whatever a previous life
   left open and fences it off: a zombie of this agent can no longer commit anything.
 * **Read from zero.** The consumer joins the agent's group (so Kafka's tools show
   the agent and its lag), but every assignment starts where this life's fold is —
@@ -21,7 +21,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
 
 from ..errors import ReadFailed, TransactionAborted
-from ..protocol import Headers, agent_group, agent_transactional_id
+from ..log.protocol import Headers, agent_group, agent_transactional_id
 from ..settings import Settings
 from .config import PRODUCER_REQUIRED, PRODUCER_TUNING, TRANSACTION_TIMEOUT_MS, new_client
 from .config import consumer as make_consumer

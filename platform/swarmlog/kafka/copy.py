@@ -7,7 +7,7 @@ aborted transactions, which ``read_committed`` readers never see. A plain produc
 would close those gaps and shift everything after the first one.
 
 So the copy rebuilds the gaps with Kafka's own invisible records, using two
-transactional producers (:func:`swarmlog.protocol.copy_transactional_ids`): **visible**,
+transactional producers (:func:`swarmlog.log.protocol.copy_transactional_ids`): **visible**,
 whose transactions commit and hold the copied events, and **gaps**, whose transactions
 abort and hold filler records. Each offset of a gap becomes, in this order of
 preference, the abort marker of an open gaps transaction, the commit marker of the open
@@ -38,7 +38,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from ..errors import CopyFailed, TopicExists
-from ..protocol import copy_transactional_ids
+from ..log.protocol import copy_transactional_ids
 from ..settings import Settings
 from .config import PRODUCER_REQUIRED, new_client, watermark_consumer
 from .errors import translate

@@ -9,7 +9,7 @@ so ``swarm\\..*`` and ``^swarm\\..*$`` mean the same. Python's ``re`` dialect; a
 (which librdkafka requires of a regex subscription) is accepted.
 
 Left out unless asked (``include_side_topics``): the topics swarmlog keeps beside a log
-(:data:`swarmlog.protocol.SIDE_TOPIC_SUFFIXES`, e.g. ``<topic>.snapshots``) and Kafka's
+(:data:`swarmlog.log.protocol.SIDE_TOPIC_SUFFIXES`, e.g. ``<topic>.snapshots``) and Kafka's
 internal ones (``__consumer_offsets``, ``__transaction_state``). A matching topic with more
 than one partition is not a swarm's log (its offsets are no total order): it is reported,
 never mirrored.
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException
 
 from ..errors import UsageError
-from ..protocol import is_side_topic
+from ..log.protocol import is_side_topic
 from ..settings import Settings
 from .errors import translate
 

@@ -10,7 +10,7 @@ fetches go on undisturbed).
 topic's end of log is tracked on its own (``enable.partition.eof``), so the caller knows
 which topics it has caught up on.
 
-The consumer has a group id, :func:`swarmlog.protocol.sink_group`, but never joins the
+The consumer has a group id, :func:`swarmlog.log.protocol.sink_group`, but never joins the
 group: :meth:`MultiTopicReader.commit_advisory` commits offsets to it
 (:class:`~swarmlog.kafka.groups.AdvisoryCommits`), for Kafka's tools to show the sink's lag.
 """

@@ -22,7 +22,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from ..log.base import Delivered
-from ..protocol import Headers
+from ..log.protocol import Headers
 from ..settings import Settings
 from .config import APPENDER_REQUIRED, PRODUCER_TUNING, new_client
 from .errors import translate

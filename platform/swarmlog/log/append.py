@@ -32,11 +32,11 @@ from typing import Any
 
 from ..errors import AppendFailed, AppendIncomplete, EventFate, UsageError
 from ..kafka.backend import KafkaBackend
-from ..protocol import Headers
 from ..schema.codec import Encoder
 from ..schema.registry import EventSchema, SchemaRegistry
 from ..settings import Settings
 from .base import Appender, Delivered, LogBackend
+from .protocol import Headers
 
 logger = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import GroupNotAtStart, HistoryIncomplete
-from ..protocol import Headers
+from .protocol import Headers
 
 BATCH = 5000
 """Messages per batch a reader hands out at most."""

@@ -32,8 +32,8 @@ from typing import Any
 
 from ..errors import AgentFenced, CopyFailed, GroupHasActiveMembers, TopicExists, TopicNotFound, UsageError
 from ..guard import allowed
-from ..protocol import Headers, agent_group, agent_transactional_id
 from .base import BATCH, Delivered, History, ReadPosition
+from .protocol import Headers, agent_group, agent_transactional_id
 
 logger = logging.getLogger(__name__)
 

@@ -59,7 +59,7 @@ from typing import Any
 
 from ..errors import TracingExporterMissing
 from ..events import Event
-from ..protocol import (
+from ..log.protocol import (
     EFFECT_RECORDED,
     HANDLER_FAILED,
     HTTP_EXCHANGE,

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from ..protocol import RUN_STARTED, SELF_RECORDS, STATE_DIGEST, TIMER_FIRED, Route
+from ..log.protocol import RUN_STARTED, SELF_RECORDS, STATE_DIGEST, TIMER_FIRED, Route
 from .engine import UNDECODED, AgentCore
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class Dispatcher:
             raise ValueError("Dispatcher: every core must start at the same point of the log")
 
     def apply(self, msg: Any, route: Route) -> None:
-        """Fold one message into every core it concerns (``route``: its :func:`~swarmlog.protocol.route`)."""
+        """Fold one message into every core it concerns (``route``: its :func:`~swarmlog.log.protocol.route`)."""
         etype, writer, to, _ = route
         if etype == STATE_DIGEST:
             # Bookkeeping that no core folds or counts (the first pass reads the digests).

@@ -1,6 +1,6 @@
 """Replaying a whole swarm's code against its log.
 
-Internal; the public entry point is :func:`swarmlog.replay.replay_swarm`.
+Internal; the public entry point is :func:`swarmlog.replay_swarm`.
 
 Every agent's handlers re-run, in offset order, on the inputs the log recorded;
 effects and LLM calls are served from the log; every output is compared with the
@@ -26,13 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._hotloop import fewer_collections
 from ..agent import Agent, Swarm
 from ..errors import UsageError
-from ..hashing import StreamHasher
 from ..log.base import BATCH, LogBackend, read_from_log_start
+from ..log.hashing import StreamHasher
+from ..log.hotloop import fewer_collections
+from ..log.protocol import agent_group
 from ..observe import tracing
-from ..protocol import agent_group
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from . import _processes
@@ -222,7 +222,7 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
     events = 0
     last_report = time.monotonic()
     try:
-        # Every message decoded, states and the recorded history alive: see swarmlog._hotloop.
+        # Every message decoded, states and the recorded history alive: see swarmlog.log.hotloop.
         with backend.reader(topic, group=group) as reader, fewer_collections():
             read_from_log_start(backend, reader, topic=topic, group=group, low=low, reset=reset)
             dispatch = Dispatcher(cores=cores)

@@ -5,7 +5,7 @@ states (a state can be large; a digest per step is 32 bytes), so a replay that f
 a digest differing knows *that* and *where* the state departed, not *how*. Whatever
 can give the live agent's state as of a step — snapshots the debugger takes, a store of
 the live run's states — implements :class:`LiveStates` and is passed to
-:func:`swarmlog.replay.replay_swarm` (``live_states=``); the divergence then carries a
+:func:`swarmlog.replay_swarm` (``live_states=``); the divergence then carries a
 diff of the live state and the replayed one.
 """
 

@@ -44,11 +44,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .._hotloop import fewer_collections
 from ..agent import Agent, Swarm
 from ..errors import AgentFenced, TransactionAborted
 from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend, require_complete_history
+from ..log.hotloop import fewer_collections
 from ..observe import Family, LatencyHistogram, tracing
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
@@ -189,7 +189,7 @@ class AgentWorker:
         self._reported_steps = 0
         self._committed_to = -1
         try:
-            with fewer_collections():  # a state, its history and batches alive, garbage acyclic: see _hotloop
+            with fewer_collections():  # a state, its history and batches alive, garbage acyclic: see log.hotloop
                 while not self.stop_event.is_set():
                     self._turn(channel, sink, core, start_end)
             self._stop_cleanly(channel, sink, core, start_end)

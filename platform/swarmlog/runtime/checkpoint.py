@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import interpreter
 from ..context import Output
 from ..errors import SwarmlogError
-from ..hashing import state_hash
+from ..log.hashing import state_hash
+from . import interpreter
 from .engine import AgentCore, Divergence, Timer
 
 __all__ = [

@@ -4,7 +4,7 @@ Public inside the package (the replay token reads the records too). Nondetermini
 reaches an output is caught by comparing outputs; the kind that reaches only an agent's
 state (``id()`` ordering, a C extension's value, a set of objects iterated in address order)
 would be invisible. So the live agent records, for its steps, the sha256 of its state's
-canonical JSON (the same digest as :func:`swarmlog.hashing.state_hash`), and every replay
+canonical JSON (the same digest as :func:`swarmlog.log.hashing.state_hash`), and every replay
 and every restart recomputes it at the same step and compares
 (:class:`~swarmlog.errors.StateDiverged`).
 
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StateNotSerialisable
-from ..hashing import canonical_json, sha256_digest
+from ..log.hashing import canonical_json, sha256_digest
 
 __all__ = [
     "DIGEST_SIZE",
@@ -54,7 +54,7 @@ DIGEST_SIZE = 32
 
 
 def state_digest(state: Any, *, agent: str = "", offset: int = -1) -> bytes:
-    """sha256 of the state's canonical JSON (the bytes of :func:`swarmlog.hashing.state_hash`);
+    """sha256 of the state's canonical JSON (the bytes of :func:`swarmlog.log.hashing.state_hash`);
     :class:`~swarmlog.errors.StateNotSerialisable` (naming ``agent`` and ``offset``) if it has none."""
     try:
         text = canonical_json(state)

@@ -41,7 +41,7 @@ from ..agent import Agent
 from ..context import EffectRunner
 from ..events import Event
 from ..log.base import BATCH, LogBackend
-from ..protocol import Route, route
+from ..log.protocol import Route, route
 from ..schema.codec import Decoder, Encoder
 from .engine import AgentCore, Timer
 from .history import RecordedHistory, first_pass

@@ -28,7 +28,7 @@ agent's start, or ahead of the fold as far as the step needs in a replay or the 
 counting is the same in every replay. A logical timer fires as an output of the
 step during which the N-th event after it is read. A wall-clock timeout's due
 time is the set event's recorded broker timestamp plus the timeout; the live
-worker appends its firing (:func:`~swarmlog.protocol.wall_timer_id`) when due. Either way
+worker appends its firing (:func:`~swarmlog.log.protocol.wall_timer_id`) when due. Either way
 the handler runs when the ``timer.fired`` event is read back from the log, at
 its fixed place in the total order.
 
@@ -52,14 +52,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import interpreter
 from ..agent import Agent
 from ..context import Context, EffectRunner, Output, OutputSink
 from ..errors import EffectDiverged, NondeterminismError, StateDiverged, SwarmlogError
 from ..events import Event
 from ..guard import guarded
-from ..hashing import state_hash
-from ..protocol import (
+from ..log.hashing import state_hash
+from ..log.protocol import (
     HANDLER_FAILED,
     RECORDED_EFFECTS,
     RUN_STARTED,
@@ -72,6 +71,7 @@ from ..protocol import (
     parse_step,
 )
 from ..schema.codec import Decoder
+from . import interpreter
 from ._statediff import LiveStates, diff_states
 from .digests import DigestRecord, DigestRecorder, state_digest
 from .history import RecordedHistory
@@ -233,7 +233,7 @@ class AgentCore:
 
     def process(self, msg: Any, route: Route, decoded: Event | None | _Undecoded = UNDECODED,
                 ) -> Event | None | _Undecoded:
-        """Fold one message, given its routing headers (:func:`swarmlog.protocol.route`).
+        """Fold one message, given its routing headers (:func:`swarmlog.log.protocol.route`).
 
         ``decoded``: the message's event if the caller decoded it already (``None``: it does not
         decode; :data:`UNDECODED`, the default: decode it here if it is needed). Returns the event
@@ -300,7 +300,7 @@ class AgentCore:
             if event is not None:
                 if event.event_type == RUN_STARTED:
                     # Before any handler runs: a pinned run's handlers only run in an interpreter
-                    # that hashes strings as the one that recorded it (set order; swarmlog.interpreter).
+                    # that hashes strings as the one that recorded it (set order; swarmlog.runtime.interpreter).
                     self.run_pin = (event.payload.get("hash_seed"), event.payload.get("hash_algorithm"))
                     interpreter.require(run_id=event.run_id, seed=self.run_pin[0], algorithm=self.run_pin[1])
                     self.ctx.set_run(run_id=event.run_id, seed=event.payload["seed"])
@@ -573,8 +573,9 @@ class AgentCore:
 def _brief(event: Event) -> dict[str, Any]:
     # A copy: in a swarm replay the same decoded event goes on to the handler of the agent it
     # is addressed to, which may change it (``_dispatch``); the report keeps what the log says.
+    # ``offset``: where the differing record sits, so a timeline marks that row, not only the step's input.
     return copy.deepcopy({"event_type": event.event_type, "to": event.to, "payload": event.payload,
-                          "causes": event.causes})
+                          "causes": event.causes, "offset": event.offset})
 
 
 def _brief_out(out: Output) -> dict[str, Any]:

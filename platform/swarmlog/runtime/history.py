@@ -65,7 +65,7 @@ from ..errors import SwarmlogError
 from ..events import Event
 from ..guard import allowed
 from ..log.base import BATCH, LogBackend
-from ..protocol import H_STEP, RECORDED_EFFECTS, STATE_DIGEST, Headers, Route, agent_group, parse_step
+from ..log.protocol import H_STEP, RECORDED_EFFECTS, STATE_DIGEST, Headers, Route, agent_group, parse_step
 from ..schema.codec import Decoder
 from .digests import DigestRecord, RecordedDigests
 

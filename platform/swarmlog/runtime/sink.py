@@ -17,7 +17,7 @@ from ..context import Output
 from ..events import Event
 from ..guard import allowed
 from ..log.base import AgentChannel
-from ..protocol import H_STEP, STATE_DIGEST, TIMER_FIRED, parse_step, state_digest_id, stop_digest_id, wall_timer_id
+from ..log.protocol import H_STEP, STATE_DIGEST, TIMER_FIRED, parse_step, state_digest_id, stop_digest_id, wall_timer_id
 from ..schema.codec import Encoder
 from ..schema.registry import SchemaRegistry
 from .digests import DigestRecord

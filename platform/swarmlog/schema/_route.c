@@ -6,7 +6,7 @@
  * 5-agent swarm routes each message five times. Here it is one C call.
  *
  * What it does is the Python path's common case and nothing else (swarmlog.schema.codec,
- * swarmlog.protocol.checked_route), so the Python path stays the definition:
+ * swarmlog.log.protocol.checked_route), so the Python path stays the definition:
  *
  *   - the value is `C3 01 | fingerprint | Avro body` and the fingerprint is in the decoder's
  *     `_kinds` (fingerprint -> (event type, its bytes, version as sl.v spells it));
@@ -39,7 +39,7 @@ typedef struct {
     PyObject *kinds;            /* dict: fingerprint bytes -> (type str, type bytes, version bytes) */
     PyObject *checked_fallback; /* the Python route(msg) */
     PyObject *envelope_fallback; /* the Python envelope_route(msg) */
-    PyTypeObject *route_type;   /* swarmlog.protocol.Route (a tuple subclass) */
+    PyTypeObject *route_type;   /* swarmlog.log.protocol.Route (a tuple subclass) */
     PyObject *h_type, *h_version, *h_agent, *h_to, *h_step; /* the header names */
     PyObject *m_value, *m_headers; /* "value", "headers" */
 } Router;
@@ -87,7 +87,7 @@ read_envelope(const unsigned char *b, Py_ssize_t n, Envelope *e)
     return read_string(b, n, &i, &e->to, &e->to_len);
 }
 
-/* The digits of an `agent@step#i` id's step (as swarmlog.protocol.step_of); 0 if it names none
+/* The digits of an `agent@step#i` id's step (as swarmlog.log.protocol.step_of); 0 if it names none
    that way (no '#': a state digest's id, left to the Python path). */
 static int
 step_digits(const unsigned char *id, Py_ssize_t n, Py_ssize_t *start, Py_ssize_t *len)
@@ -284,7 +284,7 @@ Router_init(Router *r, PyObject *args, PyObject *kwds)
                                      &envelope, &PyType_Type, &route_type, &PyTuple_Type, &names))
         return -1;
     if (!PyType_IsSubtype((PyTypeObject *)route_type, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "Router: route_type must be a tuple subclass (swarmlog.protocol.Route)");
+        PyErr_SetString(PyExc_TypeError, "Router: route_type must be a tuple subclass (swarmlog.log.protocol.Route)");
         return -1;
     }
     if (PyTuple_GET_SIZE(names) != 5) {

@@ -3,7 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import Route
+from ..log.protocol import Route
 
 class Router:
     def __init__(self, kinds: dict[bytes, tuple[str, bytes, bytes]], route: Callable[[Any], Route],

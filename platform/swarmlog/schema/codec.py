@@ -9,7 +9,7 @@ Avro library can read swarmlog's events given the schema files. The reader finds
 the writer schema by the fingerprint and resolves it into the newest version the
 process knows (defaults, promotions, then upcasters).
 
-Routing fields also travel as Kafka headers (:mod:`swarmlog.protocol`: ``sl.type``,
+Routing fields also travel as Kafka headers (:mod:`swarmlog.log.protocol`: ``sl.type``,
 ``sl.v``, ``sl.agent``, ``sl.to``, and ``sl.step`` on the agent runtime's outputs) so that
 a consumer can skip an event it does not care about without decoding it. swarmlog's own
 readers never take them on trust: :attr:`Decoder.route` reads the route from the
@@ -36,7 +36,7 @@ from typing import Any
 import fastavro
 
 from ..errors import SchemaNotFound, UndecodableMessage
-from ..protocol import (
+from ..log.protocol import (
     H_AGENT,
     H_STEP,
     H_TO,
@@ -266,7 +266,7 @@ class Decoder:
         self._utf8: set[bytes] = set()
         self.route: Callable[[Any], Route] = self._route
         """Where a message goes, as its envelope says: type (the writer schema's), agent, recipient,
-        step; its routing headers checked against that (:func:`swarmlog.protocol.checked_route`).
+        step; its routing headers checked against that (:func:`swarmlog.log.protocol.checked_route`).
 
         The hot path of the first pass over a log (an agent's start) and of a swarm replay's read:
         only the envelope's first fields are read (no payload decoding). A message that is not

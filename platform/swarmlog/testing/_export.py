@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import CopyFailed
-from ..protocol import agent_group
+from ..log.protocol import agent_group
 from ..settings import Settings
 from ..token import ReplayToken, mismatches, token_from
 
@@ -58,7 +58,7 @@ def export(run: SimRun, *, settings: Settings, topic: str | None = None, token_p
     ``SWARMLOG_TOKEN_KEY`` if set). With ``verify``, the exported topic is replayed on the
     broker and must give the same token (else :class:`~swarmlog.errors.CopyFailed`)."""
     from ..kafka.backend import KafkaBackend
-    from ..replay import replay_swarm
+    from ..replaying import replay_swarm
     from ..runtime import find_run
 
     swarm = run.swarm

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..protocol import HANDLER_FAILED, MESSAGE
+from ..log.protocol import HANDLER_FAILED, MESSAGE
 
 if TYPE_CHECKING:
     from ._run import SimRun

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ..events import Event
-from ..protocol import (
+from ..log.protocol import (
     EFFECT_RECORDED,
     HANDLER_FAILED,
     HTTP_EXCHANGE,

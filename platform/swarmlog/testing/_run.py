@@ -10,7 +10,7 @@ from ..agent import Swarm
 from ..errors import NondeterminismError, SwarmlogError
 from ..events import Event
 from ..log.memory import InMemoryLog
-from ..protocol import STATE_DIGEST
+from ..log.protocol import STATE_DIGEST
 from ..schema.codec import Decoder
 from ._schedule import Schedule
 

@@ -46,10 +46,10 @@ from typing import Any
 
 from ..agent import Agent, Swarm
 from ..errors import NondeterminismError, UnmodelledEffect
-from ..hashing import canonical
 from ..llm import completion
+from ..log.hashing import canonical
 from ..log.memory import InMemoryLog
-from ..protocol import HTTP_EXCHANGE, TIMER_CANCELLED
+from ..log.protocol import HTTP_EXCHANGE, TIMER_CANCELLED
 from ..runtime import start_run
 from ..runtime.driven import DrivenAgent
 from ..runtime.engine import Timer

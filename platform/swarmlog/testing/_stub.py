@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ..llm import Reply, ScriptedLLM
+from ..llm.clients import Reply, ScriptedLLM
 
 __all__ = ["ScriptedLLM", "StubRequest", "StubServer", "anthropic_message", "tool_call_reply"]
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..hashing import FRAME, frame
+from ..log.hashing import FRAME, frame
 
 DEFAULT_EVERY = 1000
 """Events per checkpoint: a token of a million events holds 1,000 checkpoints (about 90 kB),

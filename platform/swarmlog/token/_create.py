@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import interpreter
 from ..agent import Swarm
 from ..errors import NondeterminismError, SwarmlogError
 from ..log.base import LogBackend
-from ..protocol import H_TYPE, RUN_STARTED_HEADER, STATE_DIGEST_TYPE
-from ..runtime import SwarmReplayResult, replay_swarm_log
+from ..log.protocol import H_TYPE, RUN_STARTED_HEADER, STATE_DIGEST_TYPE
+from ..runtime import SwarmReplayResult, interpreter, replay_swarm_log
 from ..runtime.digests import DigestRecord
 from ..schema.codec import FINGERPRINT_LEN, MAGIC, Decoder
 from ..schema.registry import SchemaRegistry

@@ -10,7 +10,7 @@ A version 2 token pins a range of a swarm's log down:
   version, fingerprint);
 * what made it: ``run_id``, ``seed``, ``code_version`` and the ``interpreter`` the run was
   pinned to (``run.started`` v2's string-hash seed and algorithm,
-  :func:`swarmlog.interpreter.as_recorded`);
+  :func:`swarmlog.runtime.interpreter.as_recorded`);
 * what it must give: each agent's state digest (``agents``) as of ``agent_positions``,
   from the digests the run recorded in the log or from a replay of the swarm's code
   (``agents_from``).

@@ -22,12 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import interpreter
 from ..agent import Swarm
 from ..errors import SwarmlogError, TopicNotFound
 from ..log.base import LogBackend
-from ..protocol import RUN_STARTED, STATE_DIGEST, parse_step
-from ..runtime import replay_swarm_log
+from ..log.protocol import RUN_STARTED, STATE_DIGEST, parse_step
+from ..runtime import interpreter, replay_swarm_log
 from ..runtime.digests import DigestRecord
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry

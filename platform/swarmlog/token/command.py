@@ -208,7 +208,7 @@ def _token_show(args: argparse.Namespace, token: Any, settings: Settings) -> int
 
 def _token_verify_v1(args: argparse.Namespace, token: Any, source: str) -> int:
     """A version 1 token is verified by replaying its range, as ``replay --verify`` always did."""
-    from ..replay import replay, replay_swarm
+    from ..replaying import replay, replay_swarm
 
     args.verify, args.to = source, None
     settings = verify_v1_settings(args, token, _settings(args))

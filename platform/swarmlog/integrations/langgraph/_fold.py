@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...protocol import LANGGRAPH_CHECKPOINT, LANGGRAPH_DELETED, LANGGRAPH_WRITES
+from ...log.protocol import LANGGRAPH_CHECKPOINT, LANGGRAPH_DELETED, LANGGRAPH_WRITES
 
 __all__ = ["CHECKPOINT", "DELETED", "WRITES", "CheckpointRow", "ThreadFold", "WriteRow"]
 

@@ -1,0 +1,576 @@
+"""Recorded HTTP: an httpx client whose every exchange is an event in the log.
+
+``ctx.http()`` hands a handler an ``httpx2.Client`` (``ctx.http(httpx)``: an
+``httpx.Client``) built on a :class:`RecordedTransport`, so any code or SDK
+that takes an httpx client talks to the world through the log, unchanged::
+
+    client = openai.OpenAI(http_client=ctx.http())            # or anthropic.Anthropic(...)
+    reply = client.chat.completions.create(model=..., messages=[...])
+
+**Live**, each request goes to the network once (inside
+:func:`swarmlog.guard.allowed`), transient failures retried here, and the
+exchange is appended as an ``http.exchange`` event in the step's transaction;
+the handler then gets the response *rebuilt from that record*, so what it sees
+live is byte for byte what a replay will serve. **On replay** the recorded
+response is served and the network is never touched. A request whose method,
+URL or body differs from the recorded one is a :class:`HTTPRequestDiverged`
+naming the method, the URL and the first differing part of the body.
+
+Why headers are recorded but not compared: SDKs put per-attempt values in them
+(retry counts, read timeouts, idempotency keys drawn from OS entropy), which
+do not change what is asked. The body (JSON compared as JSON, a multipart
+body with its random boundary masked), the method and the URL do.
+
+**Credentials** never reach the log: the values of credential headers
+(``Authorization``, ``x-api-key``, ``api-key``, cookies, anything whose name
+says auth/key/token/secret/password/session, and any names you add) and query
+parameters (``key``, ``api_key``, ``access_token``, ...) become ``<redacted>``,
+and those values are scrubbed from everything else recorded (URL, bodies,
+response headers, error text): a server that echoes the key it rejected does
+not put it in the log, the mirror, a replay token or an error.
+
+**Streams.** A streamed response (server-sent events) is read whole live,
+recorded whole, and served as a stream of one chunk per event, live and on
+replay alike: SDK stream parsers see the same events either way. The handler
+gets the first token only once the last has arrived (a step is one transaction
+anyway).
+
+**Retries** happen here, live only (``retries=``, for connection errors,
+timeouts and HTTP 408/409/429/5xx, honouring ``Retry-After``); the served
+response carries ``x-should-retry: false`` so an SDK does not retry what was
+already retried. An exchange that still failed is recorded too (its status,
+or its transport error, which replay raises again as the same httpx exception).
+
+What cannot be made deterministic here: ``response.elapsed`` (httpx measures it
+with the clock) is not recorded; a handler must not put it in its state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import random
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ..errors import ConfigurationError, EffectDiverged
+from ..guard import allowed
+from ..log.protocol import HTTP_EXCHANGE
+
+__all__ = ["EVENT_TYPE", "HTTPRequestDiverged", "RecordedHTTP", "Redaction", "httpx_library", "transport_type"]
+
+logger = logging.getLogger(__name__)
+
+EVENT_TYPE = HTTP_EXCHANGE
+REDACTED = "<redacted>"
+
+# A header whose name says it carries a credential. Matched on the whole lower-cased name,
+# so gateways' own names (x-portkey-api-key, helicone-auth, x-goog-api-key) are caught too.
+_SECRET_HEADER = re.compile(r"auth|api[-_]?key|token|secret|passw|cookie|session|signature|credential")
+# A query parameter that carries a credential (?key=... is Google's, ?api-key=... Azure's).
+_SECRET_PARAM = re.compile(r"^(key|sig|code)$|api[-_]?key|token|secret|passw|signature|credential")
+# Shorter values are not scrubbed from bodies: replacing "1" everywhere would wreck them.
+_MIN_SCRUB = 8
+
+# Retried live, here: rate limiting, server trouble, and a connection that failed or hung.
+_RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+_MAX_RETRY_AFTER = 60.0
+# Hop-by-hop framing of the received body: the body is recorded decoded and whole, so these
+# no longer describe it (and a client would try to gunzip it again).
+_FRAMING = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+_MAX_SHOWN = 200  # characters of a differing value quoted in a divergence
+
+
+class HTTPRequestDiverged(EffectDiverged):
+    """A replayed step sent a different HTTP request than the one the log recorded at its place.
+
+    An :class:`~swarmlog.errors.EffectDiverged`: the handler cannot be served the response, so
+    the agent's replay stops there.
+
+    ``part`` is what differs first: ``"method"``, ``"url"``, ``"body"``, or a JSON path into
+    the body such as ``"body.messages[0].content"``; ``recorded_value`` / ``replayed_value``
+    are that part on each side (credentials redacted, long values cut).
+    """
+
+    def __init__(self, *, offset: int | None, agent: str | None, method: str, url: str, part: str,
+                 recorded_value: Any, replayed_value: Any, about: str | None = None) -> None:
+        self.method = method
+        self.url = url
+        self.part = part
+        self.recorded_value = recorded_value
+        self.replayed_value = replayed_value
+        self.about = about
+        """What the differing part is, when the body says (``the result of tool 'word_count' (call ...)``)."""
+        where = f"{part} ({about})" if about else part
+        super().__init__(
+            offset=offset, agent=agent,
+            detail=(f"the HTTP request {method} {url} differs from the recorded one at {where}: "
+                    f"recorded {_show(recorded_value)}, now {_show(replayed_value)}. Fix the handler, "
+                    f"or replay with the code that made the log"),
+            recorded={"method": method, "url": url, "part": part, "value": recorded_value},
+            replayed={"part": part, "value": replayed_value})
+
+
+# --- redaction -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Redaction:
+    """Which header and query-parameter names carry credentials (beyond the built-in patterns)."""
+
+    headers: frozenset[str] = frozenset()
+    params: frozenset[str] = frozenset()
+
+    def secret_header(self, name: str) -> bool:
+        lower = name.lower()
+        return lower in self.headers or _SECRET_HEADER.search(lower) is not None
+
+    def secret_param(self, name: str) -> bool:
+        lower = name.lower()
+        return lower in self.params or _SECRET_PARAM.search(lower) is not None
+
+
+class _Scrubber:
+    """The credentials of one request, and their removal from everything recorded about it."""
+
+    __slots__ = ("secrets",)
+
+    def __init__(self) -> None:
+        self.secrets: list[str] = []
+
+    def keep(self, value: str) -> None:
+        value = value.strip()
+        for part in (value, value.partition(" ")[2].strip()):  # "Bearer sk-..." -> also "sk-..."
+            if len(part) >= _MIN_SCRUB and part not in self.secrets:
+                self.secrets.append(part)
+        self.secrets.sort(key=len, reverse=True)  # a longer secret first: it may contain a shorter one
+
+    def text(self, value: str) -> str:
+        for s in self.secrets:
+            value = value.replace(s, REDACTED)
+        return value
+
+    def data(self, value: bytes) -> bytes:
+        for s in self.secrets:
+            value = value.replace(s.encode(), REDACTED.encode())
+        return value
+
+
+def _redact_url(url: str, redaction: Redaction, scrub: _Scrubber) -> str:
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:  # user:password@host
+        userinfo, _, host = netloc.rpartition("@")
+        scrub.keep(userinfo.partition(":")[2] or userinfo)
+        netloc = f"{REDACTED}@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(redaction.secret_param(k) for k, _ in pairs):
+            for k, v in pairs:
+                if redaction.secret_param(k):
+                    scrub.keep(v)
+            query = urlencode([(k, REDACTED if redaction.secret_param(k) else v) for k, v in pairs])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _redact_headers(headers: Iterable[tuple[str, str]], redaction: Redaction,
+                    scrub: _Scrubber | None) -> list[dict[str, str]]:
+    out = []
+    for name, value in headers:
+        if redaction.secret_header(name):
+            if scrub is not None:
+                scrub.keep(value)
+            value = REDACTED
+        out.append({"name": name.lower(), "value": value})
+    return out
+
+
+def _body_field(data: bytes) -> str | bytes | None:
+    """Text if the body is UTF-8 without NUL (Postgres' jsonb refuses \\u0000), else bytes."""
+    if not data:
+        return None
+    if b"\x00" not in data:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return data
+
+
+def _field_bytes(value: str | bytes | None) -> bytes:
+    if value is None:
+        return b""
+    return value.encode("utf-8") if isinstance(value, str) else value
+
+
+# --- comparing a replayed request with the record ---------------------------------------------
+
+
+_BOUNDARY = re.compile(r"boundary=\"?([^\";,]+)")
+
+
+def _comparable_body(body: str | bytes | None, headers: list[dict[str, str]]) -> Any:
+    """The body as compared: parsed JSON if it is JSON, the multipart boundary masked."""
+    data = _field_bytes(body)
+    for h in headers:
+        if h["name"] == "content-type":
+            m = _BOUNDARY.search(h["value"])
+            if m is not None:  # random per request (OS entropy): not part of what was asked
+                data = data.replace(m.group(1).encode(), b"<boundary>")
+    if data[:1] in (b"{", b"["):
+        try:
+            return json.loads(data)
+        except ValueError:
+            pass
+    return data.decode("utf-8", "replace")
+
+
+def _first_difference(a: Any, b: Any, path: str) -> tuple[str, Any, Any] | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(a.keys() | b.keys(), key=str):
+            if k not in b:
+                return f"{path}.{k}", a[k], "<absent>"
+            if k not in a:
+                return f"{path}.{k}", "<absent>", b[k]
+            d = _first_difference(a[k], b[k], f"{path}.{k}")
+            if d is not None:
+                return d
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
+            d = _first_difference(x, y, f"{path}[{i}]")
+            if d is not None:
+                return d
+        if len(a) != len(b):
+            return f"{path}.length", len(a), len(b)
+        return None
+    if isinstance(a, str) and isinstance(b, str) and a != b and (len(a) > _MAX_SHOWN or len(b) > _MAX_SHOWN):
+        i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        start = max(0, i - 40)
+        return f"{path}[{i}:]", a[start:start + _MAX_SHOWN], b[start:start + _MAX_SHOWN]
+    if a != b or type(a) is not type(b):
+        return path, a, b
+    return None
+
+
+_ITEM = re.compile(r"^body\.(messages|input)\[(\d+)\](?:\.content\[(\d+)\])?")
+
+
+def _tool_result_named(body: Any, part: str) -> str | None:
+    """Which tool's result a differing part of a model request is, when it is one: the tool's name is
+    in the call the model made earlier in the same conversation. OpenAI's chat completions (a ``tool``
+    message), its Responses API (a ``function_call_output`` item) and Anthropic's messages (a
+    ``tool_result`` block): a changed tool is then named, not only a path."""
+    m = _ITEM.match(part)
+    if m is None or not isinstance(body, dict) or not isinstance(body.get(m.group(1)), list):
+        return None
+    items, i = body[m.group(1)], int(m.group(2))
+    item = items[i] if i < len(items) else None
+    if not isinstance(item, dict):
+        return None
+    call_id = None
+    if item.get("role") == "tool":
+        call_id = item.get("tool_call_id")
+    elif item.get("type") == "function_call_output":
+        call_id = item.get("call_id")
+    elif m.group(3) is not None and isinstance(item.get("content"), list):
+        blocks = item["content"]
+        j = int(m.group(3))
+        if j < len(blocks) and isinstance(blocks[j], dict) and blocks[j].get("type") == "tool_result":
+            call_id = blocks[j].get("tool_use_id")
+    if call_id is None:
+        return None
+    for earlier in reversed(items[:i]):
+        if not isinstance(earlier, dict):
+            continue
+        content = earlier.get("content")
+        calls = [*(earlier.get("tool_calls") or ()), earlier, *(content if isinstance(content, list) else ())]
+        for call in calls:
+            if not isinstance(call, dict):
+                continue
+            if call.get("id") == call_id and isinstance(call.get("function"), dict):
+                return f"the result of tool {call['function'].get('name')!r} (call {call_id})"
+            if call.get("type") in ("function_call", "tool_use") and call_id in (call.get("call_id"), call.get("id")):
+                return f"the result of tool {call.get('name')!r} (call {call_id})"
+    return f"the result of tool call {call_id}"
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "..."
+
+
+_host_known = False
+
+
+def _learn_host() -> None:
+    """SDKs describe the host in their headers (``platform.platform()``, which runs ``uname -p``
+    the first time, and ``/etc/os-release``); the stdlib caches both. Learn them here, under
+    :func:`allowed`, so that the SDK's first request in a handler finds them cached instead of
+    starting a process or opening a file (which the guard would rightly refuse)."""
+    global _host_known
+    if not _host_known:
+        with allowed():
+            platform.platform()
+            try:
+                platform.freedesktop_os_release()
+            except OSError:
+                pass
+        _host_known = True
+
+
+# --- the recorder -----------------------------------------------------------------------------
+
+
+class _Recorder(Protocol):
+    """What a :class:`RecordedHTTP` needs from ``ctx``: one recorded call per exchange."""
+
+    agent: str
+
+    def now(self) -> int: ...
+
+    def _record_io(self, event_type: str, *, live: Callable[[], dict[str, Any]],
+                   check: Callable[[dict[str, Any]], None]) -> dict[str, Any]: ...
+
+
+@dataclass(slots=True)
+class _Sent:
+    """A request as recorded (redacted) and the parts it is compared by."""
+
+    method: str
+    url: str
+    headers: list[dict[str, str]]
+    body: str | bytes | None
+    scrub: _Scrubber
+
+
+class RecordedHTTP:
+    """The library-independent core of recorded HTTP, shared by every transport of one ``ctx``.
+
+    Keyword-only: ``ctx`` (the agent's context), ``library`` (``httpx`` or ``httpx2``, whose
+    network transport runs live requests), ``retries``, ``backoff``/``max_backoff`` (seconds,
+    full jitter), ``redaction``.
+    """
+
+    def __init__(self, *, ctx: _Recorder, library: ModuleType, retries: int = 2, backoff: float = 0.5,
+                 max_backoff: float = 8.0, redaction: Redaction = Redaction()) -> None:
+        if retries < 0:
+            raise ConfigurationError(f"ctx.http(retries={retries!r}) must be >= 0")
+        self.ctx = ctx
+        self.library = library
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.redaction = redaction
+        self._network: Any = None  # the library's HTTPTransport, made on the first live request
+        _learn_host()
+        self.live_requests = 0
+        """Requests sent to the network by this recorder (retries included): 0 on replay."""
+
+    # -- one exchange ---------------------------------------------------------------------------
+
+    def exchange(self, request: Any) -> Any:
+        """Record (live) or serve (replay) one request; return the library's ``Response``."""
+        body = request.read()
+        scrub = _Scrubber()
+        headers = _redact_headers(request.headers.multi_items(), self.redaction, scrub)
+        url = _redact_url(str(request.url), self.redaction, scrub)
+        sent = _Sent(method=request.method, url=scrub.text(url), headers=headers,
+                     body=_body_field(scrub.data(body)), scrub=scrub)
+        secret_headers: list[tuple[str, str]] = []
+        payload = self.ctx._record_io(EVENT_TYPE, live=lambda: self._live(request, sent, secret_headers),
+                                      check=lambda recorded: self._check(recorded, sent))
+        return self._serve(payload, request, secret_headers)
+
+    def _check(self, recorded: dict[str, Any], sent: _Sent) -> None:
+        difference: tuple[str, Any, Any] | None
+        if recorded["method"] != sent.method:
+            difference = ("method", recorded["method"], sent.method)
+        elif recorded["url"] != sent.url:
+            difference = ("url", recorded["url"], sent.url)
+        else:
+            difference = _first_difference(_comparable_body(recorded["request_body"], recorded["request_headers"]),
+                                           _comparable_body(sent.body, sent.headers), "body")
+        if difference is not None:
+            part, was, now = difference
+            about = _tool_result_named(_comparable_body(sent.body, sent.headers), part)
+            raise HTTPRequestDiverged(offset=self.ctx.now(), agent=self.ctx.agent, method=sent.method, url=sent.url,
+                                      part=part, recorded_value=was, replayed_value=now, about=about)
+
+    def _live(self, request: Any, sent: _Sent, secret_headers: list[tuple[str, str]]) -> dict[str, Any]:
+        """Send the request (retrying what is worth it); the exchange as recorded. The real values
+        of the response's credential headers go to ``secret_headers``, never into the record."""
+        lib = self.library
+        status: int | None = None
+        response_headers: list[dict[str, str]] = []
+        data = b""
+        error: str | None = None
+        attempt = 0
+        retryable: bool
+        with allowed():  # the one place a handler's HTTP reaches the network
+            if self._network is None:
+                self._network = lib.HTTPTransport()
+            while True:
+                attempt += 1
+                self.live_requests += 1
+                retry_after: float | None = None
+                data, response_headers = b"", []  # only the last attempt is recorded
+                try:
+                    received = self._network.handle_request(request)
+                    try:
+                        # The body decoded (gzip, br) and whole: a stream is recorded whole.
+                        response = lib.Response(received.status_code, headers=received.headers,
+                                                stream=received.stream, request=request)
+                        data = response.read()
+                    finally:
+                        received.close()
+                except lib.RequestError as exc:  # no response: unreachable, timed out, undecodable body
+                    status, error = None, f"{type(exc).__name__}: {exc}"
+                    retryable = isinstance(exc, (lib.TimeoutException, lib.NetworkError, lib.RemoteProtocolError))
+                else:
+                    status, error = response.status_code, None
+                    response_headers = [{"name": k.lower(), "value": v} for k, v in response.headers.multi_items()
+                                        if k.lower() not in _FRAMING]
+                    retryable = status in _RETRY_STATUSES
+                    retry_after = _retry_after(response.headers)
+                if not retryable or attempt > self.retries:
+                    break
+                delay = self._delay(attempt, retry_after)
+                logger.warning("%s %s: %s; retry %d/%d in %.2fs", sent.method, sent.url,
+                               error or f"HTTP {status}", attempt, self.retries, delay)
+                time.sleep(delay)
+        scrub = sent.scrub
+        secret_headers.extend((h["name"], h["value"]) for h in response_headers
+                              if self.redaction.secret_header(h["name"]))
+        return {
+            "method": sent.method, "url": sent.url, "request_headers": sent.headers, "request_body": sent.body,
+            "status": status,
+            "response_headers": [h if not self.redaction.secret_header(h["name"]) else
+                                 {"name": h["name"], "value": REDACTED}
+                                 for h in ({"name": h["name"], "value": scrub.text(h["value"])}
+                                           for h in response_headers)],
+            "response_body": _body_field(scrub.data(data)),
+            "error": scrub.text(error) if error is not None else None,
+            "attempts": attempt,
+        }
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None and 0 <= retry_after <= _MAX_RETRY_AFTER:
+            return retry_after
+        cap = min(self.max_backoff, self.backoff * (2 ** (attempt - 1)))
+        return random.uniform(0, cap)  # full jitter; live only, inside allowed()
+
+    def _serve(self, payload: dict[str, Any], request: Any, secret_headers: list[tuple[str, str]]) -> Any:
+        """The library's Response rebuilt from the record: the same live and on replay, but for
+        the values of credential headers (a session cookie), which live are the real ones so that
+        the client's cookie jar keeps working; on replay they read ``<redacted>``."""
+        lib = self.library
+        error = payload["error"]
+        if payload["status"] is None:
+            name, _, message = (error or "TransportError: no response recorded").partition(": ")
+            cls = getattr(lib, name, None)
+            if not (isinstance(cls, type) and issubclass(cls, lib.RequestError)):
+                cls = lib.TransportError
+            raise cls(message, request=request)
+        data = _field_bytes(payload["response_body"])
+        headers = [(h["name"], h["value"]) for h in payload["response_headers"]
+                   if not (secret_headers and h["value"] == REDACTED)]
+        headers += secret_headers
+        # Retried here already (live); an SDK must not retry the recorded outcome again.
+        headers.append(("x-should-retry", "false"))
+        sse = any(n == "content-type" and v.startswith("text/event-stream") for n, v in headers)
+        if not sse:
+            headers.append(("content-length", str(len(data))))
+        return lib.Response(payload["status"], headers=headers, request=request,
+                            stream=_stream_type(lib)(_sse_chunks(data) if sse else [data]))
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds from ``retry-after-ms`` (OpenAI) or a numeric ``Retry-After``; dates are ignored."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is not None:
+            try:
+                return float(value) * scale
+            except ValueError:
+                continue
+    return None
+
+
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
+def _sse_chunks(data: bytes) -> list[bytes]:
+    """A server-sent-event body split after each event, as a server sends it."""
+    chunks, start = [], 0
+    for m in _EVENT_END.finditer(data):
+        chunks.append(data[start:m.end()])
+        start = m.end()
+    if start < len(data):
+        chunks.append(data[start:])
+    return chunks
+
+
+# --- the transports, one per httpx library ----------------------------------------------------
+
+_types: dict[str, tuple[type, type]] = {}
+
+
+def _make_types(lib: ModuleType) -> tuple[type, type]:
+    found = _types.get(lib.__name__)
+    if found is not None:
+        return found
+
+    class RecordedStream(lib.SyncByteStream):  # type: ignore[name-defined]
+        __slots__ = ("chunks",)
+
+        def __init__(self, chunks: list[bytes]) -> None:
+            self.chunks = chunks
+
+        def __iter__(self) -> Iterator[bytes]:
+            yield from self.chunks
+
+    class RecordedTransport(lib.BaseTransport):  # type: ignore[name-defined]
+        """An httpx transport whose every request is recorded in the log (see ``swarmlog.llm.http``)."""
+
+        def __init__(self, recorder: RecordedHTTP) -> None:
+            self.recorder = recorder
+
+        def handle_request(self, request: Any) -> Any:
+            return self.recorder.exchange(request)
+
+        def close(self) -> None:
+            pass  # the network transport is the context's, kept across steps for its pool
+
+    RecordedTransport.__module__ = RecordedStream.__module__ = __name__
+    RecordedTransport.__qualname__ = f"RecordedTransport[{lib.__name__}]"
+    _types[lib.__name__] = (RecordedTransport, RecordedStream)
+    return RecordedTransport, RecordedStream
+
+
+def transport_type(lib: ModuleType) -> type:
+    """The recorded transport class for ``httpx`` or ``httpx2``."""
+    return _make_types(lib)[0]
+
+
+def _stream_type(lib: ModuleType) -> type:
+    return _make_types(lib)[1]
+
+
+def httpx_library(which: ModuleType | str | None) -> ModuleType:
+    """``httpx2`` (the default: both official LLM SDKs are built on it) or ``httpx``."""
+    name = which if isinstance(which, str) else (which.__name__ if which is not None else "httpx2")
+    if name not in ("httpx", "httpx2"):
+        raise ConfigurationError(f"ctx.http({name!r}): recorded HTTP speaks httpx or httpx2; pass one of them")
+    try:
+        return __import__(name)
+    except ImportError:
+        raise ConfigurationError(f"ctx.http() needs the {name} package: pip install {name} "
+                                 f"(or swarmlog[sdks])") from None

@@ -1,0 +1,333 @@
+"""The log protocol: what a message in a swarm's topic means beyond its Avro body.
+
+One home for every convention that readers and writers of the log share:
+
+* **event types** the runtime itself writes and reacts to (``run.started``,
+  ``agent.message``, the timer events, the recorded effects);
+* the **event-id grammar** of the runtime's outputs, ``<agent>@<step>#<index>``:
+  deterministic, so that an agent rebuilding from offset zero recognises what an
+  earlier life of it already wrote; a wall-clock firing is ``<agent>@timer<set offset>``;
+  a state digest record ``<agent>@state<last step>`` (``<agent>@stop<position>`` at a stop);
+* the **routing headers** (``sl.type``, ``sl.v``, ``sl.agent``, ``sl.to``, ``sl.step``)
+  that let a reader skip an event without decoding it, their parsing, and their check
+  against the envelope (:func:`checked_route`): a header that steers behaviour is never
+  trusted over the body it describes;
+* the names of the **Kafka resources** of an agent (its transactional id and
+  consumer group), of the replay Job and of the sink (their consumer groups), which
+  operators see in Kafka's own tools, and of the side topics kept beside a log.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, NoReturn
+
+from ..errors import RoutingHeaderMismatch
+
+# --- event types ------------------------------------------------------------------------
+
+RUN_STARTED = "run.started"
+"""The first event of a run: swarm, seed, code version, agents."""
+MESSAGE = "agent.message"
+"""What ``ctx.send`` and ``ctx.broadcast`` write."""
+TIMER_SET = "timer.set"
+TIMER_FIRED = "timer.fired"
+TIMER_CANCELLED = "timer.cancelled"
+EFFECT_RECORDED = "effect.recorded"
+"""The recorded result of ``ctx.effect``."""
+LLM_CALL = "llm.call"
+"""The recorded request and response of ``ctx.llm``."""
+HTTP_EXCHANGE = "http.exchange"
+"""A recorded request and response of ``ctx.http()`` (:mod:`swarmlog.llm.http`)."""
+HANDLER_FAILED = "handler.failed"
+"""A handler raised; replay expects the same failure at the same step."""
+RUN_FORKED = "run.forked"
+"""Appended to a fork right after the prefix it copied: where the fork came from."""
+STATE_DIGEST = "state.digest"
+"""An agent's state after its steps, as digests (:mod:`swarmlog.runtime.digests`): written in
+the same transaction as those steps' outputs, and at every clean stop."""
+LANGGRAPH_CHECKPOINT = "langgraph.checkpoint"
+LANGGRAPH_WRITES = "langgraph.writes"
+LANGGRAPH_DELETED = "langgraph.deleted"
+"""LangGraph's checkpointer on the log (:mod:`swarmlog.integrations.langgraph`): a checkpoint, a task's
+pending writes, and checkpoints taken out of view. Written by the checkpointer, handled by no agent."""
+
+RECORDED_EFFECTS = frozenset({EFFECT_RECORDED, LLM_CALL, HTTP_EXCHANGE})
+"""Recorded I/O: run live once, served from the log on every replay. A handler needs the
+result at once, so replay indexes these ahead of the steps that made them."""
+RECORDED_EFFECT_HEADERS = frozenset(t.encode() for t in RECORDED_EFFECTS)
+""":data:`RECORDED_EFFECTS` as the bytes of an ``sl.type`` header."""
+SELF_RECORDS = frozenset({*RECORDED_EFFECTS, TIMER_SET, TIMER_CANCELLED, HANDLER_FAILED, STATE_DIGEST})
+"""What an agent writes about itself: never dispatched to handlers."""
+
+# --- headers ------------------------------------------------------------------------------
+
+H_TYPE = "sl.type"
+H_VERSION = "sl.v"
+H_AGENT = "sl.agent"
+H_TO = "sl.to"
+H_STEP = "sl.step"
+"""On runtime outputs: the offset of the step that wrote it (so readers know an agent's reach
+without decoding)."""
+H_SNAPSHOT_AT = "sl.snap.at"
+"""On a snapshot record: the offset its state is "just before"."""
+H_SNAPSHOT_CODE = "sl.snap.code"
+"""On a snapshot record: the code version that made it."""
+
+Headers = list[tuple[str, bytes]]
+
+RUN_STARTED_HEADER = (H_TYPE, RUN_STARTED.encode())
+STATE_DIGEST_TYPE = STATE_DIGEST.encode()
+""":data:`STATE_DIGEST` as the bytes of an ``sl.type`` header."""
+
+
+class Route(NamedTuple):
+    """What the routing headers say about a message, read without decoding it."""
+
+    event_type: str
+    agent: str
+    to: str | None
+    step: int | None
+
+
+_NO_ROUTE = Route("", "", None, None)
+new_route = tuple.__new__
+"""``new_route(Route, (type, agent, to, step))``: a Route without the named tuple's Python-level
+``__new__`` (a frame on every message routed: ~0.1 µs of a route's ~1.5)."""
+
+
+def route(headers: Headers | None) -> Route:
+    """The routing headers of a message (empty fields for a message that has none)."""
+    if not headers:
+        return _NO_ROUTE
+    t = a = ""
+    to = None
+    step = None
+    for k, v in headers:
+        if k == H_TYPE:
+            t = v.decode()
+        elif k == H_AGENT:
+            a = v.decode()
+        elif k == H_TO:
+            to = v.decode()
+        elif k == H_STEP:
+            step = int(v)
+    return new_route(Route, (t, a, to, step))
+
+
+def checked_route(headers: Headers | None, offset: int, event_type: str, event_type_b: bytes, version: bytes,
+                  event_id: bytes, agent: bytes, to: bytes | None, expected: dict[Any, Headers], /) -> Route:
+    """The route of a message as its envelope gives it, its routing headers checked against it.
+
+    ``event_type`` is the writer schema's type (the fingerprint's; ``event_type_b`` encoded),
+    ``version`` its version as an ``sl.v`` header spells it; ``event_id``, ``agent`` and ``to``
+    are the envelope's fields as bytes. Raises :class:`~swarmlog.errors.RoutingHeaderMismatch`
+    for a header that says something else, or for ``sl.type``, ``sl.agent`` or ``sl.to``
+    missing from a message that carries routing headers (an absent ``sl.to`` means a
+    broadcast). A message without any (written by another tool) is routed by its envelope.
+
+    Speed: a swarm replay and an agent's first pass route every message. swarmlog's writers put
+    the headers in one order (``sl.type``, ``sl.v``, ``sl.agent``, ``sl.to`` if any, ``sl.step``
+    on runtime outputs), so the common case is one list comparison with the headers such an
+    envelope should have (kept in ``expected``, the caller's cache); anything else is checked
+    header by header.
+    """
+    step = None
+    if headers:
+        key = (event_type_b, version, agent, to)
+        want = expected.get(key)
+        if want is None:
+            want = _expected_headers(expected, key)
+        if headers != want:
+            n = len(want)
+            last = headers[-1]
+            if len(headers) == n + 1 and last[0] == H_STEP and last[1] == step_of(event_id) and headers[:n] == want:
+                step = int(last[1])
+            else:
+                step = _check_each(headers, offset, event_type_b, version, event_id, agent, to)
+    return new_route(Route, (event_type, agent.decode(), None if to is None else to.decode(), step))
+
+
+_EXPECTED_MAX = 4096
+
+
+def _expected_headers(expected: dict[Any, Headers], key: tuple[bytes, bytes, bytes, bytes | None]) -> Headers:
+    if len(expected) >= _EXPECTED_MAX:  # (type, version, agent, recipient) repeat; guard against what does not
+        expected.clear()
+    event_type_b, version, agent, to = key
+    want = [(H_TYPE, event_type_b), (H_VERSION, version), (H_AGENT, agent)]
+    if to is not None:
+        want.append((H_TO, to))
+    expected[key] = want
+    return want
+
+
+def _check_each(headers: Headers, offset: int, event_type_b: bytes, version: bytes, event_id: bytes, agent: bytes,
+                to: bytes | None) -> int | None:
+    """Header by header (any order, other headers among them); the step, if ``sl.step`` is there."""
+    step = None
+    seen = 0
+    for k, v in headers:
+        if k == H_TYPE:
+            seen |= 1
+            if v != event_type_b:
+                _mismatch(offset, H_TYPE, v, event_type_b)
+        elif k == H_VERSION:
+            seen |= 8
+            if v != version:
+                _mismatch(offset, H_VERSION, v, version)
+        elif k == H_AGENT:
+            seen |= 2
+            if v != agent:
+                _mismatch(offset, H_AGENT, v, agent)
+        elif k == H_TO:
+            seen |= 4
+            if v != to:
+                _mismatch(offset, H_TO, v, to)
+        elif k == H_STEP:
+            seen |= 8
+            if v != step_of(event_id):
+                _mismatch(offset, H_STEP, v, step_of(event_id))
+            step = int(v)
+    if seen:
+        if not seen & 1:
+            _mismatch(offset, H_TYPE, None, event_type_b)
+        if not seen & 2:
+            _mismatch(offset, H_AGENT, None, agent)
+        if not seen & 4 and to is not None:
+            _mismatch(offset, H_TO, None, to)
+    return step
+
+
+def _mismatch(offset: int, header: str, header_value: bytes | None, envelope_value: bytes | None) -> NoReturn:
+    def text(b: bytes | None) -> str | None:
+        return None if b is None else b.decode("utf-8", "backslashreplace")
+
+    raise RoutingHeaderMismatch(offset=offset, header=header, header_value=text(header_value),
+                                envelope_value=text(envelope_value))
+
+
+# --- event ids ------------------------------------------------------------------------------
+
+_STEP_MARK = "@"
+_INDEX_MARK = "#"
+_WALL_TIMER_MARK = "@timer"
+_STEP_MARK_B = _STEP_MARK.encode()
+_INDEX_MARK_B = _INDEX_MARK.encode()
+_DIGEST_MARK = "@state"
+_DIGEST_MARK_B = _DIGEST_MARK.encode()
+_STOP_MARK = "@stop"
+AGENT_NAME_FORBIDDEN = "@#:/ "
+"""Characters an agent name may not hold: they would make its event ids ambiguous."""
+
+
+def output_id(agent: str, step: int, index: int) -> str:
+    """The id of the ``index``-th output of ``agent``'s step at offset ``step``."""
+    return f"{agent}{_STEP_MARK}{step}{_INDEX_MARK}{index}"
+
+
+def output_id_prefix(agent: str, step: int) -> str:
+    """What every output id of one step starts with."""
+    return f"{agent}{_STEP_MARK}{step}{_INDEX_MARK}"
+
+
+def wall_timer_id(agent: str, set_offset: int) -> str:
+    """The id of a wall-clock timeout's firing: one per ``timer.set``, whichever life fires it."""
+    return f"{agent}{_WALL_TIMER_MARK}{set_offset}"
+
+
+def step_of(event_id: bytes) -> bytes | None:
+    """The step of an ``agent@step#i`` id as the bytes of an ``sl.step`` header (None: no step);
+    for a ``state.digest`` (``agent@state<step>``), the last step it digests."""
+    _, _, tail = event_id.rpartition(_STEP_MARK_B)
+    step, sep, index = tail.partition(_INDEX_MARK_B)
+    if sep:
+        return step if step.isdigit() and index.isdigit() else None
+    _, sep, last = event_id.rpartition(_DIGEST_MARK_B)
+    return last if sep and last.isdigit() else None
+
+
+def state_digest_id(agent: str, last_step: int) -> str:
+    """The id of the ``state.digest`` record whose last digested step is ``last_step``: one per
+    step, whichever life writes it."""
+    return f"{agent}{_DIGEST_MARK}{last_step}"
+
+
+def stop_digest_id(agent: str, position: int) -> str:
+    """The id of the ``state.digest`` record an agent writes as it stops cleanly at ``position``."""
+    return f"{agent}{_STOP_MARK}{position}"
+
+
+def run_started_id(run_id: str) -> str:
+    return f"run@{run_id}"
+
+
+RUN_WRITER = "swarmlog"
+"""The ``agent`` that writes ``run.started``."""
+RUN_STARTER_CHANNEL = "@run-start"
+"""The name the run's starter opens its transactional channel under: its transactional id is
+``swarmlog.<topic>.@run-start``, which no agent's can be (``@`` is not allowed in agent names)."""
+
+
+def parse_step(event_id: str) -> tuple[int, int] | None:
+    """``agent@step#i`` -> (step, i); None for a wall-clock firing or an id of another grammar."""
+    _, _, tail = event_id.rpartition(_STEP_MARK)
+    step, sep, index = tail.partition(_INDEX_MARK)
+    if not sep or not step.isdigit() or not index.isdigit():
+        return None
+    return int(step), int(index)
+
+
+# --- Kafka resources of an agent ----------------------------------------------------------------
+
+
+def agent_transactional_id(topic: str, agent: str) -> str:
+    """The agent's stable ``transactional.id``: a new life fences every earlier one."""
+    return f"swarmlog.{topic}.{agent}"
+
+
+def agent_group(topic: str, agent: str) -> str:
+    """The agent's consumer group: its committed offset says how far the live agent got."""
+    return f"swarmlog.{topic}.{agent}"
+
+
+def replay_group(topic: str) -> str:
+    """The consumer group the replay Job reads as by default: its own, so a replay never touches an agent.
+
+    Outside the agents' ``swarmlog.<topic>.`` prefix, so no agent name can ever collide with it.
+    """
+    return f"swarmlog-replay.{topic}"
+
+
+# --- Kafka resources of the debugging tools ------------------------------------------------------
+
+
+def snapshot_topic(topic: str) -> str:
+    """Where the per-agent state snapshots of ``topic``'s log are kept: a topic of their own, so
+    that the log itself holds only what the swarm did."""
+    return f"{topic}.snapshots"
+
+
+SIDE_TOPIC_SUFFIXES = (".snapshots",)
+"""The endings of the topics swarmlog keeps beside a swarm's log (:func:`snapshot_topic`): not a
+swarm's log themselves, so a sink mirroring every topic of a pattern leaves them out unless asked."""
+
+
+def is_side_topic(name: str) -> bool:
+    """Whether ``name`` is one of swarmlog's side topics, or one of Kafka's internal ones (``__...``)."""
+    return name.startswith("__") or name.endswith(SIDE_TOPIC_SUFFIXES)
+
+
+# --- Kafka resources of the sink ---------------------------------------------------------------
+
+
+def sink_group(topic: str | None = None) -> str:
+    """The consumer group the sink commits its position to, for Kafka's tools (advisory only: the
+    position in Postgres is the truth). One topic's sink: ``swarmlog-sink.<topic>``; a sink of a
+    pattern (``topic`` None): ``swarmlog-sink``, with one committed offset per topic it mirrors."""
+    return "swarmlog-sink" if topic is None else f"swarmlog-sink.{topic}"
+
+
+def copy_transactional_ids(topic: str) -> tuple[str, str]:
+    """The two transactional ids that write a fork's offset-exact copy into ``topic``: one whose
+    transactions commit (the copied events), one whose transactions abort (the gaps)."""
+    return f"swarmlog.copy.{topic}.visible", f"swarmlog.copy.{topic}.gaps"
