@@ -47,7 +47,9 @@ import gc
 import importlib._bootstrap
 import linecache
 import logging
+import site
 import sys
+import sysconfig
 import traceback
 import types
 import weakref
@@ -55,7 +57,7 @@ import weakref
 from .table import Row
 
 __all__ = ["CREDENTIAL_DISCOVERY", "DEBUGGER_MODULES", "FRAMEWORKS", "LIBRARY_SETUP", "TRUSTED_KINDS",
-           "TRUSTED_LIBRARIES", "exemption", "trust_library"]
+           "TRUSTED_LIBRARIES", "calling_library", "exemption", "trust_library"]
 
 # HTTP clients and the SDKs built on them read the clock and OS entropy for their own
 # bookkeeping while a handler uses ctx.http(): timeouts and timings, retry jitter and backoff,
@@ -83,11 +85,14 @@ __all__ = ["CREDENTIAL_DISCOVERY", "DEBUGGER_MODULES", "FRAMEWORKS", "LIBRARY_SE
 # its own; an async one on the step's loop).
 FRAMEWORKS: dict[str, frozenset[str]] = {
     "langgraph": frozenset({"langgraph", "langchain_core", "langchain_openai", "langsmith"}),
+    "openai-agents": frozenset({"agents"}),
+    "pydantic-ai": frozenset({"pydantic_ai", "pydantic_graph"}),
 }
 """Per supported framework, the packages whose own clock, environment, machine and entropy reads pass."""
 
 TRUSTED_LIBRARIES: set[str] = {"httpx", "httpx2", "httpcore", "httpcore2", "openai", "anthropic", "opentelemetry",
-                               "http.cookiejar", "swarmlog.observe.tracing", *FRAMEWORKS["langgraph"]}
+                               "http.cookiejar", "swarmlog.observe.tracing",
+                               *(p for packages in FRAMEWORKS.values() for p in packages)}
 """Packages (or exact modules) whose own clock, environment, machine and entropy reads pass inside handlers."""
 TRUSTED_KINDS = frozenset({"clock", "timezone", "random", "entropy", "environment", "machine"})
 
@@ -125,29 +130,64 @@ _ZONEINFO = "zoneinfo"
 
 _stdlib: dict[str, bool] = {}  # module name -> whether it is in the standard library
 
-LIBRARY_SETUP = ("pydantic.plugin._loader.get_plugins",)
-"""Functions of libraries (installed or not) whose calls, and everything under them, pass (see above)."""
+LIBRARY_SETUP = ("pydantic.plugin._loader:get_plugins",
+                 "agents.tracing.processors:BatchTraceProcessor._ensure_thread_started",
+                 "pydantic_ai._display:display_agent_banner")
+"""Functions of libraries (``module:qualname``, installed or not) whose calls, and everything under them, pass:
+
+* pydantic discovering its plugins (see the module docstring);
+* the OpenAI Agents SDK starting its trace exporter's thread on a run's first trace: the thread only sends
+  finished spans to the tracing backend, nothing comes back to the run (and swarmlog's
+  ``integrations.openai_agents.recorded`` turns the SDK's tracing off on replay, so a replay exports nothing);
+* pydantic-ai's first-run banner: whether stderr is a terminal, its width, ``COLUMNS``, and the banner
+  written there; the run gets nothing back from it."""
+
+_SETUP: dict[int, types.CodeType] = {}  # by id(code), the code beside it: hashing a code object hashes its bytecode
+_unresolved = list(LIBRARY_SETUP)
 
 
-def _setup_codes() -> dict[int, types.CodeType]:
-    import importlib
-
-    codes: dict[int, types.CodeType] = {}
-    for path in LIBRARY_SETUP:
-        module, _, name = path.rpartition(".")
-        try:
-            fn = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):  # not installed (or moved): nothing to excuse
+def _resolve_setup() -> None:
+    """Find the code of each :data:`LIBRARY_SETUP` function whose module has been imported since: looked up
+    lazily (on the guard's rare path), so that the guard never imports a framework itself."""
+    for path in list(_unresolved):
+        module, _, qualname = path.partition(":")
+        found: object = sys.modules.get(module)
+        if found is None:
             continue
-        codes[id(fn.__code__)] = fn.__code__
-    return codes
-
-
-_SETUP = _setup_codes()  # by id(code), the code beside it: hashing a code object hashes its bytecode
+        _unresolved.remove(path)
+        for name in qualname.split("."):
+            found = getattr(found, name, None)
+        code = getattr(found, "__code__", None)
+        if isinstance(code, types.CodeType):
+            _SETUP[id(code)] = code
 
 
 def _is_trusted(module: str) -> bool:
     return module in TRUSTED_LIBRARIES or module.partition(".")[0] in TRUSTED_LIBRARIES
+
+
+_INSTALLED = tuple({p for p in (sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib"),
+                                 *site.getsitepackages()) if p})
+_library_of: dict[str, str | None] = {}  # module name -> its installed library's top-level package, or None
+
+
+def calling_library(caller: types.FrameType | None, base: types.FrameType | None) -> str | None:
+    """The installed third-party library whose code made a refused call, or None when it is the
+    handler's own code (or the standard library's on its behalf): the nearest frame outside the
+    standard library and swarmlog, if its module was installed (in site-packages). For the error's
+    advice: a library, unlike the handler, may be one to :func:`trust_library`."""
+    f = caller
+    while f is not None and f is not base:
+        module = f.f_globals.get("__name__", "")
+        top = module.partition(".")[0]
+        if top not in sys.stdlib_module_names and top != "swarmlog":
+            found = _library_of.get(module, "")
+            if found == "":
+                file = f.f_code.co_filename
+                found = _library_of[module] = top if file.startswith(_INSTALLED) else None
+            return found
+        f = f.f_back
+    return None
 
 
 def exemption(row: Row, caller: types.FrameType | None, base: types.FrameType | None) -> str | None:
@@ -158,6 +198,8 @@ def exemption(row: Row, caller: types.FrameType | None, base: types.FrameType | 
     kept tight: identity compares per frame, module names only up to the nearest frame outside
     the standard library.
     """
+    if _unresolved:
+        _resolve_setup()
     callbacks = gc.callbacks
     gc_codes = tuple(getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in callbacks) if callbacks else ()
     stdlib_cache, stdlib_names = _stdlib, sys.stdlib_module_names

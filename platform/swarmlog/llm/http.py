@@ -260,14 +260,26 @@ def _first_difference(a: Any, b: Any, path: str) -> tuple[str, Any, Any] | None:
     return None
 
 
-_ITEM = re.compile(r"^body\.(messages|input)\[(\d+)\](?:\.content\[(\d+)\])?")
+_ITEM = re.compile(r"^(?:body|request)\.(messages|input)\[(\d+)\](?:\.(?:content|parts)\[(\d+)\])?")
+
+
+def first_difference(recorded: Any, replayed: Any, *, root: str) -> tuple[str, Any, Any, str | None] | None:
+    """Where two JSON requests first differ: ``(path, recorded value, replayed value, what it is)``, the path
+    from ``root`` (``body.messages[0].content``), what it is when the request says (the result of a tool), or
+    None when they are equal. The one comparison of model requests: recorded HTTP bodies here, and the
+    framework integrations' model calls (:mod:`swarmlog.integrations`)."""
+    d = _first_difference(recorded, replayed, root)
+    if d is None:
+        return None
+    return d[0], d[1], d[2], _tool_result_named(replayed, d[0])
 
 
 def _tool_result_named(body: Any, part: str) -> str | None:
     """Which tool's result a differing part of a model request is, when it is one: the tool's name is
     in the call the model made earlier in the same conversation. OpenAI's chat completions (a ``tool``
-    message), its Responses API (a ``function_call_output`` item) and Anthropic's messages (a
-    ``tool_result`` block): a changed tool is then named, not only a path."""
+    message), its Responses API (a ``function_call_output`` item), Anthropic's messages (a
+    ``tool_result`` block) and pydantic-ai's messages (a ``tool-return`` part): a changed tool is then
+    named, not only a path."""
     m = _ITEM.match(part)
     if m is None or not isinstance(body, dict) or not isinstance(body.get(m.group(1)), list):
         return None
@@ -276,6 +288,12 @@ def _tool_result_named(body: Any, part: str) -> str | None:
     if not isinstance(item, dict):
         return None
     call_id = None
+    parts = item.get("parts")
+    if m.group(3) is not None and isinstance(parts, list) and int(m.group(3)) < len(parts):
+        part_of = parts[int(m.group(3))]  # pydantic-ai's messages: a tool's return carries its tool's name
+        if isinstance(part_of, dict) and part_of.get("part_kind") in ("tool-return", "retry-prompt") \
+                and part_of.get("tool_name"):
+            return f"the result of tool {part_of['tool_name']!r} (call {part_of.get('tool_call_id')})"
     if item.get("role") == "tool":
         call_id = item.get("tool_call_id")
     elif item.get("type") == "function_call_output":
@@ -378,16 +396,19 @@ class RecordedHTTP:
 
     def exchange(self, request: Any) -> Any:
         """Record (live) or serve (replay) one request; return the library's ``Response``."""
-        body = request.read()
-        scrub = _Scrubber()
-        headers = _redact_headers(request.headers.multi_items(), self.redaction, scrub)
-        url = _redact_url(str(request.url), self.redaction, scrub)
-        sent = _Sent(method=request.method, url=scrub.text(url), headers=headers,
-                     body=_body_field(scrub.data(body)), scrub=scrub)
+        sent = self.sent(request, request.read())
         secret_headers: list[tuple[str, str]] = []
         payload = self.ctx._record_io(EVENT_TYPE, live=lambda: self._live(request, sent, secret_headers),
                                       check=lambda recorded: self._check(recorded, sent))
         return self._serve(payload, request, secret_headers)
+
+    def sent(self, request: Any, body: bytes) -> _Sent:
+        """The request as it is recorded and compared: credentials redacted and scrubbed."""
+        scrub = _Scrubber()
+        headers = _redact_headers(request.headers.multi_items(), self.redaction, scrub)
+        url = _redact_url(str(request.url), self.redaction, scrub)
+        return _Sent(method=request.method, url=scrub.text(url), headers=headers,
+                     body=_body_field(scrub.data(body)), scrub=scrub)
 
     def _check(self, recorded: dict[str, Any], sent: _Sent) -> None:
         difference: tuple[str, Any, Any] | None
@@ -415,15 +436,14 @@ class RecordedHTTP:
         attempt = 0
         retryable: bool
         with allowed():  # the one place a handler's HTTP reaches the network
-            if self._network is None:
-                self._network = lib.HTTPTransport()
+            network = self.network()
             while True:
                 attempt += 1
                 self.live_requests += 1
                 retry_after: float | None = None
                 data, response_headers = b"", []  # only the last attempt is recorded
                 try:
-                    received = self._network.handle_request(request)
+                    received = network.handle_request(request)
                     try:
                         # The body decoded (gzip, br) and whole: a stream is recorded whole.
                         response = lib.Response(received.status_code, headers=received.headers,
@@ -461,13 +481,22 @@ class RecordedHTTP:
             "attempts": attempt,
         }
 
+    def network(self) -> Any:
+        """The library's network transport (its connection pool), made once: async steps send
+        concurrent requests through it from several threads, which its pool allows."""
+        if self._network is None:
+            with allowed():
+                self._network = self.library.HTTPTransport()
+        return self._network
+
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None and 0 <= retry_after <= _MAX_RETRY_AFTER:
             return retry_after
         cap = min(self.max_backoff, self.backoff * (2 ** (attempt - 1)))
         return random.uniform(0, cap)  # full jitter; live only, inside allowed()
 
-    def _serve(self, payload: dict[str, Any], request: Any, secret_headers: list[tuple[str, str]]) -> Any:
+    def _serve(self, payload: dict[str, Any], request: Any, secret_headers: list[tuple[str, str]], *,
+               stream: type | None = None) -> Any:
         """The library's Response rebuilt from the record: the same live and on replay, but for
         the values of credential headers (a session cookie), which live are the real ones so that
         the client's cookie jar keeps working; on replay they read ``<redacted>``."""
@@ -489,7 +518,7 @@ class RecordedHTTP:
         if not sse:
             headers.append(("content-length", str(len(data))))
         return lib.Response(payload["status"], headers=headers, request=request,
-                            stream=_stream_type(lib)(_sse_chunks(data) if sse else [data]))
+                            stream=(stream or _stream_type(lib))(_sse_chunks(data) if sse else [data]))
 
 
 def _retry_after(headers: Any) -> float | None:
