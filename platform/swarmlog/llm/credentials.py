@@ -27,6 +27,8 @@ the key was live, the two bodies compare equal.
 
 Live, a variable that is not set (or empty) is a :class:`CredentialMissing`, naming it: the step fails
 as any handler error does (recorded as ``handler.failed``), and the warning says what to set where.
+Everywhere else a step runs — a replay, an agent rebuilding from the log after a restart, the debugger, the
+simulator (which never calls the world) — it is the placeholder.
 """
 
 from __future__ import annotations
