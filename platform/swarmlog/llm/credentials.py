@@ -28,7 +28,9 @@ the key was live, the two bodies compare equal.
 Live, a variable that is not set (or empty) is a :class:`CredentialMissing`, naming it: the step fails
 as any handler error does (recorded as ``handler.failed``), and the warning says what to set where.
 Everywhere else a step runs — a replay, an agent rebuilding from the log after a restart, the debugger, the
-simulator (which never calls the world) — it is the placeholder.
+simulator (which never calls the world) — it is the placeholder. So a step that failed live for want of the
+variable does not fail on replay: replay reports it as diverged there (the live run recorded a failure where
+the replayed step goes on), which is what happened — the live environment was incomplete.
 """
 
 from __future__ import annotations
