@@ -63,7 +63,8 @@ PUBLIC = {
         "topic_config", "watermarks",
     ],
     "swarmlog.llm": [
-        "HTTPRequestDiverged", "LLMClient", "LLMRequestFailed", "LLMResponseInvalid", "LLMUnavailable", "OpenAIChat",
+        "CredentialMissing", "HTTPRequestDiverged", "LLMClient", "LLMRequestFailed", "LLMResponseInvalid",
+        "LLMUnavailable", "OpenAIChat",
         "RecordedHTTP", "Redaction", "SDKChat", "ScriptExhausted", "ScriptedLLM", "completion", "content", "llm_client",
     ],
     "swarmlog.log": [
