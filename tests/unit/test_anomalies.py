@@ -22,9 +22,9 @@ from swarmlog.log.memory import InMemoryLog
 from swarmlog.log.protocol import MESSAGE, route
 from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
-from swarmlog.runtime._core import AgentCore
-from swarmlog.runtime._index import index_log
 from swarmlog.runtime.anomalies import NEWER_SCHEMA, REPEATED, UNREADABLE, Presence, Watch
+from swarmlog.runtime.engine import AgentCore
+from swarmlog.runtime.history import first_pass
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -109,8 +109,8 @@ def test_an_input_of_a_newer_schema_parks_its_agent_which_goes_on_once_upgraded(
         at = log.append(MESSAGE, {"kind": "hop", "body": json.dumps({"chain": 7, "ttl": 0}), "trace": "v4"},
                         agent="writer-v4", to="r2")
     decoder = Decoder(registry)
-    indexes, _ = index_log(backend=backend, topic="t", decoder=decoder, agents=["r2"])
-    core = AgentCore(agent=swarms.relay.agent("r2"), decoder=decoder, index=indexes["r2"], live_sink=None,
+    histories, _ = first_pass(backend=backend, topic="t", decoder=decoder, agents=["r2"])
+    core = AgentCore(agent=swarms.relay.agent("r2"), decoder=decoder, history=histories["r2"], live_sink=None,
                      strict=False)
     for m in backend.messages("t"):
         core.process(m, decoder.envelope_route(m))

@@ -19,13 +19,18 @@ from ..terminal import PrintableFormatter, printable, printable_lines
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    """The settings, ``--topic`` over ``SWARMLOG_TOPIC``; and a warning if that topic deletes events or has
-    lost its beginning (what is shown or rebuilt from it then is not the whole run)."""
-    from ..kafka.backend import warn_about_history
+    return Settings.from_env(topic=getattr(args, "topic", None))
 
-    settings = Settings.from_env(topic=getattr(args, "topic", None))
-    warn_about_history(settings)
-    return settings
+
+def _view(settings: Settings, backend: Any = None) -> Any:
+    """The log's view, and a warning if its topic deletes events or has lost its beginning (what is shown
+    or rebuilt from it then is not the whole run)."""
+    from ..log.base import warn_if_history_is_finite
+    from . import LogView
+
+    view = LogView(settings=settings, backend=backend)
+    warn_if_history_is_finite(view.backend, view.topic)
+    return view
 
 
 def _swarm(args: argparse.Namespace, settings: Settings) -> Any:
@@ -47,7 +52,9 @@ def _session(args: argparse.Namespace) -> Any:
     swarm = _swarm(args, settings)
     # The swarm's handlers run here: under the run's string-hash seed (swarmlog.runtime.interpreter).
     pin_interpreter(settings, may_reexec=getattr(args, "may_reexec", False))
-    return Session(settings=settings, swarm=swarm, snapshots=not args.no_snapshots)
+    session = Session(settings=settings, swarm=swarm, snapshots=not args.no_snapshots)
+    _view(settings, session.backend)  # the warning
+    return session
 
 
 def _notes() -> None:
@@ -68,9 +75,7 @@ def _dump(doc: Any) -> str:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    from . import LogView
-
-    view = LogView(settings=_settings(args))
+    view = _view(_settings(args))
     out = sys.stdout
     for e in view.events(start=args.start, end=args.end, agents=args.agent, types=args.type, run=args.run,
                          follow=args.follow):
@@ -81,9 +86,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from . import LogView
-
-    view = LogView(settings=_settings(args))
+    view = _view(_settings(args))
     x = view.explain(args.offset, within=args.within)
     if args.json:
         print(_dump(x.to_json()))
@@ -192,7 +195,7 @@ def cmd_debug(args: argparse.Namespace) -> int:
     if first is None:
         print("no divergence: the code does exactly what the log recorded")
         return 0
-    print(printable(f"DIVERGED first at offset {first.offset} (agent {first.agent}): {first.detail}"))
+    print(printable(f"DIVERGED first at offset {first.offset} (agent {first.agent}, {first.kind}): {first.detail}"))
     return 4
 
 
@@ -227,14 +230,14 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
-    from . import LogView, Session
+    from . import Session
     from .timeline import build_timeline, write_html
     from .timeline.html import page_doc
     from .timeline.text import write
 
     _notes()
     settings = _settings(args)
-    view = LogView(settings=settings)
+    view = _view(settings)
     session = None
     if args.swarm or settings.swarm:  # the code, to find and mark where it first departs from the log
         session = Session(settings=settings, swarm=_swarm(args, settings), snapshots=not args.no_snapshots)

@@ -30,7 +30,7 @@ from typing import Any
 from ..errors import ForkPointInsideStep
 from ..kafka.backend import backend_for
 from ..log.append import EventLog
-from ..log.base import LogBackend
+from ..log.base import LogBackend, warn_if_history_is_finite
 from ..log.hashing import StreamHasher
 from ..log.protocol import RUN_FORKED, RUN_STARTED
 from ..schema.codec import Decoder
@@ -104,6 +104,7 @@ def fork(*, settings: Settings, at: int, to_topic: str, topic: str | None = None
     source = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dirs())
     backend = backend_for(settings, backend)
+    warn_if_history_is_finite(backend, source)  # a fork copies the holes of a log that lost events
     at = min(at, backend.watermarks(source)[1])  # past the end: the whole log
     decoder = Decoder(registry)
     check_cut(backend, source, at, decoder)

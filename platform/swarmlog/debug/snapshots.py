@@ -1,6 +1,6 @@
 """Per-agent state snapshots: where a replay to offset N starts instead of offset zero.
 
-A snapshot is one agent's whole fold (:mod:`swarmlog.runtime._checkpoint`: its state,
+A snapshot is one agent's whole fold (:mod:`swarmlog.runtime.checkpoint`: its state,
 timers, outputs awaiting their record, counters, the run's seed) just before an offset,
 tagged with what made it: the **code version** of the swarm
 (:func:`swarmlog.runtime.code_version`), a digest of the **schema versions** events were
@@ -16,7 +16,7 @@ a snapshot made by other code or read through other schemas holds a state this c
 would not have built. Those are skipped and *reported* (``ignored``), and the caller
 (the CLI) says so. A snapshot also names the last message it folded (offset and CRC);
 if the log no longer holds that message as it was, the topic was re-made, and the
-fold refuses it (:class:`~swarmlog.debug._fold.SnapshotStale`).
+fold refuses it (:class:`~swarmlog.debug._rebuild.SnapshotStale`).
 
 **Why a snapshot and its tail equal the full replay.** Replay is a pure fold of the
 log: given the same code, schemas and messages, an agent's fold at N is the same

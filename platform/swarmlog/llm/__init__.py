@@ -10,7 +10,10 @@ import httpx):
   :class:`ScriptExhausted`;
 * the official SDKs as that client (``sdk``): :class:`SDKChat`, :func:`llm_client`;
 * recorded HTTP, ``ctx.http()`` (``http``): :class:`RecordedHTTP`, :class:`Redaction` (which header
-  and query-parameter names carry credentials), :class:`HTTPRequestDiverged`.
+  and query-parameter names carry credentials), :class:`HTTPRequestDiverged`; how a replayed request
+  is compared with the record (``compare``);
+* an SDK's key, ``ctx.credential()`` (``credentials``): the environment's live, a placeholder on
+  replay; :class:`CredentialMissing`.
 
 ``from swarmlog.llm import OpenAIChat, content`` is the usual import.
 """
@@ -33,16 +36,18 @@ if TYPE_CHECKING:
         completion,
         content,
     )
+    from .credentials import CredentialMissing
     from .http import HTTPRequestDiverged, RecordedHTTP, Redaction
     from .sdk import SDKChat, llm_client
 
 __getattr__ = exports(globals(), {
     **dict.fromkeys(["LLMClient", "LLMRequestFailed", "LLMResponseInvalid", "LLMUnavailable", "OpenAIChat",
                      "ScriptedLLM", "ScriptExhausted", "completion", "content"], ".clients"),
+    "CredentialMissing": ".credentials",
     **dict.fromkeys(["HTTPRequestDiverged", "RecordedHTTP", "Redaction"], ".http"),
     **dict.fromkeys(["SDKChat", "llm_client"], ".sdk"),
 })
 
-__all__ = ["HTTPRequestDiverged", "LLMClient", "LLMRequestFailed", "LLMResponseInvalid", "LLMUnavailable", "OpenAIChat",
-           "RecordedHTTP", "Redaction", "SDKChat", "ScriptExhausted", "ScriptedLLM", "completion", "content",
-           "llm_client"]
+__all__ = ["CredentialMissing", "HTTPRequestDiverged", "LLMClient", "LLMRequestFailed", "LLMResponseInvalid",
+           "LLMUnavailable", "OpenAIChat", "RecordedHTTP", "Redaction", "SDKChat", "ScriptExhausted", "ScriptedLLM",
+           "completion", "content", "llm_client"]

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import GroupNotAtStart, HistoryIncomplete
+from ..errors import GroupNotAtStart, HistoryIncomplete, TopicNotFound
 from .protocol import Headers
 
 logger = logging.getLogger(__name__)
@@ -263,6 +263,24 @@ def warn_if_history_deletes(history: History, topic: str) -> None:
             "topic %r deletes events (%s): compaction keeps only the newest message per key and leaves holes in the "
             "offsets, retention deletes the oldest; replay, `swarmlog check` and the agents rebuild from every offset "
             "and stop at a hole or a lost beginning. %s", topic, history.deletes, History.remedy(topic))
+
+
+def warn_if_history_is_finite(backend: LogBackend, topic: str) -> History | None:
+    """For a command that reads a swarm's log without rebuilding it (``log``, ``show``, the debugger): log
+    (once per process and topic) that ``topic`` deletes events (:func:`warn_if_history_deletes`) or has lost
+    its beginning — what it shows or rebuilds then is not the whole run. None for a topic that does not
+    exist: the command's own error to report, not this warning's."""
+    try:
+        history = backend.history(topic)
+    except TopicNotFound:
+        return None
+    warn_if_history_deletes(history, topic)
+    key = (topic, f"starts at {history.log_start}")
+    if not history.complete and not history.deletes and key not in _warned:
+        _warned.add(key)
+        logger.warning("topic %r starts at offset %d, not 0 (%s): replay and agents rebuild from offset 0 "
+                       "and refuse it. %s", topic, history.log_start, history.describe(), History.remedy(topic))
+    return history
 
 
 def require_complete_history(backend: LogBackend, topic: str, *, log_start: int | None = None) -> History:

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..log.protocol import RUN_STARTED, SELF_RECORDS, STATE_DIGEST, TIMER_FIRED, Route
-from ._core import UNDECODED, AgentCore
 from .anomalies import Presence
+from .engine import UNDECODED, AgentCore
 
 logger = logging.getLogger(__name__)
 

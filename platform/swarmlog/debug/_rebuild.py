@@ -1,23 +1,18 @@
-"""The debugging engine's fold: some agents of a swarm, from offset zero or a snapshot, to any offset.
+"""The debugger's rebuild: some agents of a swarm folded from offset zero or a snapshot to any offset.
 
 Internal; :class:`swarmlog.debug.Session` is the face. The fold is the replayer's
 (``runtime._replayer``): every message, in offset order, goes through
-:meth:`AgentCore.process` of every agent folded, with effects and LLM calls served from
-the log and every output checked against it. Three things differ:
+:meth:`~swarmlog.runtime.engine.AgentCore.process` of every agent folded, with effects and
+LLM calls served from the log, every output checked against it and every step's state
+against its recorded digest — the agents' recorded history read by the seam every fold reads
+it by (:class:`~swarmlog.runtime.history.LogHistory`: ahead of the fold, as far as a step
+needs, from offset zero or the snapshot's position). Two things differ:
 
 * **Any subset of agents, from any point.** Agents' folds are independent in a replay
   (each reads its inputs from the log, never from another agent), so ``state reviewer
-  --at N`` folds the reviewer alone, from its latest snapshot at or before N.
-* **Effects are looked up ahead, not indexed first.** A replayed step needs its
-  recorded effects while its handler runs, and they come after its input in the log.
-  The replayer indexes the whole log first; this fold reads the log once, and every
-  message is scanned for the lookahead as it is read (its route, a folded agent's
-  recorded step, a recorded effect). When a handler asks for an effect not seen yet, the
-  fold's reader reads on — the messages it reads ahead are kept for the fold, not read
-  again — only until the question is settled: the record is found, or the agent's next
-  step shows it was never written (an agent's transactions commit in order, so its
-  records come in step order), or the log ends. ``state --at N`` then costs the tail
-  after the snapshot, read once, not the whole log.
+  --at N`` folds the reviewer alone, from its latest snapshot at or before N, and reads
+  the log from there once: ``state --at N`` costs the tail after the snapshot (and what a
+  step before N needs of its records just past N), not the whole log.
 * **Steps are observed.** Each agent's outputs pass through a tap, and the fold can
   report every step it makes (input, state before and after, outputs, divergences)
   for a stepping view.
@@ -27,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,19 +30,13 @@ from ..agent import Agent, Swarm
 from ..context import Output
 from ..errors import SwarmlogError
 from ..events import Event
-from ..guard import allowed
 from ..log.base import LogBackend
 from ..log.hashing import canonical
-from ..log.protocol import (
-    RECORDED_EFFECTS,
-    Route,
-    agent_group,
-    parse_step,
-)
+from ..log.protocol import Route
 from ..observe import tracing
-from ..runtime._checkpoint import capture, copy_state, restore
-from ..runtime._core import AgentCore, Divergence
-from ..runtime._index import NO_LIVE_STEPS, OwnIndex
+from ..runtime.checkpoint import capture, copy_state, restore
+from ..runtime.engine import AgentCore, Divergence
+from ..runtime.history import LogHistory
 from ..schema.codec import Decoder
 
 logger = logging.getLogger(__name__)
@@ -63,11 +51,6 @@ class SnapshotStale(SwarmlogError):
                          f"longer holds as it was: the topic was re-made; delete {topic}.snapshots")
 
 
-AHEAD_KEPT = 50_000
-"""Messages read ahead of the fold for the lookahead and kept for the fold, at most. Past it (a
-handler asking for an effect whose answer lies far on, or never comes), the lookahead reads on
-with a reader of its own, :data:`LOOKAHEAD_BATCH` at a time, keeping nothing for the fold."""
-
 TAIL_BATCH = 100
 """Messages the fold's reader asks for, and scans, at a time. ``consume(n, timeout)`` returns before
 its timeout only once n messages are queued, and one fetch response of the debugger's readers
@@ -76,14 +59,9 @@ timeouts, tens of ms a query of ``state --at N`` (bench/README.md, "Time travel 
 Small batches also leave unrouted what a fold that stops at N never takes; the fold spends ~30 µs
 a message, so a call's overhead is noise."""
 
-LOOKAHEAD_BATCH = 500
-"""Messages the lookahead's own reader reads at a time: it reads only until the asking agent's next
-step shows, so a full batch (5,000) would mostly be routed for nothing."""
-
-
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class AgentStep:
     """One agent handling one offset: what it read, what it did, the state before and after."""
 
     offset: int
@@ -129,128 +107,17 @@ class _Tap:
         return self.inner.recorded(event_id)
 
 
-class EffectLookahead:
-    """Recorded effects and LLM calls, read ahead of the fold as far as a handler needs them."""
-
-    def __init__(self, *, backend: LogBackend, topic: str, decoder: Decoder, agents: list[str], start: int) -> None:
-        self.backend = backend
-        self.topic = topic
-        self.decoder = decoder
-        self.effects: dict[str, Event] = {}
-        self.max_step = {a: -1 for a in agents}
-        self.done = False
-        self.read_to = start
-        """Every message before this offset has been scanned."""
-        self.routes: dict[int, Route] = {}
-        """Offset -> the route of a message read and not folded yet, for the fold to take instead of
-        routing it again. The log is immutable, so an offset's route is the same whoever reads it."""
-        self.tail: _Tail | None = None
-        """The fold's reader (set by the fold when it opens the log): reading ahead is reading it on."""
-        self._reader: Any = None
-        self._batches: Iterator[list[Any]] | None = None
-
-    def lookup(self, agent: str, event_id: str) -> Event | None:
-        rec = self.effects.get(event_id)
-        if rec is not None:
-            return rec
-        parsed = parse_step(event_id)
-        if parsed is None or agent not in self.max_step:
-            return None
-        step = parsed[0]
-        while not self.done and self.max_step[agent] <= step:
-            self._read_batch()
-        return self.effects.get(event_id)
-
-    def last_step(self, agent: str) -> int:
-        """The agent's highest recorded step seen so far."""
-        return self.max_step.get(agent, -1)
-
-    def scan(self, batch: list[Any], *, keep: bool = True) -> None:
-        """See each message of ``batch`` (read in offset order, by the fold's reader or the own one):
-        its route (kept for the fold with ``keep``), a folded agent's step, a recorded effect.
-        Scanning a message again changes nothing."""
-        if not batch:
-            return
-        max_step = self.max_step
-        route = self.decoder.envelope_route
-        step_of = self.decoder.step
-        routes = self.routes
-        for m in batch:
-            # By the envelope alone, the step too (from the event id): no header is read, so none
-            # can move where an agent's history ends.
-            r = route(m)
-            if keep:
-                routes[m.offset()] = r
-            etype, who, _, _ = r
-            if who not in max_step:
-                continue
-            step = step_of(m)
-            if step is not None and step > max_step[who]:
-                max_step[who] = step
-            if etype in RECORDED_EFFECTS:
-                try:
-                    writer, rec = self.decoder.decode(m.value(), m.offset())
-                except SwarmlogError:
-                    continue  # not an event: the fold reports it where it reads it
-                if parse_step(rec["event_id"]) is not None:
-                    self.effects[rec["event_id"]] = Event.from_message(m, writer, rec)
-        self.read_to = max(self.read_to, batch[-1].offset() + 1)
-
-    def _read_batch(self, *, keep: bool = True) -> None:
-        """Read on by one batch: the fold's reader while what it holds ahead is short of
-        :data:`AHEAD_KEPT` (and ``keep``), else a reader of its own from where scanning got."""
-        tail = self.tail
-        if keep and tail is not None and self._batches is None and len(tail) < AHEAD_KEPT:
-            if not tail.scan_more():
-                self.done = True
-            return
-        if self._batches is None:
-            self._reader = self.backend.reader(self.topic)
-            self._reader.assign(self.read_to)
-            self._batches = self._reader.batches(batch_size=LOOKAHEAD_BATCH)
-        try:
-            batch = next(self._batches)
-        except StopIteration:
-            self.close()
-            self.done = True
-            return
-        self.scan(batch, keep=False)
-
-    def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
-            self._batches = None
-
-
-class _LookaheadEffects(dict):
-    """``OwnIndex.effects`` of one agent, answered by the lookahead (only ``get`` is ever asked)."""
-
-    def __init__(self, lookahead: EffectLookahead, fold: SwarmFold, agent: str) -> None:
-        super().__init__()
-        self.lookahead = lookahead
-        self.fold = fold
-        self.agent = agent
-
-    def get(self, event_id: str, default: Any = None) -> Any:
-        # Asked from inside a handler (ctx.effect, ctx.llm), under the determinism guard: reading
-        # the log ahead is swarmlog's own I/O serving the record, as running an effect live is.
-        with allowed():
-            rec = self.lookahead.lookup(self.agent, event_id)
-            if rec is None:
-                self.fold._learn_reach(self.agent)
-                return default
-        return rec
-
-
-class SwarmFold:
-    """Agents of ``swarm`` folded over ``topic``, each from its own start (zero or a checkpoint)."""
+class Rebuild:
+    """Agents of ``swarm`` rebuilt over ``topic``, each folded from its own start (zero or a checkpoint)."""
 
     def __init__(self, *, backend: LogBackend, topic: str, swarm: Swarm, decoder: Decoder, agents: list[str],
-                 starts: dict[str, dict[str, Any]] | None = None, last: tuple[int, int] | None = None) -> None:
-        """``starts``: agent -> a :func:`~swarmlog.runtime._checkpoint.capture` to resume that agent from
+                 starts: dict[str, dict[str, Any]] | None = None, last: tuple[int, int] | None = None,
+                 check_states: bool = True) -> None:
+        """``starts``: agent -> a :func:`~swarmlog.runtime.checkpoint.capture` to resume that agent from
         (all at one position); ``last``: the (offset, crc32) of the last message folded before it, which
-        the log must still hold — else :class:`SnapshotStale` (another log now has this topic's name)."""
+        the log must still hold — else :class:`SnapshotStale` (another log now has this topic's name).
+        ``check_states=False``: no step's state is compared with its recorded digest (a rebuild asked
+        for states only: it reads no further ahead than effects need, and computes no digest)."""
         self.backend = backend
         self.topic = topic
         self.swarm = swarm
@@ -258,8 +125,12 @@ class SwarmFold:
         self.names = list(agents)
         starts = starts or {}
         start = min((doc["position"] for doc in starts.values()), default=0) if len(starts) == len(agents) else 0
-        self.lookahead = EffectLookahead(backend=backend, topic=topic, decoder=decoder, agents=self.names,
-                                         start=start)
+        # By the envelope alone, as the debugger always read: no header can steer the rebuild, and a log
+        # with a lying one (which a replay refuses, naming it) still opens here.
+        self.history = LogHistory(backend=backend, topic=topic, decoder=decoder, agents=self.names, start=start,
+                                  check=None, check_states=check_states)
+        """What the agents recorded from ``start`` on (their effects, digests, how far each got), read ahead
+        of this fold through its own reader."""
         built = {a.name: a for a in swarm.agents()}
         self._tracing = tracing.current()
         self._replay = self._tracing.start_replay(by="debugger") if self._tracing is not None else None
@@ -279,14 +150,13 @@ class SwarmFold:
         self._last: Any = None  # the last message folded
         self._resumed_after = last
         self._check = last
-        self._reach_known: set[str] = set()
         self._feed: _Tail | None = None
+        self._next_route: tuple[int, Route] | None = None  # the route of the message messages() yielded last
         self._last_json: dict[str, str] = {}
 
     def _core(self, agent: Agent) -> AgentCore:
-        index = OwnIndex(last_step=NO_LIVE_STEPS)
-        core = AgentCore(agent=agent, decoder=self.decoder, index=index, live_sink=None, strict=False)
-        index.effects = _LookaheadEffects(self.lookahead, self, agent.name)
+        core = AgentCore(agent=agent, decoder=self.decoder, history=self.history.agent(agent.name), live_sink=None,
+                         strict=False)
         if self._tracing is not None:  # the debugger's steps are a replay: a trace of their own, marked
             core.tracer = self._tracing.step_tracer(topic=self.topic, agent=agent.name, replay=self._replay)
         tap = _Tap(core.verify_sink)
@@ -294,27 +164,18 @@ class SwarmFold:
         self.taps[agent.name] = tap
         return core
 
-    def _learn_reach(self, agent: str) -> None:
-        """An effect the log does not hold: how far the live agent got decides whether that is a
-        divergence or a step it never ran (its group's position, or past its last recorded step)."""
-        if agent in self._reach_known:
-            return
-        core = self.cores[agent]
-        if self.lookahead.done:
-            self._reach_known.add(agent)
-            committed = self.backend.committed(agent_group(self.topic, agent), self.topic)
-            core.reach = max(committed if committed is not None else -1, self.lookahead.last_step(agent) + 1)
-
     # -- folding -------------------------------------------------------------------------------
 
-    def apply(self, m: Any, *, observe: bool = False) -> list[Step]:
+    def apply(self, m: Any, *, observe: bool = False) -> list[AgentStep]:
         """Fold one message into every agent that has reached it; with ``observe``, the steps it made."""
         off = m.offset()
-        routes = self.lookahead.routes
-        r = routes.pop(off, None) if routes else None
-        if r is None:
-            r = self.decoder.envelope_route(m)  # by the envelope alone: no header can steer the fold
-        steps: list[Step] = []
+        nxt = self._next_route
+        self._next_route = None
+        if nxt is not None and nxt[0] == off:
+            r = nxt[1]  # routed as the history scanned it
+        else:
+            r = self.decoder.envelope_route(m)  # a message folded again (a cursor going back)
+        steps: list[AgentStep] = []
         resume = self.resume
         for name, core in self.cores.items():
             if resume and off < resume.get(name, 0):
@@ -339,7 +200,7 @@ class SwarmFold:
             if ran and event is not None:
                 fn = core.agent.handler_for(event)
                 handler = getattr(getattr(fn, "__wrapped__", fn), "__qualname__", None)
-            steps.append(Step(offset=off, agent=name, number=core.steps if ran else None,
+            steps.append(AgentStep(offset=off, agent=name, number=core.steps if ran else None,
                               event=event if ran else None, handler=handler,
                               before=_loads(before), after=_loads(after),
                               outputs=[_out_json(o) for o in tap.outputs],
@@ -360,10 +221,10 @@ class SwarmFold:
         if self._feed is None:
             check = self._check
             self._feed = _Tail(self.backend, self.topic, check[0] if check is not None else self.position,
-                               scan=self.lookahead.scan)
-            self.lookahead.tail = self._feed
+                               history=self.history)
             if check is not None:
-                first = self._feed.peek()
+                head = self._feed.peek()
+                first = head[0] if head is not None else None
                 if first is None or first.offset() != check[0] or zlib.crc32(first.value() or b"") != check[1]:
                     raise SnapshotStale(topic=self.topic, offset=check[0])
                 self._feed.pop()
@@ -374,25 +235,27 @@ class SwarmFold:
 
         Offsets are ordered, not contiguous (transaction markers): the only way to know
         that the next message lies at or past an offset is to look at it."""
-        m = self._opened_feed().peek()
-        return None if m is None else int(m.offset())
+        head = self._opened_feed().peek()
+        return None if head is None else int(head[0].offset())
 
     def messages(self, end: int | None = None) -> Iterator[Any]:
         """The log's messages from the fold's position up to ``end`` (exclusive), read once."""
         feed = self._opened_feed()
         while True:
-            m = feed.peek()
-            if m is None:
+            head = feed.peek()
+            if head is None:
                 self.ended = True
                 self.position = max(self.position, feed.end_offset)
                 return
+            m, r = head
             if end is not None and m.offset() >= end:
                 self.position = max(self.position, end)
                 return
             feed.pop()
+            self._next_route = (m.offset(), r)
             yield m
 
-    def run_to(self, end: int | None, *, observe: Callable[[list[Step]], None] | None = None) -> None:
+    def run_to(self, end: int | None, *, observe: Callable[[list[AgentStep]], None] | None = None) -> None:
         """Fold every message before ``end`` (None: to the end of the log)."""
         for m in self.messages(end):
             steps = self.apply(m, observe=observe is not None)
@@ -401,10 +264,8 @@ class SwarmFold:
 
     def finish(self) -> None:
         """The end of the log: outputs still waiting for their record were never written."""
-        while not self.lookahead.done:  # how far each live agent got decides what a pending output means
-            self.lookahead._read_batch(keep=False)
+        self.history.read_to_end()  # how far each live agent got decides what a pending output means
         for core in self.cores.values():
-            self._learn_reach(core.name)
             core.finish()
 
     def state(self, agent: str) -> dict[str, Any]:
@@ -415,19 +276,18 @@ class SwarmFold:
         return capture(self.cores[agent])
 
     def divergences(self) -> list[Divergence]:
-        return sorted((d for c in self.cores.values() for d in c.divergences), key=lambda d: d.offset)
+        return sorted((d for c in self.cores.values() for d in c.divergences), key=Divergence.sort_key)
 
     def close(self) -> None:
         if self._feed is not None:
             self._feed.close()
             self._feed = None
-        self.lookahead.tail = None
-        self.lookahead.close()
+        self.history.close()
         if self._tracing is not None and self._replay is not None:
             replay, self._replay = self._replay, None
             self._tracing.end_replay(replay, swarm=self.swarm, divergences=self.divergences())
 
-    def __enter__(self) -> SwarmFold:
+    def __enter__(self) -> Rebuild:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -435,56 +295,44 @@ class SwarmFold:
 
 
 class _Tail:
-    """The fold's reader: the log's messages from its start, one at a time, with a look at the next.
+    """The fold's reader: the log's messages from its start, each with its route, one at a time, with a
+    look at the next.
 
-    Messages are scanned for the lookahead (``scan``) in order, a read batch (:data:`TAIL_BATCH`)
-    at a time, just before the fold takes them — or sooner, when the lookahead reads ahead for an
-    effect's record: then they wait here for the fold, scanned, and the tail is read from Kafka
-    once. Small batches leave unrouted what a fold that stops at an offset never takes."""
+    Read :data:`TAIL_BATCH` at a time through the history (:meth:`LogHistory.batches`), which scans
+    each batch just before the fold takes it — or sooner, when a step needs a record further on:
+    then the batches it read ahead wait there for the fold, scanned, and the log is read once.
+    Small batches leave unrouted what a fold that stops at an offset never takes."""
 
-    def __init__(self, backend: LogBackend, topic: str, start: int, *,
-                 scan: Callable[[list[Any]], None]) -> None:
+    def __init__(self, backend: LogBackend, topic: str, start: int, *, history: LogHistory) -> None:
         self._reader: Any = backend.reader(topic)
         self._reader.assign(start)
-        self._batches = self._reader.batches(batch_size=TAIL_BATCH)
-        self._scanned: deque[Any] = deque()
-        self._scan = scan
-        self.done = False
-        """The reader has read to the end of the log."""
+        self._batches = history.batches(self._reader.batches(batch_size=TAIL_BATCH))
+        self._batch: list[Any] = []
+        self._routes: list[Route] = []
+        self._i = 0
 
     @property
     def end_offset(self) -> int:
         return int(self._reader.position.end_offset)
 
-    def __len__(self) -> int:
-        return len(self._scanned)
+    def peek(self) -> tuple[Any, Route] | None:
+        """The next message and its route (None: the end of the log)."""
+        while self._i >= len(self._batch):
+            nxt = next(self._batches, None)
+            if nxt is None:
+                return None
+            self._batch, self._routes = nxt
+            self._i = 0
+        return self._batch[self._i], self._routes[self._i]
 
-    def scan_more(self) -> bool:
-        """Read and scan the next batch (False: every message of the log has been scanned)."""
-        if self.done:
-            return False
-        try:
-            batch = next(self._batches)
-        except StopIteration:
-            self.done = True
-            return False
-        self._scan(batch)
-        self._scanned.extend(batch)
-        return True
-
-    def peek(self) -> Any:
-        while not self._scanned and self.scan_more():
-            pass
-        return self._scanned[0] if self._scanned else None
-
-    def pop(self) -> Any:
-        return self._scanned.popleft()
+    def pop(self) -> None:
+        self._i += 1
 
     def close(self) -> None:
         self._reader.close()
 
 
-def _event_of(fold: SwarmFold, m: Any) -> Event | None:
+def _event_of(fold: Rebuild, m: Any) -> Event | None:
     try:
         writer, rec = fold.decoder.decode(m.value(), m.offset())
     except SwarmlogError:
