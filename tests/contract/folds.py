@@ -12,7 +12,10 @@ its own, blind to a state-only divergence that ``replay_swarm`` reported.)
 
 The logs: the probes of :mod:`tests.contract.probes` (one per kind of divergence, and a clean one), each
 recorded twice — by live agents on the backend under test, and by the simulator (whose run, ``q`` dying
-after the world changed, reports the divergence itself) copied onto that backend offset for offset.
+after the world changed, reports the divergence itself) copied onto that backend offset for offset. And
+the clean probe's log with what the engine names instead of handling (:mod:`swarmlog.runtime.anomalies`,
+issue 28): a copy of an event re-sent by another producer (a repeated id: taken once, named, no
+divergence), and an event whose cause names an offset that holds nothing (a hole: every fold stops there).
 
 ``tests/unit/test_contract_memory.py`` runs it on the in-memory log, ``tests/integration/
 test_contract_kafka.py`` on the real broker (there the command line runs as a process of its own). A
@@ -27,21 +30,26 @@ import io
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from swarmlog.agent import Swarm
+from swarmlog.cli import EXIT_FAILED
 from swarmlog.debug import Session, Stepper
-from swarmlog.errors import EffectDiverged, NondeterminismError, StateDiverged
-from swarmlog.log.protocol import agent_group
+from swarmlog.errors import EffectDiverged, HistoryHoles, NondeterminismError, StateDiverged
+from swarmlog.log.append import EventLog
+from swarmlog.log.protocol import MESSAGE, agent_group, parse_step
 from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
+from swarmlog.runtime.anomalies import REPEATED
 from swarmlog.runtime.driven import DrivenAgent
 from swarmlog.schema.codec import Decoder
 from swarmlog.settings import Settings
 from swarmlog.testing import Schedule, SimRun, Simulator
 
+from ..conftest import unchecked_event
 from . import probes
 from .runtime import events
 
@@ -177,6 +185,115 @@ class FoldContract:
         found = self.folds(backend, run_settings, registry, "state")
         assert found == dict.fromkeys(found, (2, "q", "state"))
 
+    # -- what every fold names instead of handling (issue 28) ---------------------------------------
+
+    def _first_note(self, backend: Any, settings: Settings, registry: Any) -> int:
+        (note,) = [off for off, t, rec in events(backend, settings.topic, registry)
+                   if t == MESSAGE and rec["to"] == "q" and rec["payload"]["body"] == "1"]
+        return note
+
+    def test_every_fold_takes_a_repeated_event_id_once_names_it_and_finds_no_divergence(self, backend, run_settings,
+                                                                                         registry):
+        # p's first note to q, re-sent byte for byte by another producer (a copy tool). Before issue 28, q
+        # handled it a second time, and every fold of p (a restart too) stopped at "the log has an output
+        # this step no longer writes", blaming the code.
+        self.record_live(backend, run_settings, probes.probe_clean)
+        note = self._first_note(backend, run_settings, registry)
+        copy = _resend(backend, run_settings, note)
+        found = self.folds(backend, run_settings, registry, "clean")
+        assert found == dict.fromkeys(found, None)
+        named = {(copy, "p", REPEATED, note), (copy, "q", REPEATED, note)}  # its writer's and its recipient's fold
+        said: dict[str, set[tuple[int, str, str, int | None]]] = {}
+        for workers in (1, 2):
+            result = replay_swarm(settings=run_settings, swarm=probes.probe_clean, registry=registry, backend=backend,
+                                  workers=workers)
+            said[f"replay_swarm(workers={workers})"] = {(a.offset, a.agent, a.kind, a.first) for a in result.anomalies}
+        for snapshots in (False, True):
+            replayed = Session(settings=run_settings, swarm=probes.probe_clean, registry=registry, backend=backend,
+                               snapshots=snapshots).replay()
+            said[f"Session.replay(snapshots={snapshots})"] = {(a.offset, a.agent, a.kind, a.first)
+                                                              for a in replayed.anomalies}
+        for agent in ("p", "q"):
+            driven = DrivenAgent(backend=backend, topic=run_settings.topic, agent=probes.probe_clean.agent(agent),
+                                 decoder=Decoder(registry))
+            try:
+                _read_history(driven)
+                said[f"DrivenAgent {agent}"] = {(a.offset, a.agent, a.kind, a.first)
+                                                for a in driven.core.watch.anomalies}
+            finally:
+                driven.close()
+        said["DrivenAgent p"] |= said.pop("DrivenAgent q")
+        assert said == dict.fromkeys(said, named)
+        # Never handled twice, by the live agents' restarts either: no step of any agent at the copy.
+        steps = {parse_step(rec["event_id"]) for _, _, rec in events(backend, run_settings.topic, registry)}
+        assert not any(s is not None and s[0] == copy for s in steps)
+
+    def holes(self, backend: Any, settings: Settings, registry: Any, swarm: Swarm, agent: str) -> dict[str, Any]:
+        """What each fold of ``swarm`` over ``settings.topic`` says of the log's holes: the offsets that hold
+        nothing -> the event naming each (None: it went on). ``agent``: the one whose input names them."""
+        said: dict[str, Any] = {}
+
+        def attempt(name: str, fold: Callable[[], Any]) -> None:
+            try:
+                fold()
+            except HistoryHoles as exc:
+                said[name] = exc.holes
+            else:
+                said[name] = None
+
+        for workers in (1, 2):
+            attempt(f"replay_swarm(workers={workers})", lambda n=workers: replay_swarm(
+                settings=settings, swarm=swarm, registry=registry, backend=backend, workers=n))
+        attempt("replay_swarm(strict=True)", lambda: replay_swarm(settings=settings, swarm=swarm, registry=registry,
+                                                                  backend=backend, strict=True))
+        attempt("Session.first_divergence()", lambda: Session(settings=settings, swarm=swarm, registry=registry,
+                                                              backend=backend, snapshots=False).first_divergence())
+
+        def stepped() -> None:
+            with Stepper(session=Session(settings=settings, swarm=swarm, registry=registry, backend=backend,
+                                         snapshots=False)) as stepper:
+                while stepper.forward():
+                    pass
+
+        attempt("Stepper (every event, forward)", stepped)
+        status, _, err = self.debug_divergence(backend, settings, "tests.contract.probes:probe_clean")
+        lost = _LOST.search(err)
+        said["swarmlog debug --divergence"] = {int(o): int(by) for o, by in _NAMED.findall(lost.group(1))} \
+            if status == EXIT_FAILED and f"topic {settings.topic!r} has lost events" in err and lost is not None \
+            else (status, err)
+        # Last of the debugger's: the snapshots it takes as it folds are kept up to the hole (a fold from one
+        # knows holes only from its offset on: docs/edges.md).
+        attempt("Session.snapshot()", lambda: Session(settings=settings, swarm=swarm, registry=registry,
+                                                      backend=backend).snapshot(every=2))
+
+        def driven() -> None:
+            one = DrivenAgent(backend=backend, topic=settings.topic, agent=swarm.agent(agent),
+                              decoder=Decoder(registry))
+            try:
+                _read_history(one)
+            finally:
+                one.close()
+
+        attempt("DrivenAgent restart (the simulator's agent)", driven)
+        attempt("run_agents restart (the live agent)", lambda: run_agents(
+            settings=settings, swarm=swarm, agents=[agent], until_quiet=self.quiet, backend=backend))
+        return said
+
+    def test_every_fold_stops_at_a_cause_the_log_lost_naming_the_offset(self, backend, run_settings, registry):
+        # A note to q whose cause is an offset that holds no message (its run.started's transaction marker):
+        # causes are checked at write, so the log lost that event since (what compaction does). What a fold
+        # would rebuild from the rest is not the run: every fold stops, naming the hole and who names it.
+        self.record_live(backend, run_settings, probes.probe_clean)
+        held = {off for off, _, _ in events(backend, run_settings.topic, registry)}
+        gap = min(o for o in range(max(held)) if o not in held)
+        value, key, headers = unchecked_event(registry, MESSAGE, {"kind": "note", "body": "3"}, agent="tester",
+                                              to="q", causes=[gap], run_id="probe")
+        with EventLog(settings=run_settings, backend=backend) as log:
+            log.produce_raw(value, key=key, headers=headers)
+            (at,) = log.flush()
+        said = self.holes(backend, run_settings, registry, probes.probe_clean, "q")
+        assert said == dict.fromkeys(said, {gap: at}), said
+
 
 def _driven(backend: Any, settings: Settings, registry: Any, swarm: Swarm, agent: str) -> Found:
     """A later life of ``agent`` as the simulator makes one: a first pass, then its history rebuilt."""
@@ -196,6 +313,31 @@ def _driven(backend: Any, settings: Settings, registry: Any, swarm: Swarm, agent
         driven.close()
 
 
+def _read_history(driven: DrivenAgent) -> None:
+    """Let ``driven`` read the log it found at its start (its history), as a restart does, up to a live
+    step due (not run: it would write)."""
+    deadline = time.monotonic() + 60
+    while not driven.caught_up or driven.buffered:
+        driven.advance()
+        if driven.due is not None:
+            return
+        assert time.monotonic() < deadline, f"{driven.core.name} never read up to {driven.start_end}"
+        time.sleep(0.01)
+
+
+def _resend(backend: Any, settings: Settings, offset: int) -> int:
+    """Another producer re-sends the message at ``offset`` byte for byte (a copy tool): the copy's offset."""
+    with backend.reader(settings.topic) as reader:
+        reader.assign(offset)
+        m = next(m for batch in reader.batches() for m in batch if m.offset() == offset)
+    with EventLog(settings=settings, backend=backend) as log:
+        log.produce_raw(m.value(), key=m.key(), headers=m.headers())
+        (copy,) = log.flush()
+    return int(copy)
+
+
+_LOST = re.compile(r"has lost events: offset\(s\) (.*?) hold nothing")
+_NAMED = re.compile(r"(\d+) \(named by (\d+)\)")
 _DIVERGED = re.compile(r"^DIVERGED first at offset (\d+) \(agent ([^,]+), (\w+)\)", re.M)
 
 

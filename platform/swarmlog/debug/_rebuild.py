@@ -156,7 +156,7 @@ class Rebuild:
 
     def _core(self, agent: Agent) -> AgentCore:
         core = AgentCore(agent=agent, decoder=self.decoder, history=self.history.agent(agent.name), live_sink=None,
-                         strict=False)
+                         strict=False, topic=self.topic)
         if self._tracing is not None:  # the debugger's steps are a replay: a trace of their own, marked
             core.tracer = self._tracing.step_tracer(topic=self.topic, agent=agent.name, replay=self._replay)
         tap = _Tap(core.verify_sink)

@@ -34,6 +34,7 @@ from ..errors import ConfigurationError, UsageError
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
 from ..runtime import code_version
+from ..runtime.anomalies import Anomaly
 from ..runtime.checkpoint import StateNotCapturable, capture, clean, restore
 from ..runtime.engine import Divergence
 from ..schema.codec import Decoder
@@ -79,6 +80,9 @@ class Replayed:
     stops: list[Stop] = field(default_factory=list)
     """``debug``: the steps the debugger stopped at."""
     unverified_from: dict[str, int] = field(default_factory=dict)
+    anomalies: list[Anomaly] = field(default_factory=list)
+    """What the agents named instead of handling (a repeated id, an input they cannot read), in offset
+    order, as ``replay --swarm`` names them (:mod:`swarmlog.runtime.anomalies`)."""
 
     @property
     def first_divergence(self) -> Divergence | None:
@@ -87,7 +91,7 @@ class Replayed:
     def to_json(self) -> dict[str, Any]:
         return {"end": self.end, "steps": self.steps, "divergences": [d.to_json() for d in self.divergences],
                 "from_snapshot": self.from_snapshot, "stops": [s.to_json() for s in self.stops],
-                "unverified_from": self.unverified_from}
+                "unverified_from": self.unverified_from, "anomalies": [a.to_json() for a in self.anomalies]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +275,9 @@ class Session:
                             steps={a: c.steps for a, c in rebuild.cores.items()}, divergences=rebuild.divergences(),
                             from_snapshot=chosen.at, stops=[s for t in armed for s in t.stops],
                             unverified_from={a: c.unverified for a, c in rebuild.cores.items()
-                                             if c.unverified is not None})
+                                             if c.unverified is not None},
+                            anomalies=sorted((a for c in rebuild.cores.values() for a in c.watch.anomalies),
+                                             key=lambda a: (a.offset, a.agent)))
 
         return self._run(self.agents, before, body, fits)
 

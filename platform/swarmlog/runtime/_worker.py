@@ -190,7 +190,7 @@ class AgentWorker:
         sink = self._sink = LiveSink(channel=channel, registry=self.registry, agent=name)
         core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, history=history, live_sink=sink,
                                      llm_client=self.swarm.llm, strict=True,
-                                     digest_every=self.settings.state_digest_every)
+                                     digest_every=self.settings.state_digest_every, topic=self.topic)
         core.step_latency = self.step_latency
         traced = tracing.current()
         if traced is not None:

@@ -80,7 +80,7 @@ class DrivenAgent:
         """The log end this life found at start: it fires nothing before it has read that far."""
         self.sink = LiveSink(channel=self.channel, registry=decoder.registry, agent=name, encoders=encoders)
         self.core = AgentCore(agent=agent, decoder=decoder, history=history, live_sink=self.sink, llm_client=llm_client,
-                              strict=True, run_effect=run_effect, digest_every=digest_every)
+                              strict=True, run_effect=run_effect, digest_every=digest_every, topic=topic)
         self.sink.core = self.core
         self.channel.start(lambda: self.core.position)
         self.due: tuple[int, Event | None] | None = None

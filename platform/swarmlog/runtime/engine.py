@@ -185,15 +185,17 @@ class AgentCore:
                  llm_client: Any = None, strict: bool = True,
                  on_divergence: Callable[[Divergence], None] | None = None,
                  run_effect: EffectRunner | None = None, digest_every: int = 0,
-                 live_states: LiveStates | None = None, presence: Presence | None = None) -> None:
+                 live_states: LiveStates | None = None, presence: Presence | None = None,
+                 topic: str = "") -> None:
         self.agent = agent
         self.name = agent.name
-        self.watch = Watch(agent=agent.name, presence=presence if presence is not None else Presence(start=None))
+        self.watch = Watch(agent=agent.name,
+                           presence=presence if presence is not None else Presence(topic=topic, start=None))
         """What this agent names instead of handling (:mod:`.anomalies`): repeated ids, inputs it
         cannot read (parked at a newer schema's), holes."""
         self._marks = presence is None
         """Whether this core marks the offsets it reads itself (a fold of many agents shares one
-        :class:`~.anomalies.Presence`, marked once by its dispatcher)."""
+        :class:`~.anomalies.Presence`, marked once by its dispatcher). ``topic`` names the log in what it says."""
         self._decode_error: SwarmlogError | None = None
         self.decoder = decoder
         self.history = history
