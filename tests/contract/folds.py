@@ -248,6 +248,11 @@ class FoldContract:
                                                                   backend=backend, strict=True))
         attempt("Session.first_divergence()", lambda: Session(settings=settings, swarm=swarm, registry=registry,
                                                               backend=backend, snapshots=False).first_divergence())
+        attempt("Session.snapshot()", lambda: Session(settings=settings, swarm=swarm, registry=registry,
+                                                      backend=backend).snapshot(every=2))
+        # The snapshots it kept up to the hole: a fold from one asks the log about causes before it.
+        attempt("Session.first_divergence() from a snapshot", lambda: Session(
+            settings=settings, swarm=swarm, registry=registry, backend=backend).first_divergence())
 
         def stepped() -> None:
             with Stepper(session=Session(settings=settings, swarm=swarm, registry=registry, backend=backend,
@@ -261,10 +266,6 @@ class FoldContract:
         said["swarmlog debug --divergence"] = {int(o): int(by) for o, by in _NAMED.findall(lost.group(1))} \
             if status == EXIT_FAILED and f"topic {settings.topic!r} has lost events" in err and lost is not None \
             else (status, err)
-        # Last of the debugger's: the snapshots it takes as it folds are kept up to the hole (a fold from one
-        # knows holes only from its offset on: docs/edges.md).
-        attempt("Session.snapshot()", lambda: Session(settings=settings, swarm=swarm, registry=registry,
-                                                      backend=backend).snapshot(every=2))
 
         def driven() -> None:
             one = DrivenAgent(backend=backend, topic=settings.topic, agent=swarm.agent(agent),

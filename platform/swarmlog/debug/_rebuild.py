@@ -34,6 +34,7 @@ from ..log.base import LogBackend
 from ..log.hashing import canonical
 from ..log.protocol import Route
 from ..observe import tracing
+from ..runtime.anomalies import LogProbe
 from ..runtime.checkpoint import capture, copy_state, restore
 from ..runtime.engine import AgentCore, Divergence
 from ..runtime.history import LogHistory
@@ -138,6 +139,8 @@ class Rebuild:
         self.taps: dict[str, _Tap] = {}
         self.resume: dict[str, int] = {}
         """Agent -> the offset its fold resumes at (it skips the messages before)."""
+        self.probe = LogProbe(backend=backend, topic=topic)
+        """Whether an offset holds a message, asked of the log: see :meth:`_core`."""
         for name in self.names:
             core = self._core(built[name])
             if name in starts:
@@ -157,6 +160,9 @@ class Rebuild:
     def _core(self, agent: Agent) -> AgentCore:
         core = AgentCore(agent=agent, decoder=self.decoder, history=self.history.agent(agent.name), live_sink=None,
                          strict=False, topic=self.topic)
+        # A core restored from a snapshot or a cursor's checkpoint knows which offsets held messages only
+        # from there on: a cause before is asked of the log, so a hole is found as from offset zero.
+        core.watch.presence.before = self.probe
         if self._tracing is not None:  # the debugger's steps are a replay: a trace of their own, marked
             core.tracer = self._tracing.step_tracer(topic=self.topic, agent=agent.name, replay=self._replay)
         tap = _Tap(core.verify_sink)

@@ -20,7 +20,8 @@ decide alike (issue 28; docs/edges.md):
   written (:mod:`swarmlog.log.append`), so the log lost that event since (compaction keeps only the
   newest message per key): what the agent would rebuild is not the run, so it stops
   (:class:`~swarmlog.errors.HistoryHoles`) naming the offsets. :class:`Presence` knows which offsets
-  hold messages; a fold that feeds many agents shares one.
+  hold messages; a fold that feeds many agents shares one; a fold from a snapshot asks the log
+  about a cause before its start (:class:`LogProbe`).
 
 The decisions depend only on the log and on the schemas the reader knows, so a live agent and a
 replay with the same schemas name the same anomalies at the same offsets.
@@ -29,6 +30,7 @@ replay with the same schemas name the same anomalies at the same offsets.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..errors import HistoryHoles, SchemaNotFound, SwarmlogError
@@ -37,7 +39,7 @@ from ..log.base import History
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NEWER_SCHEMA", "REPEATED", "UNREADABLE", "Anomaly", "Presence", "Watch"]
+__all__ = ["NEWER_SCHEMA", "REPEATED", "UNREADABLE", "Anomaly", "LogProbe", "Presence", "Watch"]
 
 REPEATED = "repeated"
 """A second message with an event id the agent already took: a copy, not handled."""
@@ -77,7 +79,7 @@ class Presence:
     asks it; a live agent's engine reads every message and marks them itself.
     """
 
-    __slots__ = ("topic", "_marks", "_base")
+    __slots__ = ("topic", "_marks", "_base", "before")
 
     def __init__(self, *, topic: str = "", start: int | None = 0) -> None:
         """``start``: the first offset of the read range (None: the first offset marked — an engine
@@ -85,6 +87,9 @@ class Presence:
         self.topic = topic
         self._base = start
         self._marks = bytearray()
+        self.before: Callable[[int], bool] | None = None
+        """Whether an offset before the read range holds a message, asked of the log (a fold that starts
+        from a snapshot: :class:`LogProbe`); None: nothing is said of those offsets."""
 
     def mark(self, offset: int) -> None:
         # Every message of a fold comes through here: one store, and the rare cases apart. Offsets only
@@ -113,7 +118,33 @@ class Presence:
         base, marks = self._base, self._marks
         if base is None:
             return []
-        return [c for c in offsets if base <= c < before and (c - base >= len(marks) or not marks[c - base])]
+        lost = [c for c in offsets if base <= c < before and (c - base >= len(marks) or not marks[c - base])]
+        ask = self.before
+        if ask is not None:
+            lost += [c for c in offsets if 0 <= c < base and not ask(c)]
+        return sorted(lost)
+
+
+class LogProbe:
+    """Whether an offset holds a message, read from the log once per offset: what a fold that starts from a
+    snapshot asks about a cause before its start (:attr:`Presence.before`). Such causes are few (the first
+    steps' after a snapshot, an old timer's set); each costs one read."""
+
+    __slots__ = ("backend", "topic", "_known")
+
+    def __init__(self, *, backend: Any, topic: str) -> None:
+        self.backend = backend
+        self.topic = topic
+        self._known: dict[int, bool] = {}
+
+    def __call__(self, offset: int) -> bool:
+        held = self._known.get(offset)
+        if held is None:
+            with self.backend.reader(self.topic) as reader:
+                reader.assign(offset)
+                found = [m for batch in reader.batches(end=offset + 1) for m in batch]
+            held = self._known[offset] = bool(found) and found[0].offset() == offset
+        return held
 
 
 class Watch:
@@ -144,8 +175,10 @@ class Watch:
                 n = len(marks)
                 for c in causes:
                     i = c - base
-                    if 0 <= i < n and c < off and not marks[i] or n <= i and c < off:
+                    if 0 <= i < n and c < off and not marks[i] or n <= i and c < off \
+                            or i < 0 and p.before is not None:
                         self.check_causes(event)  # raises, naming every lost one
+                        break
         return True
 
     def repeated(self, event: Event) -> bool:
