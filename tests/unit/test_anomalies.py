@@ -231,3 +231,44 @@ def test_check_lets_a_logical_timer_fire_during_a_message_that_is_not_an_event(r
         assert log.flush() == [0, 1, 2, 3]
     _, found = check_causality(settings=SETTINGS, registry=registry, backend=backend)
     assert [(v.offset, v.rule) for v in found] == [(2, "unreadable")]
+
+
+def test_a_parked_agent_still_checks_the_outputs_of_its_steps_before_the_input_it_parks_at(registry, tmp_path: Path):
+    """A step's transaction may commit after a newer schema's input was appended (a slow step, on Kafka):
+    the agent parks at that input, and its earlier step's outputs, read after it, are still checked
+    against the step — neither left pending as "never written" nor taken for outputs of a later step.
+    (The fold contract's probe swarm: no logical timer, which counts every message, to be moved by the
+    input put in afterwards.)"""
+    from swarmlog.log.memory import MemoryMessage
+    from swarmlog.log.protocol import parse_step
+
+    from ..contract import probes
+
+    backend = InMemoryLog()
+    backend.create_topic("t")
+    start_run(settings=SETTINGS, swarm=probes.probe_clean, run_id="r", seed=3, backend=backend)
+    run_agents(settings=SETTINGS, swarm=probes.probe_clean, until_quiet=0.3, backend=backend)
+    messages = list(backend.messages("t"))
+    held = {m.offset() for m in messages}
+    decoded = _decoded(backend, registry)
+    # q's first note, and the offset that holds nothing (p's transaction marker) before q's ack of it: the
+    # newer input goes there, between the step and what it wrote.
+    (note,) = [o for o, t, rec in decoded if t == MESSAGE and rec["to"] == "q" and rec["payload"]["body"] == "1"]
+    ack = min(o for o, _, rec in decoded
+              if rec["agent_id"] == "q" and (parse_step(rec["event_id"]) or (-1,))[0] == note)
+    (gap,) = [g for g in range(note + 1, ack) if g not in held]
+    newer = SchemaRegistry.load([newer_schemas(tmp_path)])
+    value, key, headers = unchecked_event(newer, MESSAGE, {"kind": "note", "body": "v4", "trace": "v4"},
+                                          agent="writer-v4", to="q", run_id="r")
+    upgraded = sorted([*messages, MemoryMessage(gap, value, key, headers, 0)], key=lambda m: m.offset())
+    backend.create_copy("upgraded", upgraded, end=backend.watermarks("t")[1])
+    settings = SETTINGS.model_copy(update={"topic": "upgraded"})
+    for workers in (1, 2):
+        result = replay_swarm(settings=settings, swarm=probes.probe_clean, registry=registry, backend=backend,
+                              workers=workers)
+        assert result.divergences == [], result.divergences[:1]
+        assert [(a.offset, a.agent, a.kind) for a in result.anomalies] == [(gap, "q", NEWER_SCHEMA)]
+        assert result.unverified_from["q"] == gap
+    replayed = Session(settings=settings, swarm=probes.probe_clean, backend=backend, registry=registry,
+                       snapshots=False).replay()
+    assert replayed.divergences == [] and [(a.offset, a.kind) for a in replayed.anomalies] == [(gap, NEWER_SCHEMA)]

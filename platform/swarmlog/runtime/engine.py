@@ -304,9 +304,15 @@ class AgentCore:
                     self._unwritten_before(last + 1)
             return None, decoded
         self.events_seen += 1
-        if self.stopped or self.watch.parked is not None:
+        if self.stopped:
             return None, decoded
         me = self.name
+        parked = self.watch.parked
+        if parked is not None and (writer != me or not self._before(parked.offset, msg, route)):
+            # Parked at an input it cannot read yet (.anomalies): nothing from there on is handled or
+            # checked. Its own records of earlier steps still are: a step's transaction may commit after
+            # the input it parks at was appended.
+            return None, decoded
         event: Event | None
         if writer == me:
             if decoded is UNDECODED and etype not in _TIMER_TYPES and not self.pending \
@@ -318,7 +324,7 @@ class AgentCore:
                     # says. Not decoded: this is a fifth of what a ring agent reads.
                     if step > self.last_recorded_step:
                         self.last_recorded_step = step
-                    if self.timers and self._logical_due():
+                    if self.timers and parked is None and self._logical_due():
                         return (off, None), decoded
                     return None, decoded
             event = self._decode(msg) if decoded is UNDECODED else decoded  # type: ignore[assignment]
@@ -326,7 +332,7 @@ class AgentCore:
             # this step no longer writes; a cause the log lost stops the agent (.anomalies).
             if event is not None and self.watch.take(event):
                 self._own(event)
-                if event.event_type == TIMER_FIRED and event.to == me:
+                if event.event_type == TIMER_FIRED and event.to == me and parked is None:
                     return (off, event), event
             decoded = event
         elif etype == RUN_STARTED or (etype in self._handled
@@ -351,9 +357,17 @@ class AgentCore:
                 if event.event_type in self._handled and (event.to in (None, me)):
                     return (off, event), event
             decoded = event
-        if self.timers and self._logical_due():
+        if self.timers and self.watch.parked is None and self._logical_due():
             return (off, None), decoded
         return None, decoded
+
+    def _before(self, offset: int, msg: Any, route: Route) -> bool:
+        """Whether one of this agent's records is of a step before ``offset`` (a wall-clock firing, which
+        names no step, by its own offset)."""
+        step = route[3]
+        if step is None:
+            step = self.decoder.step(msg)
+        return (step if step is not None else msg.offset()) < offset
 
     def live(self, offset: int) -> bool:
         return self.live_sink is not None and offset > self.history.last_step
