@@ -182,7 +182,7 @@ def _a_replays_imports(env: dict[str, str]) -> list[str]:
     assert json.loads(proc.stdout)["events"] == 3
     imported = [line.rpartition("|")[2].strip() for line in proc.stderr.splitlines()
                 if line.startswith("import time:")]
-    assert "swarmlog.replay" in imported and "confluent_kafka" in imported  # -X importtime did report
+    assert "swarmlog.replaying.fold" in imported and "confluent_kafka" in imported  # -X importtime did report
     return imported
 
 

@@ -147,8 +147,8 @@ def test_a_usage_error_from_argparse_exits_2(capsys):
 def test_verbosity_is_read_before_and_after_the_command(argv, verbosity, monkeypatch):
     seen = []
     monkeypatch.setattr(cli, "configure_logging", lambda v, service=False: seen.append(v))
-    monkeypatch.setattr(cli, "cmd_replay", lambda args: 0)
-    monkeypatch.setattr(cli, "cmd_dev", lambda argv: 0)
+    monkeypatch.setattr("swarmlog.replaying.command.cmd_replay", lambda args: 0)
+    monkeypatch.setattr("swarmlog.dev.command.run", lambda argv: 0)
     monkeypatch.setattr("swarmlog.schema.check.run", lambda argv: 0)
     assert cli.main(argv) == 0
     assert seen == [verbosity]
@@ -189,7 +189,6 @@ def test_a_service_logs_its_lifecycle_without_v_and_librdkafka_still_only_with_i
     service = _levels(0, service=True)
     assert service["swarmlog"] == logging.INFO and service["connectors"] == logging.INFO
     assert service["librdkafka"] > logging.CRITICAL
-    assert cli._SERVICES == {"run", "sink"}
 
 
 def test_a_host_programs_logging_configuration_wins():

@@ -291,6 +291,11 @@ def _schema_dirs(args: argparse.Namespace) -> list[Path]:
     return list(Settings.from_env().schema_dirs())
 
 
+def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -> None:
+    """List ``swarmlog schema`` among ``swarmlog``'s subcommands; :func:`run` parses its own arguments."""
+    sub.add_parser("schema", help="check | list the event schemas (compatibility across versions)", add_help=False)
+
+
 def run(argv: list[str]) -> int:
     """``swarmlog schema <argv>``: 0 all good, 1 the check found problems, 2 a usage error."""
     args = _parser().parse_args(argv)
