@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml platform/swarmlog/guard/_native.c platform/swarmlog/sch
 		platform/swarmlog/schema/_avro_native.c platform/swarmlog/schema/_avro_binary.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics,tui,otel,langgraph]'
+	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics,tui,otel,langgraph,ui]'
 	touch $@
 
 # The peers (LangGraph, its Postgres checkpointer) are heavy and only the peers benchmark

@@ -34,7 +34,7 @@ from .replay import start_probe_server
 
 BENCH_DIR = Path(__file__).resolve().parent
 BENCHMARKS = ("append", "replay", "replay_swarm", "cli", "sink", "sink_many", "swarm", "hop", "llm_clients",
-              "frameworks", "snapshots", "timetravel", "simulate", "guard", "route")
+              "frameworks", "snapshots", "timetravel", "simulate", "guard", "route", "console")
 
 # (column title, key, format)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
@@ -52,7 +52,7 @@ EXTRA_KEYS = ("p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "rss_mb"
               "schedules_per_min", "cpu_s", "baseline_cpu_s", "baseline_seconds",
               "distinct", "failed", "hook_ns_per_call", "empty_hook_ns_per_call",
               "ms_per_query", "baseline_ms_per_query", "first_query_ms",
-              "cpu_us_per_step", "baseline_cpu_us_per_step")
+              "cpu_us_per_step", "baseline_cpu_us_per_step", "page_rows")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,8 +11,8 @@ CI), :func:`migrate` applies every version the database lacks and grants two gro
   there with the same credentials; and ``SELECT`` of its ``id``, which the insert returns),
   ``SELECT`` on the version table. Nothing else: it cannot create, alter or drop anything,
   nor read the mirror.
-* **readers'** (:data:`READER_ROLE`): ``SELECT`` on the mirror's tables (``psql``,
-  :class:`swarmlog_connectors.mirror.Mirror`, dashboards).
+* **readers'** (:data:`READER_ROLE`): ``SELECT`` on the mirror's tables and the view ``llm_calls``
+  (``psql``, :class:`swarmlog_connectors.mirror.Mirror`, dashboards, ``swarmlog ui``).
 
 The sink refuses to run against a database whose schema is older than the one it writes
 (:class:`~swarmlog.errors.MirrorNotMigrated`, saying which command to run).
@@ -126,6 +126,7 @@ def _grant(conn: psycopg.Connection[Any], *, writer_role: str, reader_role: str)
         "GRANT USAGE ON SEQUENCE replay_reports_id_seq TO {writer}",  # its bigserial id
         "GRANT SELECT, INSERT, UPDATE ON replay_tokens TO {writer}",  # token create --save replaces a token
         "GRANT SELECT ON events, dead_letters, sink_positions, replay_reports, replay_tokens TO {reader}",
+        "GRANT SELECT ON llm_calls TO {reader}",  # a view over events (0005): model, tokens, latency
     ):
         conn.execute(sql.SQL(statement).format(versions=sql.Identifier(VERSION_TABLE), writer=writer, reader=reader))
 

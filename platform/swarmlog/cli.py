@@ -77,6 +77,7 @@ COMMANDS: dict[str, str] = {
     "check": "swarmlog.replaying.command",
     **dict.fromkeys(("log", "show", "state", "debug", "snapshot", "step", "timeline", "fork"),
                     "swarmlog.debug.command"),
+    "ui": "swarmlog.ui.command",
 }
 """Command -> the module that builds its parser and runs it, in the order ``swarmlog --help`` lists them.
 A command module has ``add_parser(subparsers, name, *, parents)``, which adds the command's parser

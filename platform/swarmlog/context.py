@@ -293,7 +293,14 @@ class Context:
                                f"{recorded.event_type}", recorded=_describe(recorded),
                                replayed={"event_type": event_type})
             payload = recorded.payload
-            check(payload)
+            try:
+                check(payload)
+            except EffectDiverged as exc:
+                # Where the differing call was recorded: a reader marks that row (the exchange), not
+                # only the step's input. The check knows the payload, not where the log holds it.
+                if isinstance(exc.recorded, dict):
+                    exc.recorded.setdefault("offset", recorded.offset)
+                raise
         self._effects.append(self._output(event_type, payload, self.agent, locate=True, event_id=event_id))
         return payload
 

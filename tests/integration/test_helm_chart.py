@@ -665,3 +665,33 @@ def test_a_derived_image_can_pip_install_into_swarmlogs_environment() -> None:
     assert re.search(rf"^ENV PATH={re.escape(venv.group(1))}/bin:\$PATH", dockerfile, re.MULTILINE)
     # The chart turns --metrics-port on: the image must have the metrics extra.
     assert re.search(r"pip install '\.\[[a-z,]*metrics[a-z,]*\]'", dockerfile)
+
+
+# --- the console -----------------------------------------------------------------------
+
+
+def test_the_console_is_off_by_default(default_manifests: list[Manifest]) -> None:
+    assert component(default_manifests, "Deployment", "console") == []
+    assert component(default_manifests, "Service", "console") == []
+
+
+def test_the_console_serves_read_only_behind_a_service_with_its_own_reader_url(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    overrides = values_file(tmp_path, {"console": {"enabled": True, "database": {"existingSecret": "console-db"}}})
+    manifests = render(helm, helm_env, *template_args(PROD_VALUES, overrides))
+    (deployment,) = component(manifests, "Deployment", "console")
+    (service,) = component(manifests, "Service", "console")
+    args = container(deployment)["args"]
+    assert args[:2] == ["ui", "--host"] and arg_after(args, "--host") == "0.0.0.0"
+    assert arg_after(args, "--role") == "swarmlog_reader"  # what it reads as, whatever its login role may do
+    assert arg_after(args, "--swarm") == yaml.safe_load(PROD_VALUES.read_text())["swarm"]["app"]
+    (port,) = container(deployment)["ports"]
+    assert (port["name"], port["containerPort"]) == ("http", int(arg_after(args, "--port")))
+    assert container(deployment)["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert service["spec"]["type"] == "ClusterIP" and service["spec"]["ports"][0]["targetPort"] == "http"
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    # The reader's URL from its own Secret, never the sink's.
+    url = env_of(deployment)["SWARMLOG_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert url == {"name": "console-db", "key": "url"}
+    assert pod_spec(deployment)["automountServiceAccountToken"] is False

@@ -209,5 +209,7 @@ def test_a_real_runs_timeline_has_a_row_for_every_event_of_the_log_and_its_diver
     first = changed.first_divergence()
     assert first is not None
     marked = build_timeline(view=view, session=changed)
-    assert [r.offset for r in marked.rows if r.divergence] == [first.offset]
+    # Both rows that diverge: the step's input, and the recorded output the step no longer writes as it was.
+    assert [r.offset for r in marked.rows if r.divergence] == [first.offset, first.recorded["offset"]]
+    assert "differs from this record" in marked.row(first.recorded["offset"]).divergence
     assert marked.code_version == "relay-2"

@@ -317,6 +317,24 @@ spec:
         {{- range .args }}
         - {{ . | quote }}
         {{- end }}
+      {{- with .httpPort }}
+      # The console's pages (`swarmlog ui`), and its /healthz, which answers without the mirror.
+      ports:
+        - name: http
+          containerPort: {{ . | int64 }}
+          protocol: TCP
+      readinessProbe:
+        httpGet:
+          path: /healthz
+          port: http
+        periodSeconds: 10
+      livenessProbe:
+        httpGet:
+          path: /healthz
+          port: http
+        initialDelaySeconds: 10
+        periodSeconds: 20
+      {{- end }}
       {{- if .probes }}
       ports:
         - name: metrics

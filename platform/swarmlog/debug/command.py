@@ -90,8 +90,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"offset {e.offset}: {ev.event_type} v{ev.version}, event id {ev.event_id}, run {ev.run_id!r}")
     print(f"  from {ev.agent_id} to {ev.to if ev.to is not None else 'every other agent (broadcast)'}, "
           f"log time {ev.timestamp_ms} ms")
-    print("payload:")
-    print("  " + _dump(ev.payload).replace("\n", "\n  "))
+    convo = e.conversation
+    if convo is not None:
+        print("conversation:")
+        for line in convo.lines():
+            print(f"  {line}")
+    if convo is None or args.raw:
+        print("payload:" if args.raw or "request_headers" not in ev.payload else "payload (request headers folded; "
+              "--raw prints them):")
+        print("  " + _dump(ev.payload if args.raw else _fold_headers(ev.payload)).replace("\n", "\n  "))
+    else:
+        print(f"raw request and response: swarmlog show {e.offset} --raw (or --json)")
     print("headers:")
     for k, v in e.headers:
         print(f"  {k} = {v.decode(errors='replace')}")
@@ -103,6 +112,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     for c in x.caused:
         print(f"  {c.line()}")
     return 0
+
+
+def _fold_headers(payload: dict[str, Any]) -> dict[str, Any]:
+    """An HTTP exchange's request headers as one line of names: as recorded they fill a screen."""
+    headers = payload.get("request_headers")
+    if not isinstance(headers, list) or not headers:
+        return payload
+    names = ", ".join(str(h.get("name")) for h in headers if isinstance(h, dict))
+    return {**payload, "request_headers": f"<{len(headers)} headers: {names}>"}
 
 
 def cmd_state(args: argparse.Namespace) -> int:
@@ -267,6 +285,8 @@ def _show_parser(sub: Any) -> None:
     sh.add_argument("offset", type=int)
     sh.add_argument("--within", type=int, metavar="N", help="look for what it caused only N offsets on")
     sh.add_argument("--json", action="store_true")
+    sh.add_argument("--raw", action="store_true",
+                    help="the payload exactly as recorded (a model call's JSON, every request header)")
     sh.add_argument("--topic")
     sh.set_defaults(func=cmd_show)
 

@@ -30,6 +30,7 @@ from ..log.base import LogBackend
 from ..log.protocol import (
     EFFECT_RECORDED,
     HANDLER_FAILED,
+    HTTP_EXCHANGE,
     LLM_CALL,
     MESSAGE,
     RUN_FORKED,
@@ -42,6 +43,7 @@ from ..log.protocol import (
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
+from .conversation import Conversation, conversation
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +85,12 @@ class LoggedEvent:
     def kind(self) -> str | None:
         return self.event.kind if self.event is not None else None
 
+    @property
+    def conversation(self) -> Conversation | None:
+        """The model call this event records, read as a conversation (an ``llm.call``, or an
+        ``http.exchange`` with a known LLM API); None for anything else."""
+        return conversation(self.event.event_type, self.event.payload) if self.event is not None else None
+
     def summary(self, width: int = 72) -> str:
         """A short text of the payload, by event type (what ``swarmlog log`` prints after the routing)."""
         return _clip(_summary(self), width)
@@ -104,6 +112,9 @@ class LoggedEvent:
             doc.update({"event_type": e.event_type, "version": e.version, "event_id": e.event_id,
                         "run_id": e.run_id, "agent": e.agent_id, "to": e.to, "causes": list(e.causes),
                         "payload": _plain(e.payload), "timestamp_ms": e.timestamp_ms})
+            convo = self.conversation
+            if convo is not None:
+                doc["conversation"] = convo.to_json()
         doc["headers"] = {k: v.decode(errors="replace") for k, v in self.headers}
         return doc
 
@@ -281,8 +292,14 @@ def _summary(e: LoggedEvent) -> str:
     if t == EFFECT_RECORDED:
         outcome = f"error {p['error']}" if p.get("error") else f"-> {p.get('result_json')}"
         return f"{p.get('name')}({p.get('args_json')}) {outcome}"
-    if t == LLM_CALL:
-        return f"{p.get('model')} -> {p.get('response_json')}"
+    if t in (LLM_CALL, HTTP_EXCHANGE):
+        convo = e.conversation
+        if convo is not None:
+            return convo.summary()
+        if t == LLM_CALL:
+            return f"{p.get('model')} -> {p.get('response_json')}"
+        outcome = f"error {p['error']}" if p.get("error") else f"-> {p.get('status')}"
+        return f"{p.get('method')} {p.get('url')} {outcome}"
     if t == HANDLER_FAILED:
         return f"{p.get('error_type')}: {p.get('message')}"
     if t == RUN_STARTED:

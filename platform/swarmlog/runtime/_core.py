@@ -524,8 +524,9 @@ class AgentCore:
 def _brief(event: Event) -> dict[str, Any]:
     # A copy: in a swarm replay the same decoded event goes on to the handler of the agent it
     # is addressed to, which may change it (``_dispatch``); the report keeps what the log says.
+    # ``offset``: where the differing record sits, so a timeline marks that row, not only the step's input.
     return copy.deepcopy({"event_type": event.event_type, "to": event.to, "payload": event.payload,
-                          "causes": event.causes})
+                          "causes": event.causes, "offset": event.offset})
 
 
 def _brief_out(out: Output) -> dict[str, Any]:

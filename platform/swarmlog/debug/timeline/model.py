@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ...log.protocol import (
@@ -97,7 +97,10 @@ class Row:
     caused: tuple[int, ...]
     """Offsets in the range that name this event among their causes."""
     divergence: str | None = None
-    """Set on the row where the session's code first departs from the log: what differs."""
+    """Set on the rows where the session's code first departs from the log: the step's input, and the
+    recorded call or output that differs (an HTTP exchange, an LLM call), when the divergence names it."""
+    model_call: bool = False
+    """An ``llm.call``, or an ``http.exchange`` with a known LLM API: ``summary`` is its conversation's."""
 
     @property
     def is_timeout(self) -> bool:
@@ -165,11 +168,14 @@ def from_graph(graph: CausalGraph, *, topic: str, start: int, end: int, order: I
         events = [e for e in events if _involves(e, only_set)]
     lanes = _lanes(events, order)
     index = {name: i for i, name in enumerate(lanes)}
+    record = diverging_record(divergence)
     rows = []
     for e in events:
         row = _row(e, index, graph)
         if divergence is not None and divergence.offset == e.offset:
-            row = _with_divergence(row, divergence)
+            row = _with_divergence(row, divergence, input_row=True)
+        elif divergence is not None and record == e.offset:
+            row = _with_divergence(row, divergence, input_row=False)
         rows.append(row)
     return Timeline(topic=topic, start=start, end=end, lanes=lanes, rows=rows,
                     events={e.offset: e for e in events}, divergence=divergence, code_version=code_version)
@@ -228,7 +234,8 @@ def _row(e: LoggedEvent, index: dict[str, int], graph: CausalGraph) -> Row:
         kind = TIMEOUT_ROW if p.get("clock") == WALL_CLOCK else TIMER_FIRED_ROW
         return Row(e.offset, kind, lane, (), str(p.get("name")), summary, causes, caused)
     row_kind = _MARKS.get(t, OTHER_ROW)
-    return Row(e.offset, row_kind, lane, (), _label(row_kind, t, p), summary, causes, caused)
+    model_call = row_kind in (LLM_ROW, HTTP_ROW) and e.conversation is not None
+    return Row(e.offset, row_kind, lane, (), _label(row_kind, t, p), summary, causes, caused, model_call=model_call)
 
 
 def _label(kind: str, event_type: str, p: dict[str, Any]) -> str:
@@ -245,6 +252,18 @@ def _label(kind: str, event_type: str, p: dict[str, Any]) -> str:
     return event_type
 
 
-def _with_divergence(row: Row, d: Divergence) -> Row:
-    return Row(row.offset, row.kind, row.lane, row.targets, row.label, row.summary, row.causes, row.caused,
-               divergence=f"{d.agent} diverges handling this: {d.detail}")
+def diverging_record(d: Divergence | None) -> int | None:
+    """The offset of the recorded event that differs (the call, the output), when the divergence names
+    one apart from the step's input; None otherwise."""
+    if d is None or not isinstance(d.recorded, dict):
+        return None
+    at = d.recorded.get("offset")
+    return at if isinstance(at, int) and not isinstance(at, bool) and at != d.offset else None
+
+
+def _with_divergence(row: Row, d: Divergence, *, input_row: bool) -> Row:
+    if input_row:
+        text = f"{d.agent} diverges handling this: {d.detail}"
+    else:
+        text = f"the call {d.agent}'s step at offset {d.offset} now makes differs from this record: {d.detail}"
+    return replace(row, divergence=text)

@@ -261,8 +261,19 @@
     } else {
       add("p", `does not decode: ${e.error}`, "diverged");
     }
-    add("h3", "payload");
-    add("pre", JSON.stringify(e.payload === undefined ? null : e.payload, null, 2)).id = "payload";
+    if (e.conversation) {
+      add("h3", "conversation");
+      box.appendChild(conversationView(e.conversation));
+      // The recorded bytes stay one click away.
+      const raw = document.createElement("details");
+      const sum = document.createElement("summary"); sum.textContent = "raw payload (as recorded)";
+      const pre = document.createElement("pre"); pre.id = "payload";
+      pre.textContent = JSON.stringify(e.payload, null, 2);
+      raw.appendChild(sum); raw.appendChild(pre); box.appendChild(raw);
+    } else {
+      add("h3", "payload");
+      add("pre", JSON.stringify(e.payload === undefined ? null : e.payload, null, 2)).id = "payload";
+    }
     add("h3", `caused by (${r ? r.c.length : 0})`);
     const ul1 = add("ul", ""); ul1.id = "causes";
     (r ? r.c : []).forEach((c) => { const li = document.createElement("li"); link(li, c, describe(c)); ul1.appendChild(li); });
@@ -271,6 +282,41 @@
     (r ? r.cd : []).forEach((c) => { const li = document.createElement("li"); link(li, c, describe(c)); ul2.appendChild(li); });
     add("h3", "headers");
     add("pre", Object.entries(e.headers || {}).map(([k, v]) => `${k} = ${v}`).join("\n"));
+  }
+
+  // A model call as its turns: who said what, the tools called, the reply (swarmlog.debug.conversation).
+  function conversationView(c) {
+    const div = document.createElement("div");
+    div.id = "conversation"; div.className = "conversation";
+    const el = (tag, text, cls) => { const x = document.createElement(tag); x.textContent = text;
+                                     if (cls) x.className = cls; div.appendChild(x); return x; };
+    const facts = [`model ${c.model || "?"}`, c.api + (c.streamed ? ", streamed" : "")];
+    if (c.usage) facts.push(`${c.usage.input_tokens ?? "?"} in + ${c.usage.output_tokens ?? "?"} out tokens`);
+    if (c.latency_ms !== null && c.latency_ms !== undefined) facts.push(`server took ${c.latency_ms} ms`);
+    if (c.status !== null && c.status !== undefined) facts.push(`HTTP ${c.status}`);
+    if (c.stop_reason) facts.push(`stop: ${c.stop_reason}`);
+    el("p", facts.join(" · "), "facts");
+    if (c.tools && c.tools.length) el("p", `tools offered: ${c.tools.join(", ")}`, "facts");
+    const turn = (m, reply) => {
+      const t = document.createElement("div");
+      t.className = `turn role-${m.role}${reply ? " reply" : ""}`;
+      const who = document.createElement("div"); who.className = "who";
+      who.textContent = m.role + (m.tool_call_id ? ` (result of ${m.tool_call_id})` : "") + (m.name ? ` ${m.name}` : "");
+      t.appendChild(who);
+      if (m.text) { const p = document.createElement("pre"); p.textContent = m.text; t.appendChild(p); }
+      (m.tool_calls || []).forEach((tc) => {
+        const p = document.createElement("pre"); p.className = "tool-call";
+        const args = typeof tc.arguments === "string" ? tc.arguments : JSON.stringify(tc.arguments, null, 2);
+        p.textContent = `→ ${tc.name}(${args})${tc.id ? `  [${tc.id}]` : ""}`;
+        t.appendChild(p);
+      });
+      div.appendChild(t);
+    };
+    c.messages.forEach((m) => turn(m, false));
+    el("div", "reply", "reply-rule");
+    if (c.error) el("p", `ERROR ${c.error}`, "diverged");
+    c.reply.forEach((m) => turn(m, true));
+    return div;
   }
 
   function describe(offset) {

@@ -122,11 +122,11 @@ def _row_lines(row: Row, t: Timeline, lanes: list[str], centers: list[int], span
         cells[src] = "●"  # to no one this range shows
     else:
         cells[src] = GLYPHS.get(row.kind, "○")
-    note = _note(row)
+    text = note(row)
     diagram = "".join(cells)
     style = _DIVERGED if row.divergence else _STYLES.get(row.kind)
     causes = f"  ⇠ {' '.join(map(str, row.causes))}" if row.causes else ""
-    line = gutter + diagram + "  " + _clip(note, note_width)
+    line = gutter + diagram + "  " + _clip(text, note_width)
     out = [_paint(line, style, color) + (_paint(causes, _DIM, color) if causes else "")]
     if row.divergence:
         out.append(_paint(f"{'':>{GUTTER}}^ DIVERGES: {row.divergence}", _DIVERGED, color))
@@ -149,7 +149,8 @@ def _arrow(cells: list[str], src: int, dsts: list[int], label: str) -> None:
         cells[at: at + len(text)] = text
 
 
-def _note(row: Row) -> str:
+def note(row: Row) -> str:
+    """What a row says after the diagram (the console's timeline says the same)."""
     if row.kind == TIMEOUT_ROW:
         return f"TIMEOUT {row.summary}"
     if row.kind == TIMER_FIRED_ROW:
@@ -163,7 +164,7 @@ def _note(row: Row) -> str:
     if row.kind == LLM_ROW:
         return f"llm {row.summary}"
     if row.kind == HTTP_ROW:
-        return f"http {row.label}"
+        return f"http {row.summary}" if row.model_call else f"http {row.label}"
     if row.kind == FAILURE_ROW:
         return f"FAILED {row.summary}"
     if row.kind == BROADCAST_ROW:
