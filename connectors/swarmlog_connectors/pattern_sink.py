@@ -44,7 +44,7 @@ from typing import Any
 
 import psycopg
 
-from swarmlog.errors import ServiceUnavailable
+from swarmlog.errors import PostgresUnavailable
 from swarmlog.kafka.discovery import TopicPattern, discover
 from swarmlog.kafka.multi_reader import MultiTopicReader
 from swarmlog.log.hotloop import fewer_collections, prompt_thread_switches
@@ -297,7 +297,7 @@ class PatternSink:
                 found = dict(cur.fetchall())
             conn.commit()
         except psycopg.OperationalError as exc:
-            raise ServiceUnavailable(service="Postgres", address=_redact(self.settings.database_url),
+            raise PostgresUnavailable(address=_redact(self.settings.database_url),
                                      detail=str(exc).strip()) from None
         return {t: int(found.get(t, 0)) for t in topics}
 
@@ -334,7 +334,7 @@ class PatternSink:
                 return False
             rows, dead_count = done
         except psycopg.OperationalError as exc:
-            raise ServiceUnavailable(service="Postgres", address=_redact(self.settings.database_url),
+            raise PostgresUnavailable(address=_redact(self.settings.database_url),
                                      detail=str(exc).strip()) from None
         self._account(ends, rows, dead_count)
         return True

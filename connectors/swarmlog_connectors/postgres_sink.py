@@ -72,7 +72,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from swarmlog.errors import DatabasePermissionDenied, ServiceUnavailable
+from swarmlog.errors import DatabasePermissionDenied, PostgresUnavailable, ServiceUnavailable
 from swarmlog.kafka.backend import KafkaBackend
 from swarmlog.kafka.reader import LogReader, watermarks
 from swarmlog.log.base import ReadPosition
@@ -145,7 +145,7 @@ def connect(settings: Settings, **kwargs: Any) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(conninfo, autocommit=True, **kwargs)
     except psycopg.OperationalError as exc:
-        raise ServiceUnavailable(service="Postgres", address=_redact(settings.database_url),
+        raise PostgresUnavailable(address=_redact(settings.database_url),
                                  detail=str(exc).strip()) from None
 
 
@@ -174,7 +174,7 @@ class PostgresCheck:
             if self._conn is not None:
                 self._conn.close()
             self._conn = None
-            raise ServiceUnavailable(service="Postgres", address=_redact(self.settings.database_url),
+            raise PostgresUnavailable(address=_redact(self.settings.database_url),
                                      detail=str(exc).strip()) from None
 
 
@@ -242,7 +242,7 @@ class PostgresSink:
                     if away_since is None or self._connected_at > away_since:
                         away_since, delay = now, _BACKOFF_FIRST_S  # a new outage, not the same one
                     if self.give_up_after is not None and now - away_since >= self.give_up_after:
-                        raise ServiceUnavailable(service="Postgres", address=_redact(self.settings.database_url),
+                        raise PostgresUnavailable(address=_redact(self.settings.database_url),
                                                  detail=f"{away} (retried for {now - away_since:.0f} s)") from None
                     logger.warning("sink: Postgres at %s is unavailable (%s); mirrored up to offset %d; "
                                    "connecting again in %.1f s", _redact(self.settings.database_url), away,

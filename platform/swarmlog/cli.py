@@ -26,7 +26,7 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from .errors import ConfigurationError, InvalidToken, MissingDependency, SchemaError, ServiceUnavailable, SwarmlogError
+from .errors import ConfigurationError, MissingDependency, SchemaError, ServiceUnavailable, SwarmlogError, TokenError
 from .settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ EXIT_CODES: dict[int, str] = {
 
 def exit_code(exc: SwarmlogError) -> int:
     """The exit status for an error swarmlog raised: decided by its type."""
-    if isinstance(exc, (ConfigurationError, SchemaError, InvalidToken)):
+    if isinstance(exc, (ConfigurationError, SchemaError, TokenError)):
         return EXIT_USAGE  # a token refused (a bad or unchecked signature): retrying will not help either
     if isinstance(exc, ServiceUnavailable):
         return EXIT_UNAVAILABLE

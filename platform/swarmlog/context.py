@@ -260,7 +260,8 @@ class Context:
 
     def _http_pair(self, library: Any, retries: int, redact_headers: Sequence[str],
                    redact_params: Sequence[str]) -> tuple[Any, Any]:
-        from .llm.http import RecordedHTTP, Redaction, httpx_library, transport_type
+        from .llm.http import RecordedHTTP, httpx_library, transport_type
+        from .redaction import Redaction
 
         with allowed():  # the first use imports httpx2, which reads its package metadata: not the handler's I/O
             lib = httpx_library(library)

@@ -33,8 +33,9 @@ from .._lazy import exports
 from .fork import Forked, fork
 
 if TYPE_CHECKING:
+    from ..errors import SnapshotStale
     from ._debugger import Stop
-    from ._fold import SnapshotStale, Step
+    from ._fold import Step
     from .breakpoints import Breakpoint
     from .diff import Change, StateDiff
     from .logview import CausalGraph, Explained, LoggedEvent, LogView
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 # runtime and the determinism guard along.
 __getattr__ = exports(globals(), {
     "Stop": "._debugger",
-    "SnapshotStale": "._fold",
+    "SnapshotStale": "..errors",
     "Step": "._fold",
     "Breakpoint": ".breakpoints",
     "Change": ".diff",

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..agent import Agent, Swarm
 from ..context import Output
-from ..errors import SwarmlogError
+from ..errors import SnapshotStale, SwarmlogError
 from ..events import Event
 from ..guard import allowed
 from ..log.base import LogBackend
@@ -52,16 +52,6 @@ from ..runtime._index import NO_LIVE_STEPS, OwnIndex
 from ..schema.codec import Decoder
 
 logger = logging.getLogger(__name__)
-
-class SnapshotStale(SwarmlogError):
-    """The message a snapshot was taken after is not in the log any more: it is another log's."""
-
-    def __init__(self, *, topic: str, offset: int) -> None:
-        self.topic = topic
-        self.offset = offset
-        super().__init__(f"a snapshot of {topic!r} was taken after the message at offset {offset}, which the log no "
-                         f"longer holds as it was: the topic was re-made; delete {topic}.snapshots")
-
 
 AHEAD_KEPT = 50_000
 """Messages read ahead of the fold for the lookahead and kept for the fold, at most. Past it (a

@@ -16,7 +16,7 @@ a snapshot made by other code or read through other schemas holds a state this c
 would not have built. Those are skipped and *reported* (``ignored``), and the caller
 (the CLI) says so. A snapshot also names the last message it folded (offset and CRC);
 if the log no longer holds that message as it was, the topic was re-made, and the
-fold refuses it (:class:`~swarmlog.debug._fold.SnapshotStale`).
+fold refuses it (:class:`~swarmlog.errors.SnapshotStale`).
 
 **Why a snapshot and its tail equal the full replay.** Replay is a pure fold of the
 log: given the same code, schemas and messages, an agent's fold at N is the same

@@ -21,6 +21,7 @@ from ..errors import (
     AgentFenced,
     KafkaHandshakeFailed,
     KafkaOperationFailed,
+    KafkaUnavailable,
     ServiceUnavailable,
     SwarmlogError,
     TopicNotFound,
@@ -88,7 +89,7 @@ def connect_failure(bootstrap: str, *, operation: str, timeout_s: float | None =
         if err.code() == KafkaError._SSL or (state is not None and state.group(1) == "SSL_HANDSHAKE"):
             return KafkaHandshakeFailed(address=bootstrap, stage="TLS", detail=f"{operation}: {err.str()}")
     reason = f": {events[-1].str()}" if events else ""
-    return ServiceUnavailable(service="Kafka", address=bootstrap, detail=f"{operation}: {waited}{reason}")
+    return KafkaUnavailable(address=bootstrap, detail=f"{operation}: {waited}{reason}")
 
 
 def translate(exc: KafkaException | KafkaError, *, operation: str, bootstrap: str, topic: str | None = None,
