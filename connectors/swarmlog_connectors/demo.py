@@ -27,6 +27,8 @@ from swarmlog.replaying.fold import Fold
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
+__all__ = ["main"]
+
 _TASKS_PER_AGENT = 5
 
 

@@ -65,6 +65,8 @@ from .postgres_sink import (
     connect,
 )
 
+__all__ = ["PatternSink", "PatternStats"]
+
 _LOCK_POSITIONS = ("SELECT topic, next_offset FROM sink_positions WHERE topic = ANY(%s) ORDER BY topic "
                    "FOR UPDATE")
 _SET_POSITIONS = ("UPDATE sink_positions AS p SET next_offset = v.n, updated_at = now() "

@@ -23,6 +23,8 @@ from swarmlog.settings import Settings
 from .postgres_migrations import require_schema
 from .postgres_sink import _redact, connect
 
+__all__ = ["publish_report"]
+
 logger = logging.getLogger(__name__)
 
 _INSERT = """

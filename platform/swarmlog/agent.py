@@ -37,6 +37,8 @@ from .events import Event
 from .llm.sdk import llm_client
 from .log.protocol import AGENT_NAME_FORBIDDEN, MESSAGE, TIMER_FIRED
 
+__all__ = ["Agent", "Handler", "Swarm", "on", "on_message", "on_timer"]
+
 Handler = Callable[[Any, Any, Event], None]
 
 _HANDLES = "__swarmlog_handles__"

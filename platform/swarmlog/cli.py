@@ -29,6 +29,11 @@ from typing import Any
 from .errors import ConfigurationError, MissingDependency, SchemaError, ServiceUnavailable, SwarmlogError, TokenError
 from .settings import Settings
 
+__all__ = ["COMMANDS", "EXIT_CODES", "EXIT_DIVERGED", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK",
+           "EXIT_PROBLEMS_FOUND", "EXIT_TOKEN_MISMATCH", "EXIT_UNAVAILABLE", "EXIT_UNREADABLE", "EXIT_USAGE",
+           "PLUGINS", "build_parser", "command_modules", "configure_logging", "exit_code", "from_the_mirror", "main",
+           "metrics_port_arg", "settings_of"]
+
 logger = logging.getLogger(__name__)
 
 EXIT_OK = 0

@@ -41,6 +41,8 @@ from .log.protocol import (
 )
 from .schema.registry import SchemaRegistry
 
+__all__ = ["Context", "EffectRunner", "Output", "OutputSink"]
+
 
 class Output(NamedTuple):
     """One event a step wrote (or would write).
@@ -317,7 +319,7 @@ class Context:
 
     def _output(self, event_type: str, payload: dict[str, Any], to: str | None, *, locate: bool = False,
                 event_id: str | None = None) -> int:
-        # Runs inside the handler, under the guard's profile hook: every call here costs twice.
+        # Runs inside the handler, under the guard's profile hook: every call here costs more.
         sink = self._sink
         if sink is None:
             raise OutsideStep(agent=self.agent)
@@ -331,9 +333,9 @@ class Context:
         # rebuilt it (exact str, int, dict... never the handler's own subclass), the names as exact
         # strings — so writing it runs none of the handler's code. The write is swarmlog's own
         # recorded I/O (naming it, encoding it, sending it in the step's transaction, or, on replay,
-        # checking it against the record), and runs with the hook off: it was about 50 hooked calls
-        # of every ring step, a fifth of the step's CPU (bench/README.md, "Where a ring step's time
-        # goes").
+        # checking it against the record), and runs with the hook off: it was dozens of hooked calls
+        # of every ring step, a good part of the step's CPU (bench/README.md, "Where a ring step's
+        # time goes").
         if type(event_type) is not str:
             event_type = str.__str__(event_type)
         if to is not None and type(to) is not str and isinstance(to, str):

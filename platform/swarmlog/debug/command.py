@@ -17,6 +17,9 @@ from typing import Any
 from ..errors import MissingDependency, UsageError
 from ..settings import Settings
 
+__all__ = ["add_parser", "cmd_debug", "cmd_fork", "cmd_log", "cmd_show", "cmd_snapshot", "cmd_state", "cmd_step",
+           "cmd_timeline"]
+
 
 def _settings(args: argparse.Namespace) -> Settings:
     return Settings.from_env(topic=getattr(args, "topic", None))

@@ -44,6 +44,9 @@ from ..log.base import LogBackend
 from ..log.protocol import H_AGENT, H_SNAPSHOT_AT, H_SNAPSHOT_CODE, snapshot_topic
 from ..schema.registry import SchemaRegistry
 
+__all__ = ["Chosen", "DEFAULT_EVERY", "Ignored", "SNAPSHOT_FORMAT", "SnapshotInfo", "SnapshotStore",
+           "VALUES_KEPT_BYTES", "schema_digest"]
+
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_FORMAT = 1

@@ -9,6 +9,8 @@ from typing import Any
 
 from ..errors import SwarmlogError
 
+__all__ = ["EXIT_NOT_RUNNING", "add_parser", "run"]
+
 # `status` exits with 3 when the cluster is not running, like `pg_ctl status` and LSB init scripts.
 EXIT_NOT_RUNNING = 3
 

@@ -28,6 +28,9 @@ from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechani
 from ..errors import ConfigurationError, KafkaUnavailable
 from ..redaction import SecretStr
 
+__all__ = ["Credentials", "MECHANISM", "SECURITY_PROTOCOL", "USERNAME", "credentials_file", "ensure_user", "load",
+           "load_or_create", "wait_authenticated"]
+
 USERNAME = "swarmlog"
 MECHANISM = "SCRAM-SHA-512"
 SECURITY_PROTOCOL = "SASL_PLAINTEXT"

@@ -54,7 +54,7 @@ setprofile = sys.setprofile
 getprofile = sys.getprofile
 # The guard switches its hook off through a C callable that is no C function: calling it is no
 # profile event, so the hook does not see the guard's own sys.setprofile(None) (it would only
-# excuse it, at ~400 ns, twice a step: leaving the handler and entering allowed()).
+# excuse it, at a cost twice a step: leaving the handler and entering allowed()).
 uninstall = functools.partial(setprofile, None)
 # Bound once, called by name: CPython 3.11 compiles `IMPORTED_NAME.get(x)` as an attribute load
 # (it takes an imported name for a module), which builds a bound method on every call.
@@ -209,7 +209,7 @@ def apply(st: ThreadState) -> None:
 # A Logger call (`log.info(...)`) stamps a record with the clock, the process and the thread,
 # renders it and hands it to handlers; it returns nothing, so the handler sees none of it (the
 # rule in `_exemptions`). Checking each of those reads against the table and walking the stack to
-# excuse it cost a stamped log call twice what logging itself costs. So while `Logger._log` runs,
+# excuse it cost a stamped log call more than logging itself costs. So while `Logger._log` runs,
 # the thread's profile function is a lighter one that refuses nothing and watches for two things
 # only: `Logger._log`'s own return (then the full hook is back), and the two places where the
 # handler's own code runs inside a Logger call — rendering the message (`LogRecord.getMessage`

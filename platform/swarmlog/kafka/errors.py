@@ -28,6 +28,8 @@ from ..errors import (
     TransactionAborted,
 )
 
+__all__ = ["FENCED", "UNKNOWN_TOPIC", "UNREACHABLE", "connect_failure", "error_recorder", "kafka_error", "translate"]
+
 logger = logging.getLogger(__name__)
 
 # The broker cannot be reached (or answered too late): the operator's problem, not the data's.
@@ -42,7 +44,7 @@ UNKNOWN_TOPIC = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN
 
 _SASL = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
 # librdkafka says in which state of the connection a broker failed only in its message,
-# "(after 12ms in state SSL_HANDSHAKE)": the one piece of its text read here, to tell a
+# "(after <N>ms in state SSL_HANDSHAKE)": the one piece of its text read here, to tell a
 # TLS handshake that failed from a connection that was refused.
 _BROKER_STATE = re.compile(r"in state ([A-Z_]+)\)")
 

@@ -17,6 +17,9 @@ from ..errors import UsageError
 from ..settings import Settings
 from ._chain import DEFAULT_EVERY
 
+__all__ = ["DEFAULT_CHECKPOINTS", "add_parser", "backend_of", "cmd_token", "pinned_swarm", "registry_of",
+           "say_which_topic", "verify_v1_result", "verify_v1_settings", "verify_v2"]
+
 DEFAULT_CHECKPOINTS = DEFAULT_EVERY
 
 

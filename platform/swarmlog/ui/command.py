@@ -10,6 +10,8 @@ from typing import Any
 from ..errors import MissingDependency
 from ..settings import Settings
 
+__all__ = ["DEFAULT_PORT", "add_parser", "cmd_ui"]
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8765
