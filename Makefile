@@ -10,14 +10,15 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit integration faults faults-slice lint bench bench-peers tools browser up down status schema-check clean help
+.PHONY: demo test unit integration faults faults-slice lint docs docs-serve bench bench-peers tools browser up down status schema-check clean help
 
 help:
 	@echo "make demo   run a swarm on a local Kafka + Postgres, mirror it, replay it"
 	@echo "make test   lint and type checks, unit tests (no services), then the integration tests"
 	@echo "            against the real Kafka and Postgres (started here if they are not running)"
 	@echo "make faults the fault suite: real signals against real processes (a throwaway dev cluster of"
-	@echo "            its own); prints the table kept in the README -> tests/faults/results.md"
+	@echo "            its own); prints the table kept in docs/faults.md -> tests/faults/results.md"
+	@echo "make docs   the documentation site (mkdocs build --strict) -> build/site; make docs-serve to read it"
 	@echo "make bench  benchmarks beside their baselines -> bench/results.{json,md}"
 	@echo "make bench-peers  LangGraph and Kafka Connect beside swarmlog -> bench/results-peers.{json,md}"
 
@@ -28,7 +29,7 @@ $(STAMP): pyproject.toml platform/swarmlog/guard/_native.c platform/swarmlog/sch
 		platform/swarmlog/schema/_avro_native.c platform/swarmlog/schema/_avro_binary.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics,tui,otel,langgraph,ui]'
+	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics,tui,otel,langgraph,ui,docs]'
 	touch $@
 
 # The peers (LangGraph, its Postgres checkpointer) are heavy and only the peers benchmark
@@ -65,11 +66,20 @@ schema-check: $(STAMP)
 
 # Order matters: the lint gate and the unit tests run before any service is started, which
 # is what shows the unit tests need none (tests/unit/conftest.py also refuses every attempt).
-test: $(STAMP) lint unit tools up schema-check integration faults-slice
+test: $(STAMP) lint unit docs tools up schema-check integration faults-slice
 
 lint: $(STAMP)
-	$(BIN)/ruff check platform connectors tests bench examples
+	$(BIN)/ruff check platform connectors tests bench examples docs
 	$(BIN)/mypy
+
+# The site, strictly: a broken link, a missing page or an anchor that is not there fails the build. The
+# pages docs/_generate.py writes are held to the code by tests/unit/test_docs_reference.py, and every
+# Python block of the pages runs in tests/{unit,integration}/test_docs_code.py.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit

@@ -19,7 +19,7 @@ Run it: ``swarmlog demo`` (part of ``make demo``), or
 ``swarmlog run swarmlog.examples.case_study:buggy --run-id r1 --seed 1 --until-quiet 1``, then
 ``swarmlog replay --swarm swarmlog.examples.case_study:fixed``.
 Or find the race without running anything live: ``swarmlog.testing.Simulator`` explores
-the interleavings of the same agents (README, "Find the race before production").
+the interleavings of the same agents (docs/simulation.md).
 """
 
 from __future__ import annotations

@@ -274,3 +274,56 @@ class StateTrapRelay(Relay):
 
 
 state_trap = Swarm(name="relay", agents=lambda: [StateTrapRelay(n) for n in _names()], code_version="trap-1")
+
+
+# --- the desk: work in and out of a running swarm (swarmlog.client) ------------------------------------
+
+
+class Front(Agent):
+    """Takes a question, has the back office work on it, answers whoever asked."""
+
+    def initial_state(self):
+        return {"asked_by": {}}
+
+    @on_message("question")
+    def question(self, ctx, event):
+        self.state["asked_by"][str(ctx.now())] = event.agent_id
+        ctx.send("back", "work", {"question": event.body, "ticket": ctx.now()})
+
+    @on_message("done")
+    def done(self, ctx, event):
+        result = event.json()
+        asker = self.state["asked_by"].pop(str(result["ticket"]))
+        ctx.send(asker, "progress", "nearly there")
+        ctx.send(asker, "answer", f"{result['question']}: {result['answer']}")
+
+    @on_message("explode")
+    def explode(self, ctx, event):
+        raise ValueError(f"cannot take {event.body!r}")
+
+    @on_message("ignore")
+    def ignore(self, ctx, event):
+        pass
+
+
+class Back(Agent):
+    """Answers after a wall-clock timeout: the reply's chain passes through a timer.set and its firing.
+    One timer per item: a reply is found through its causes, so a step must answer what it handles
+    (a queue flushed by one timer would answer every item from the step of the last)."""
+
+    def initial_state(self):
+        return {"queue": {}}
+
+    @on_message("work")
+    def work(self, ctx, event):
+        name = f"think-{ctx.now()}"
+        self.state["queue"][name] = event.json()
+        ctx.timeout(name, seconds=0.05)
+
+    @on("timer.fired")
+    def think(self, ctx, event):
+        item = self.state["queue"].pop(event.payload["name"])
+        ctx.send("front", "done", {**item, "answer": len(item["question"])})
+
+
+DESK = Swarm(name="desk", agents=lambda: [Front("front"), Back("back")])

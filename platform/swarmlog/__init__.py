@@ -1,10 +1,11 @@
 """swarmlog: a clock-free, Kafka-backed event log that gives agent swarms deterministic replay.
 
 The public surface: the agent API (``Agent``, ``Swarm``, the handler decorators and
-``ctx``), running and replaying a swarm, appending events, the settings and the
-errors. Subpackages have faces of their own (``swarmlog.debug``, ``swarmlog.kafka``, ``swarmlog.log``,
-``swarmlog.replaying``, ``swarmlog.runtime``, ``swarmlog.schema``, ``swarmlog.testing``); modules whose
-names start with ``_`` are machinery. ``swarmlog.debug`` is the debugging API (the log decoded, state at
+``ctx``), running and replaying a swarm, work in and out of a running swarm (``Client``,
+``AsyncClient``), appending events, the settings and the errors (every one of :mod:`swarmlog.errors`).
+Subpackages have faces of their own (``swarmlog.debug``, ``swarmlog.kafka``, ``swarmlog.llm``,
+``swarmlog.log``, ``swarmlog.replaying``, ``swarmlog.runtime``, ``swarmlog.schema``, ``swarmlog.testing``);
+modules whose names start with ``_`` are machinery. ``swarmlog.debug`` is the debugging API (the log decoded, state at
 any offset, a debugger at a step, snapshots, forks); ``swarmlog.testing`` the simulator and the stubs
 swarms are tested with. ``tests/unit/test_layout.py`` pins this list.
 """
@@ -23,6 +24,9 @@ if TYPE_CHECKING:  # what _LAZY gives, for type checkers (``X as X``: re-exporte
     from .agent import on as on
     from .agent import on_message as on_message
     from .agent import on_timer as on_timer
+    from .client import AsyncClient as AsyncClient
+    from .client import Client as Client
+    from .client import Sent as Sent
     from .context import Context as Context
     from .events import Event as Event
     from .llm import HTTPRequestDiverged as HTTPRequestDiverged
@@ -42,6 +46,7 @@ if TYPE_CHECKING:  # what _LAZY gives, for type checkers (``X as X``: re-exporte
 # the runtime and the HTTP recorder at every start (``cli_replay_3`` in bench/cli.py).
 _LAZY: dict[str, str] = {
     **dict.fromkeys(["Agent", "Swarm", "on", "on_message", "on_timer"], ".agent"),
+    **dict.fromkeys(["AsyncClient", "Client", "Sent"], ".client"),
     "Context": ".context",
     "Event": ".events",
     "HTTPRequestDiverged": ".llm",

@@ -9,10 +9,9 @@ The command line decides what reaches the terminal: swarmlog's warnings, and wit
 (DEBUG). Without ``-v`` no librdkafka line is shown: what matters of them comes back
 as swarmlog's errors.
 
-The commands are a table (:data:`COMMANDS`): each command's parser and handler live beside
-its wing (``replaying/command.py``, ``debug/command.py``, ...), and :func:`main` imports only
-the module of the command given. Other packages add commands through the entry-point group
-``swarmlog.commands`` (the Postgres sink and mirror come so from ``swarmlog_connectors``).
+The commands are a table (:data:`COMMANDS`): each command's parser and handler live beside its wing
+(``replaying/command.py``, ...); :func:`main` imports only the module of the command given. Other packages
+add commands through the entry-point group ``swarmlog.commands`` (the connectors' sink, mirror, demo).
 """
 
 from __future__ import annotations
@@ -71,11 +70,13 @@ def exit_code(exc: SwarmlogError) -> int:
 
 # --- the table of commands --------------------------------------------------------------
 
-COMMANDS: dict[str, str] = {
+COMMANDS: dict[str, str | None] = {
     "dev": "swarmlog.dev.command",
     "schema": "swarmlog.schema.check",
     "topic": "swarmlog.kafka.command",
     "append": "swarmlog.log.command",
+    "sink": None,
+    "mirror": None,
     "replay": "swarmlog.replaying.command",
     "run": "swarmlog.runtime.command",
     "token": "swarmlog.token.command",
@@ -83,11 +84,13 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("log", "show", "state", "debug", "snapshot", "step", "timeline", "fork"),
                     "swarmlog.debug.command"),
     "ui": "swarmlog.ui.command",
+    "demo": None,
 }
-"""Command -> the module that builds its parser and runs it, in the order ``swarmlog --help`` lists them.
-A command module has ``add_parser(subparsers, name, *, parents)``, which adds the command's parser
-(``set_defaults(func=handler)``; ``service=True`` for a command that runs as a service); one that also
-has ``run(argv)`` parses its own arguments: ``main`` hands it the words after the command."""
+"""Command -> the module that builds its parser and runs it, in the order ``swarmlog --help`` lists them
+(None: another package's, found through :data:`PLUGINS`, listed here for its place). A command module has
+``add_parser(subparsers, name, *, parents)``, which adds the command's parser (``set_defaults(func=...)``;
+``service=True`` for a command that runs as a service); one that also has ``run(argv)`` parses its own
+arguments: ``main`` hands it the words after the command."""
 
 PLUGINS = "swarmlog.commands"  # the entry-point group of commands other packages add (name = module)
 
@@ -96,21 +99,20 @@ PLUGINS = "swarmlog.commands"  # the entry-point group of commands other package
 def _plugins() -> dict[str, str]:
     from importlib.metadata import entry_points
 
-    return {ep.name: ep.value for ep in entry_points(group=PLUGINS) if ep.name not in COMMANDS}
+    return {ep.name: ep.value for ep in entry_points(group=PLUGINS) if COMMANDS.get(ep.name) is None}
 
 
 def command_modules(command: str | None = None) -> dict[str, str]:
-    """``command``'s row alone; every command's (plugins' after swarmlog's own) for None or one unknown."""
-    if command in COMMANDS:
-        return {command: COMMANDS[command]}
-    if command is not None and command in _plugins():
-        return {command: _plugins()[command]}
-    return {**COMMANDS, **_plugins()}
+    """``command``'s row alone; every command's (in :data:`COMMANDS`' order) for None or one unknown."""
+    module = COMMANDS.get(command or "") or (_plugins().get(command) if command else None)
+    if command and module:
+        return {command: module}
+    rows = {name: module or _plugins().get(name) for name, module in COMMANDS.items()}
+    return {**{name: module for name, module in rows.items() if module}, **_plugins()}
 
 
 def _parses_its_own(module: ModuleType) -> bool:  # `dev`, `schema`: main hands them the words after the command
     return callable(getattr(module, "run", None))
-
 
 
 def settings_of(args: argparse.Namespace, *, postgres: bool = False) -> Settings:
@@ -138,8 +140,6 @@ def metrics_port_arg(p: argparse.ArgumentParser) -> None:
                    help="serve Prometheus /metrics and the /livez and /readyz probes on PORT")
 
 
-# --- the terminal: logging and verbosity ----------------------------------------------------
-
 _VERBOSE_FLAGS = {"-v": 1, "--verbose": 1, "-vv": 2, "-vvv": 3}
 _VERBOSE_HELP = "-v: progress and librdkafka's log lines on stderr; -vv: debug"
 _handler: logging.Handler | None = None
@@ -157,9 +157,8 @@ def _leading_verbosity(argv: list[str]) -> tuple[int, list[str]]:
 def configure_logging(verbosity: int, *, service: bool = False) -> None:
     """What reaches stderr: warnings (a service's INFO too); ``-v`` INFO and librdkafka's lines; ``-vv`` DEBUG.
 
-    A service (an agent's or the sink's pod, and ``replay --publish``, the replay Job) logs its
-    lifecycle without ``-v``: that is what an operator reads in its log. Embedded in a program that
-    configured logging itself (tests, a host program), its configuration wins: nothing is changed.
+    A service (an agent's or the sink's pod, ``replay --publish``'s Job) logs its lifecycle without ``-v``:
+    what an operator reads. In a program that configured logging itself (tests, a host), that one wins.
     """
     from .kafka.config import LIBRDKAFKA_LOGGER
 
@@ -207,13 +206,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def _freeze_what_the_imports_made() -> None:
-    """Move every object the imports made into the collector's permanent generation (``gc.freeze``).
-
-    A command keeps its modules, classes and functions until it exits, and the collector walked them all
-    again in every full collection, above all as the interpreter exits (``cli_replay_3`` in bench/cli.py).
-    Frozen, they are not (a few cycles the imports left stay in memory). Only a process started as the
-    command line (``main()`` with no arguments) does this: a caller of ``main([...])`` keeps its objects.
-    """
+    """``gc.freeze()``: a command keeps its modules, classes and functions until it exits, and the collector
+    walked them all in every full collection, above all as the interpreter exits (``cli_replay_3`` in
+    bench/cli.py); frozen, they are not (a few cycles the imports left stay in memory). Only a process
+    started as the command line (``main()`` with no arguments) does this: ``main([...])``'s caller keeps its."""
     import gc
 
     gc.freeze()
@@ -235,8 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.may_reexec = argv is None
         from .observe import tracing
 
-        # OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT: a run's steps, a replay's, as spans.
-        # Unset, nothing of OpenTelemetry is imported.
+        # OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT: steps as spans (unset: no OpenTelemetry import).
         tracing.configure_from_env()
         try:
             return int(args.func(args))

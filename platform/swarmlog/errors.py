@@ -24,6 +24,7 @@ drawing to them::
     ├── Retriable
     ├── ConfigurationError
     │   ├── UsageError
+    │   │   └── NotAnAgentOfTheRun
     │   ├── InvalidSetting
     │   ├── TracingExporterMissing
     │   ├── UnmodelledEffect
@@ -67,6 +68,10 @@ drawing to them::
     ├── RunError
     │   ├── RunAlreadyRecorded
     │   ├── RunNotStarted
+    │   │   └── InputBeforeRun
+    │   ├── NoReply
+    │   │   ├── ReplyTimeout (also TimeoutError)
+    │   │   └── InputHandlerFailed
     │   ├── NoRunStarted
     │   ├── HashSeedMismatch
     │   ├── OutsideStep
@@ -184,6 +189,26 @@ class ScheduleMismatch(ConfigurationError):
         super().__init__(f"the schedule takes option {choice} at decision {decision}, where the swarm has only "
                          f"{options} option(s): it was recorded on other code or another swarm. Explore again "
                          f"with this code to get a schedule for it")
+
+
+class NotAnAgentOfTheRun(UsageError):
+    """An input names an agent the run does not have, or comes from one of the run's own agents."""
+
+    def __init__(self, *, topic: str, run_id: str, name: str, agents: Sequence[str], role: str) -> None:
+        self.topic = topic
+        self.run_id = run_id
+        self.name = name
+        self.agents = list(agents)
+        self.role = role
+        """``recipient``: no agent of the run is called ``name`` (the input would be read by nobody);
+        ``sender``: ``name`` is an agent of the run (the input would pass for that agent's own record)."""
+        listed = ", ".join(self.agents) or "none"
+        if role == "recipient":
+            problem = f"run {run_id!r} of topic {topic!r} has no agent {name!r}: nobody would read this input"
+        else:
+            problem = (f"{name!r} is an agent of run {run_id!r} of topic {topic!r}: input comes from outside the "
+                       f"swarm, so write it as another name (Client(sender=...), --agent)")
+        super().__init__(f"{problem} (the run's agents: {listed})")
 
 
 class StateUnavailable(ConfigurationError):
@@ -637,6 +662,84 @@ class RunNotStarted(RunError):
             f"no run.started in topic {topic!r} after waiting {waited_s:.0f} s, so the agents have nothing to do. "
             f"Start the run with `swarmlog run <module:swarm> --start --run-id ID --seed N` (the Helm chart's "
             f"run-start hook Job does it on install: see its logs), or wait longer with --wait-for-run SECONDS")
+
+
+class InputBeforeRun(RunNotStarted):
+    """An input waited for its run to start and it did not: nothing was written.
+
+    Input is held by the client, never written ahead of ``run.started``: an event the agents
+    read before their run would belong to no run (no run id, no seed)."""
+
+    def __init__(self, *, topic: str, waited_s: float, event_type: str, to: str | None) -> None:
+        self.topic = topic
+        self.waited_s = waited_s
+        self.event_type = event_type
+        self.to = to
+        SwarmlogError.__init__(
+            self,
+            f"no run.started in topic {topic!r} after waiting {waited_s:.0f} s: the {event_type} "
+            f"{'to ' + repr(to) + ' ' if to else ''}was not written (input belongs to a run, and this topic holds "
+            f"none yet). Start the run first (`swarmlog run <module:swarm> --run-id ID --seed N`, or "
+            f"Client.start), or give it longer (timeout=, --wait-for-run SECONDS)")
+
+
+class NoReply(RunError):
+    """An input was written, but the reply it was waited for did not come (see the subclasses).
+
+    Fields say what was sent and where it is in the log: ``topic``, ``run_id``, ``offset``,
+    ``event_id``, ``to``, ``kind``; and what it set off so far: ``caused`` (how many events
+    chain back to it through their causes) and ``last`` (the latest of them, described)."""
+
+    def __init__(self, message: str, *, topic: str, run_id: str, offset: int, event_id: str, to: str | None,
+                 kind: str | None, caused: int, last: str | None) -> None:
+        self.topic = topic
+        self.run_id = run_id
+        self.offset = offset
+        self.event_id = event_id
+        self.to = to
+        self.kind = kind
+        self.caused = caused
+        self.last = last
+        super().__init__(message)
+
+    @staticmethod
+    def _sent(*, topic: str, run_id: str, offset: int, event_id: str, to: str | None, kind: str | None) -> str:
+        what = f"{kind!r} to agent {to!r}" if kind is not None else f"the event to {to!r}"
+        return f"{what} (event {event_id}, offset {offset} of topic {topic!r}, run {run_id!r})"
+
+
+class ReplyTimeout(NoReply, TimeoutError):
+    """No reply came within the timeout; the input stays in the log, and the swarm may still answer it."""
+
+    def __init__(self, *, topic: str, run_id: str, offset: int, event_id: str, to: str | None, kind: str | None,
+                 timeout: float, caused: int, last: str | None, reply: str) -> None:
+        self.timeout = timeout
+        sent = self._sent(topic=topic, run_id=run_id, offset=offset, event_id=event_id, to=to, kind=kind)
+        so_far = (f"it set off {caused} event(s) so far, the last {last}" if caused
+                  else "nothing in the log chains back to it yet (is the swarm running? `swarmlog run`)")
+        super().__init__(
+            f"no {reply} within {timeout:g} s of sending {sent}: {so_far}. It stays in the log: "
+            f"`swarmlog show {offset}` shows what it caused",
+            topic=topic, run_id=run_id, offset=offset, event_id=event_id, to=to, kind=kind, caused=caused,
+            last=last)
+
+
+class InputHandlerFailed(NoReply):
+    """A handler that the input set off raised (recorded as ``handler.failed``): no reply will come from it."""
+
+    def __init__(self, *, topic: str, run_id: str, offset: int, event_id: str, to: str | None, kind: str | None,
+                 caused: int, last: str | None, agent: str, failed_at: int, error_type: str,
+                 error: str) -> None:
+        self.agent = agent
+        self.failed_at = failed_at
+        self.error_type = error_type
+        self.error = error
+        sent = self._sent(topic=topic, run_id=run_id, offset=offset, event_id=event_id, to=to, kind=kind)
+        super().__init__(
+            f"agent {agent!r}'s handler failed at offset {failed_at} on work set off by {sent}: "
+            f"{error_type}: {error}. `swarmlog show {failed_at}` shows the step",
+            topic=topic, run_id=run_id, offset=offset, event_id=event_id, to=to, kind=kind, caused=caused,
+            last=last)
 
 
 class NoRunStarted(RunError):

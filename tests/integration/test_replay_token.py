@@ -68,7 +68,7 @@ def test_signed_tokens_refuse_tampering(settings, tmp_path):
     doc["end_offset"] = 0
     token.write_text(json.dumps(doc))
     refused = _cli(settings, "replay", "--verify", str(token), env=env)
-    assert refused.returncode == 2 and "signature does not match" in refused.stderr  # refused: README, exit codes
+    assert refused.returncode == 2 and "signature does not match" in refused.stderr  # refused: docs/exit-codes.md
 
 
 def test_a_swarm_token_holds_the_replayed_agent_states(settings, tmp_path):

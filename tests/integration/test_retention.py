@@ -47,7 +47,7 @@ def test_append_and_the_sink_warn_about_a_topic_that_deletes_history(base_settin
     admin = AdminClient({"bootstrap.servers": base_settings.bootstrap_servers})
     admin.create_topics([NewTopic(topic, 1, 1, config={"retention.ms": "60000"})])[topic].result(30)
     settings = base_settings.model_copy(update={"topic": topic})
-    appended = _cli(settings, "append", "agent.message", '{"kind": "k", "body": "x"}', "--agent", "a")
+    appended = _cli(settings, "append", "agent.message", '{"kind": "k", "body": "x"}', "--agent", "a", "--no-run")
     assert appended.returncode == 0 and "retention.ms=60000" in appended.stderr, appended.stderr
     sink = _cli(settings, "sink", "--until-end")
     assert sink.returncode == 0 and "retention.ms=60000" in sink.stderr, sink.stderr

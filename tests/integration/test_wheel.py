@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -181,9 +182,9 @@ def test_append_and_sink_work_from_the_wheel(installed, base_settings):
     topic = _fresh_topic(base_settings, "wheel-sink")
     env = {"SWARMLOG_TOPIC": topic, "SWARMLOG_SCHEMA_PATH": str(_users_schemas(installed.root))}
     offsets = [int(installed.run("append", "agent.message", json.dumps({"kind": "hi", "body": "hello"}),
-                                 "--agent", "alice", "--to", "bob", env=env).stdout),
+                                 "--agent", "alice", "--to", "bob", "--no-run", env=env).stdout),
                int(installed.run("append", "billing.invoice", json.dumps({"amount": 42}), "--agent", "alice",
-                                 env=env).stdout)]
+                                 "--no-run", env=env).stdout)]
     assert offsets == [0, 1]
     # The mirror's schema from the wheel's own migrations (the sink runs no DDL).
     migrated = installed.run("mirror", "migrate", env=env).stdout
@@ -219,3 +220,36 @@ def test_the_demo_works_from_the_wheel(installed):
     assert "rows in Postgres mirror" in out and "the case study" in out
     assert "found a deadlock" in out and "first diverges at offset" in out
     assert "try it: swarmlog replay" in out and "--swarm swarmlog.examples.case_study:fixed" in out
+
+
+def test_the_readmes_first_swarm_pasted_as_printed_runs_from_the_wheel_and_prints_the_answer(installed,
+                                                                                           base_settings):
+    # The README's blocks as a reader pastes them, in an empty directory, with only the wheel installed:
+    # hello.py, the shell block (the swarm in the background), ask.py, then the replay and `kill %1`.
+    from ..docs_code import parse
+
+    readme = parse(REPO / "README.md")
+    first = readme.blocks[[b.mark("file") for b in readme.blocks].index("hello.py"):]
+    hello, start, ask, after, wrong = first[0], first[1], first[2], first[3], first[4]
+    assert (hello.lang, start.lang, ask.lang, after.lang, wrong.lang) == ("python", "bash", "python", "bash", "bash")
+    assert "swarmlog debug" in wrong.code  # "When a run goes wrong": its commands on the run just made
+    here = installed.root / f"first-swarm-{uuid.uuid4().hex[:6]}"
+    here.mkdir()
+    (here / "hello.py").write_text(hello.code)
+    (here / "ask.py").write_text(ask.code)
+    topic = f"hello-{uuid.uuid4().hex[:8]}"  # the README's `export SWARMLOG_TOPIC=hello`, on a fresh topic
+    shell = start.code.replace("SWARMLOG_TOPIC=hello\n", f"SWARMLOG_TOPIC={topic}\n") + after.code + wrong.code
+    assert shell.count(topic) == 1 and "python ask.py" in shell
+    # `swarmlog debug` stops at no prompt here (PYTHONBREAKPOINT=0): the handler runs undebugged, and says so.
+    proc = subprocess.run(["bash", "-e", "-c", shell], cwd=here, env={**installed.base_env, "PYTHONBREAKPOINT": "0"},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + (here / "swarm.log").read_text()
+    printed = re.search(r"print\(reply\.body\)\s+# (.+)", ask.code)
+    assert printed is not None
+    # `topic create` says what it made, then ask.py prints the answer as the README says it prints.
+    assert proc.stdout.splitlines()[1] == printed.group(1), proc.stdout
+    assert proc.stdout.count("no divergence: the code does exactly what the log recorded") >= 2
+    answer = printed.group(1)
+    assert f'answer "{answer}"' in proc.stdout  # swarmlog log, show and timeline name the reply
+    assert '"answered": 1' in proc.stdout  # swarmlog state oracle --at 3: after its one step
+    assert "Traceback" not in proc.stderr + (here / "swarm.log").read_text()

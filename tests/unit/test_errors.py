@@ -106,7 +106,7 @@ def _instance(cls: type[SwarmlogError]) -> SwarmlogError:
     """``cls`` built with a plausible value for each of its keyword-only fields."""
     kwargs = {}
     for p in inspect.signature(cls.__init__).parameters.values():
-        if p.kind is p.KEYWORD_ONLY and p.default is p.empty:
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self" and p.default is p.empty:
             annotation = str(p.annotation)
             kwargs[p.name] = ([] if "list" in annotation or "Sequence" in annotation else
                               next((v for k, v in _SAMPLES.items() if annotation.startswith(k)), "x"))

@@ -453,7 +453,7 @@ def test_the_same_calls_given_what_they_need_are_allowed() -> None:
 
 def test_an_argument_the_guard_cannot_evaluate_passes_as_the_readme_says() -> None:
     """clock.gmtime(f()) where f() returns None reads the clock; the guard does not call f to
-    find out (the README lists this among what it cannot see)."""
+    find out (docs/agents.md lists this among what it cannot see)."""
     stamp = _Stamp(None)
     with guarded(agent="a", offset=1):
         clock.gmtime(stamp.seconds())

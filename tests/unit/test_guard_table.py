@@ -5,7 +5,7 @@ Every refused row is refused inside a handler of a real runtime run on the in-me
 with a ForbiddenCall naming the row, the agent, the offset and the ``ctx`` method to use; every
 allowed row runs there; both under each of the guard's profile hooks (the C one and the Python
 one). Each refused case also works outside a handler, so a case cannot pass by being broken.
-And the README's summary of the guard names only rows of this table, with their verdict.
+And the docs' summary of the guard (docs/agents.md) names only rows of this table, with their verdict.
 """
 
 from __future__ import annotations
@@ -179,13 +179,13 @@ def test_every_allowed_row_runs_in_a_live_handler(env: Env, backend, run_setting
     assert "inside a handler: logged" in (env.tmp / "handler.log").read_text()  # the record reached its file
 
 
-# --- the README says what the table says ------------------------------------------------------
+# --- the docs' summary (docs/agents.md) says what the table says -----------------------------------
 
-_SECTION = "### What the guard refuses"
+_SECTION = "## What the guard refuses"
 
 
 def _readme_summary() -> list[list[str]]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "agents.md").read_text()
     assert _SECTION in text
     section = text.split(_SECTION, 1)[1].split("\n#", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| reaches")]
@@ -197,16 +197,16 @@ def test_the_readme_summary_names_only_rows_of_the_table_with_their_verdict() ->
     allowed = {row.case: row for row in COVERAGE if not row.refused}
     summary = _readme_summary()
     kinds = {title: key for key, title in KINDS.items()}
-    assert sorted(kinds[cells[0]] for cells in summary) == sorted(KINDS), "one README row per kind, in its words"
+    assert sorted(kinds[cells[0]] for cells in summary) == sorted(KINDS), "one row of the docs per kind, in its words"
     for reaches, refused_cell, allowed_cell, use in summary:
         kind = kinds[reaches]
         named_refused = re.findall(r"`([^`]+)`", refused_cell)
         assert named_refused, reaches
         for case in named_refused:
-            assert case in refused, f"README says {case!r} is refused: no refused row has that case"
+            assert case in refused, f"docs/agents.md says {case!r} is refused: no refused row has that case"
             assert refused[case].kind == kind, f"{case!r} is listed under {reaches!r}"
         for case in re.findall(r"`([^`]+)`", allowed_cell):
-            assert case in allowed, f"README says {case!r} is allowed: no allowed row has that case"
+            assert case in allowed, f"docs/agents.md says {case!r} is allowed: no allowed row has that case"
         uses = {row.use for row in refused.values() if row.kind == kind}
         for method in re.findall(r"`(ctx\.[^`]+)`", use):
-            assert any(method in u for u in uses), f"README's alternative {method!r} for {reaches!r}"
+            assert any(method in u for u in uses), f"docs/agents.md's alternative {method!r} for {reaches!r}"

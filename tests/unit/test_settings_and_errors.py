@@ -121,12 +121,12 @@ def test_exit_statuses_are_decided_by_the_errors_type():
     assert len(set(cli.EXIT_CODES)) == len(cli.EXIT_CODES)
 
 
-def test_the_exit_statuses_are_documented_in_help_and_readme(capsys):
+def test_the_exit_statuses_are_documented_in_help_and_the_docs(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     help_text = capsys.readouterr().out
-    readme = (REPO / "README.md").read_text()
-    documented = {int(code) for code in re.findall(r"^\| `(\d+)` \|", readme, flags=re.M)}
+    page = (REPO / "docs" / "exit-codes.md").read_text()
+    documented = {int(code) for code in re.findall(r"^\| `(\d+)` \|", page, flags=re.M)}
     assert documented == set(cli.EXIT_CODES)
     for code in cli.EXIT_CODES:
         assert re.search(rf"^\s+{code}\s+\S", help_text, flags=re.M), code

@@ -58,7 +58,7 @@ handler returns normally, so a swallowed violation still fails the handler.
 
 What no hook can see — a C extension's own reads, C code calling a refused C function
 (``functools.partial(time.time)()``), ``id()`` values, values that reach a handler without a
-call — is listed in the README; per-step state digests catch their effects.
+call — is listed in docs/agents.md; per-step state digests catch their effects.
 """
 
 from __future__ import annotations

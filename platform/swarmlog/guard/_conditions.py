@@ -8,7 +8,7 @@ guard's rare path only: when a call of a conditional row's function has been see
 What a condition does when the guard cannot read an argument is part of the row's decision:
 "refused only when the argument is provably absent" (``time.gmtime(obj.ts())`` passes) or
 "refused unless provably harmless" (``sqlite3.connect(path)`` is refused whatever ``path`` is,
-unless it is the literal ``":memory:"``). The README lists the first kind among what the guard
+unless it is the literal ``":memory:"``). docs/agents.md lists the first kind among what the guard
 cannot see.
 """
 

@@ -7,11 +7,12 @@ One :class:`Row` per way of calling something. A *refused* row raises
 instead; an *allowed* row is a deterministic relative, or something the guard lets through on
 purpose, and says why. ``tests/unit/test_guard_table.py`` runs every row in a live handler (on
 the in-memory log, through ``run_agents``): each refused row must be refused there, each allowed
-row must run; and ``README.md``'s summary of the guard must name only rows of this table.
+row must run; and the docs' summary of the guard (``docs/agents.md``) must name only rows of this table;
+``docs/reference/guard.md`` is this table, written by ``docs/_generate.py``.
 
 The rows are written out one by one, deliberately not generated from lists of names: the test
 resolves each to a real function, so a typo cannot hide a hole. What no row can cover (C
-extensions, ``id()``, values that reach a handler without a call) is listed in the README.
+extensions, ``id()``, values that reach a handler without a call) is listed in ``docs/agents.md``.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ KINDS: dict[str, str] = {
     "network": "the network",
     "concurrency": "threads, processes and event loops started from a handler",
 }
-"""What a row reaches, for the README's summary and the error's ``kind``."""
+"""What a row reaches, for the docs' summary (docs/agents.md) and the error's ``kind``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,9 @@ import hashlib
 import importlib
 import inspect
 import logging
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -45,7 +47,7 @@ def load_swarm(spec: str) -> Swarm:
     if not module_name or not attr:
         raise ConfigurationError(f"expected module:swarm, got {spec!r}")
     try:
-        obj = getattr(importlib.import_module(module_name), attr)
+        obj = getattr(_import_here_too(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"cannot load swarm {spec!r}: {exc}") from None
     if callable(obj) and not isinstance(obj, Swarm):
@@ -53,6 +55,24 @@ def load_swarm(spec: str) -> Swarm:
     if not isinstance(obj, Swarm):
         raise ConfigurationError(f"{spec!r} is a {type(obj).__name__}, not a swarmlog.Swarm")
     return obj
+
+
+def _import_here_too(module_name: str) -> Any:
+    """Import ``module_name``; if its top-level package is nowhere on ``sys.path``, from the current directory.
+
+    ``swarmlog run hello:swarm`` beside ``hello.py`` finds it, as ``uvicorn main:app`` and
+    ``gunicorn`` do: a console script's ``sys.path`` starts at its own ``bin/``, not where the
+    user stands. Only a module that cannot be found otherwise comes from there, so nothing that
+    imported before changes.
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        here = os.getcwd()
+        if exc.name != module_name.partition(".")[0] or here in sys.path:
+            raise
+        sys.path.insert(0, here)
+        return importlib.import_module(module_name)
 
 
 def code_version(swarm: Swarm) -> str:
@@ -136,7 +156,8 @@ _START_BACKOFF_S = 1.0
 
 
 def start_run(*, settings: Settings, swarm: Swarm, run_id: str, seed: int, topic: str | None = None,
-              registry: SchemaRegistry | None = None, backend: LogBackend | None = None) -> RunInfo:
+              registry: SchemaRegistry | None = None, backend: LogBackend | None = None,
+              pin: interpreter.HashPin | None = None) -> RunInfo:
     """Append ``run.started`` unless the topic already has it: exactly once for the same run.
 
     Exactly once even when starters race (a retried hook Job, a second pod of it, an operator
@@ -149,13 +170,15 @@ def start_run(*, settings: Settings, swarm: Swarm, run_id: str, seed: int, topic
 
     It records how this interpreter hashes strings (:mod:`swarmlog.runtime.interpreter`): with
     ``PYTHONHASHSEED`` set, the run is pinned to it; without, the run is unpinned (and a
-    warning says so), since no seed can be recorded for a random one.
+    warning says so), since no seed can be recorded for a random one. A starter that runs no
+    handler itself (:class:`swarmlog.client.Client`) gives the ``pin`` the agents will run under
+    instead: its own interpreter's seed does not matter to the run.
     """
     topic = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dirs())
     backend = backend_for(settings, backend)
     existing = find_run(settings, topic, registry, backend=backend)
-    pin = interpreter.current()
+    pin = pin or interpreter.current()
     if existing is None and pin.seed is None:
         logger.warning("run %s is not pinned to a string-hash seed: this process has no PYTHONHASHSEED, so a "
                        "handler iterating a set of strings may act differently when another process replays or "
