@@ -206,9 +206,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def _freeze_what_the_imports_made() -> None:
-    """``gc.freeze()``: a command keeps its modules, classes and functions until it exits, and the collector
-    walked them all in every full collection, above all as the interpreter exits (``cli_replay_3`` in
-    bench/cli.py); frozen, they are not (a few cycles the imports left stay in memory). Only a process
+    """``gc.freeze()``: the collector walked a command's modules, classes and functions in every full collection,
+    above all as the interpreter exits (``cli_replay_3`` in bench/cli.py); frozen, they are not. Only a process
     started as the command line (``main()`` with no arguments) does this: ``main([...])``'s caller keeps its."""
     import gc
 
@@ -230,13 +229,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Only a process started as the command line may replace itself (swarmlog.runtime.interpreter).
         args.may_reexec = argv is None
         from .observe import tracing
-
         # OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT: steps as spans (unset: no OpenTelemetry import).
         tracing.configure_from_env()
         try:
             return int(args.func(args))
         finally:
             tracing.shutdown()  # what is still batched goes out before the process exits
+            if argv is None:  # and what the command imported (its modules load lazily): the exit skips it too
+                _freeze_what_the_imports_made()
     except SwarmlogError as exc:
         logger.debug("the error's traceback", exc_info=exc)
         print(f"swarmlog: error: {exc}", file=sys.stderr)
