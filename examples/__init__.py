@@ -3,4 +3,6 @@
 ``swarmlog.examples.case_study``: the seed document's case study (``swarmlog demo`` plays it).
 ``swarmlog.examples.claims``: two workers claiming the same task, a race for the simulator
 (``swarmlog.testing``) to find.
+``swarmlog.examples.async_research``: a plain async program (AsyncOpenAI, two HTTP tools under
+``asyncio.gather``, a writer call) run as an async agent with only its entry point wrapped.
 """

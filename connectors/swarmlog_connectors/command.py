@@ -78,7 +78,8 @@ def _sink_pattern(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.close()
-    print(json.dumps({"topics": len(stats.positions), "rows": stats.rows, "dead_letters": stats.dead_letters}))
+    print(json.dumps({"topics": len(stats.positions), "rows": stats.rows, "dead_letters": stats.dead_letters,
+                      "handovers": stats.handovers, "fenced": stats.fenced}))
     return 0
 
 

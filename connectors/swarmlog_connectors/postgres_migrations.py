@@ -19,7 +19,10 @@ The sink refuses to run against a database whose schema is older than the one it
 
 Versions are the files ``migrations/NNNN_<what>.sql``, applied in order, each once, all
 pending ones in one transaction (Postgres DDL is transactional: a failed migration leaves
-the database as it was). ``swarmlog_migrations`` records which ran.
+the database as it was). ``swarmlog_migrations`` records which ran. Numbers are handed out
+to changes while they are made, so they may skip one that has not landed yet: each version
+is applied whenever the database lacks it, and the schema is "at version N" once every
+version up to N that this package knows is applied.
 """
 
 from __future__ import annotations
@@ -66,13 +69,13 @@ def migrations() -> list[Migration]:
         if match:
             found.append(Migration(version=int(match[1]), name=match[2], sql=entry.read_text()))
     found.sort(key=lambda m: m.version)
-    if [m.version for m in found] != list(range(1, len(found) + 1)):
-        raise MirrorMigrationFailed(detail=f"migrations must be numbered 1..n without gaps: "
-                                           f"{[m.version for m in found]}")
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions) or not versions or versions[0] != 1:
+        raise MirrorMigrationFailed(detail=f"migrations must be numbered from 1, each number once: {versions}")
     return found
 
 
-SCHEMA_VERSION = len(migrations())
+SCHEMA_VERSION = migrations()[-1].version
 """The schema version this sink writes: the newest migration."""
 
 
@@ -135,13 +138,26 @@ def _grant(conn: psycopg.Connection[Any], *, writer_role: str, reader_role: str)
 
 
 def schema_version(conn: psycopg.Connection[Any]) -> int:
-    """The newest version applied to the database (0: none, or not migrated yet)."""
+    """The version up to which every known version is applied (0: none, or not migrated yet); past
+    :data:`SCHEMA_VERSION`, the newest applied (a newer package migrated the database)."""
     try:
         with conn.transaction():
-            row = conn.execute(sql.SQL("SELECT max(version) FROM {}").format(sql.Identifier(VERSION_TABLE))).fetchone()
+            applied = {int(v) for (v,) in conn.execute(
+                sql.SQL("SELECT version FROM {}").format(sql.Identifier(VERSION_TABLE))).fetchall()}
     except psycopg.errors.UndefinedTable:
         return 0
-    return int(row[0]) if row and row[0] is not None else 0
+    return complete_up_to(applied)
+
+
+def complete_up_to(applied: set[int]) -> int:
+    """The version up to which every version this package knows is in ``applied`` (0: not even the
+    first); past :data:`SCHEMA_VERSION`, the newest of ``applied``."""
+    found = 0
+    for m in migrations():
+        if m.version not in applied:
+            return found
+        found = m.version
+    return max(applied, default=found)
 
 
 def require_schema(conn: psycopg.Connection[Any], *, database: str) -> int:

@@ -17,6 +17,10 @@ is nothing but the fold of those handlers over the log::
 
     swarm = Swarm(name="demo", agents=lambda: [Coordinator("coordinator"), Worker("w1")])
 
+A handler may be ``async def``: its coroutine runs on the agent's deterministic loop, where
+recorded calls made concurrently overlap live and replay in their recorded order
+(:mod:`swarmlog.aio`, ``docs/async.md``).
+
 Rules that make replay exact (the determinism guard enforces the first two):
 
 * A handler touches the world only through ``ctx``: ``ctx.now()`` for time,
@@ -29,6 +33,7 @@ Rules that make replay exact (the determinism guard enforces the first two):
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,7 +44,8 @@ from .log.protocol import AGENT_NAME_FORBIDDEN, MESSAGE, TIMER_FIRED
 
 __all__ = ["Agent", "Handler", "Swarm", "on", "on_message", "on_timer"]
 
-Handler = Callable[[Any, Any, Event], None]
+Handler = Callable[[Any, Any, Event], Any]
+"""``(self, ctx, event)``: returns nothing, or (``async def``) a coroutine the runtime runs on the step's loop."""
 
 _HANDLES = "__swarmlog_handles__"
 
@@ -61,6 +67,11 @@ def on_timer(name: str) -> Callable[[Handler], Handler]:
 
 def _mark(key: tuple[str, str | None]) -> Callable[[Handler], Handler]:
     def decorate(fn: Handler) -> Handler:
+        if inspect.isasyncgenfunction(fn):
+            # Called, it returns an async generator: neither a result nor an awaitable, so it would
+            # silently never run. A handler is a function or an ``async def`` coroutine function.
+            raise ConfigurationError(f"handler {fn.__qualname__} is an async generator (an async def with yield): a "
+                                     f"handler is a function or an async def without yield")
         keys = list(getattr(fn, _HANDLES, ()))
         keys.append(key)
         setattr(fn, _HANDLES, tuple(keys))
@@ -88,7 +99,13 @@ class Agent:
             raise ConfigurationError(f"agent name {name!r} must be non-empty, without spaces or any of "
                                      f"{AGENT_NAME_FORBIDDEN.strip()!r} (they would make its event ids ambiguous)")
         self.name = name
-        self.state: dict[str, Any] = self.initial_state()
+        state = self.initial_state()
+        if inspect.isawaitable(state):
+            if inspect.iscoroutine(state):
+                state.close()
+            raise ConfigurationError(f"{type(self).__qualname__}.initial_state is async: it runs when the agent is "
+                                     f"built, outside any step, so it must return the state itself (a dict)")
+        self.state: dict[str, Any] = state
 
     def initial_state(self) -> dict[str, Any]:
         """The state before the first event; override to add fields."""

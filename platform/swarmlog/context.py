@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import json
 import uuid as _uuid
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from .errors import ConfigurationError, EffectDiverged, EffectFailed, NoRunStarted, OutsideStep
 from .events import Event
@@ -42,6 +42,8 @@ from .log.protocol import (
 from .schema.registry import SchemaRegistry
 
 __all__ = ["Context", "EffectRunner", "Output", "OutputSink"]
+
+T = TypeVar("T")
 
 
 class Output(NamedTuple):
@@ -77,7 +79,8 @@ class Context:
     """One per agent, reused for every step (so the hot path allocates little)."""
 
     __slots__ = ("agent", "registry", "llm_client", "run_effect", "_sink", "_event", "_step", "_index",
-                 "_rand_index", "_effects", "_rand_prefix", "seed", "run_id", "_http")
+                 "_rand_index", "_effects", "_rand_prefix", "seed", "run_id", "_http", "_live", "_loop",
+                 "choose_completion")
 
     def __init__(self, *, agent: str, registry: SchemaRegistry, llm_client: Any = None,
                  run_effect: EffectRunner | None = None) -> None:
@@ -100,6 +103,12 @@ class Context:
         self._rand_index = 0
         self._effects: list[int] = []
         self._http: dict[Any, Any] = {}  # (library, options) -> (client, transport), kept across steps
+        self._live = False  # the step runs live (its outputs are written), not replayed
+        self._loop: Any = None  # the agent's StepLoop (swarmlog.aio), made on its first async step
+        self.choose_completion: Callable[[list[str]], int] | None = None
+        """The simulator's schedule, choosing which of an async step's calls in flight is delivered
+        next, or that the next timer fires first (the last option, when one is set): it returns an
+        index into the options it is given. None: the world decides live, the log on replay."""
 
     # -- driven by the runtime -----------------------------------------------------------
 
@@ -108,13 +117,16 @@ class Context:
         self.seed = seed
         self._rand_prefix = f"{seed}\x1f{self.agent}\x1f".encode()
 
-    def begin(self, *, step: int, event: Event | None, sink: OutputSink) -> None:
+    def begin(self, *, step: int, event: Event | None, sink: OutputSink, live: bool = False) -> None:
         self._step = step
         self._event = event
         self._sink = sink
+        self._live = live
         self._index = 0
         self._rand_index = 0
         self._effects = []
+        if self._loop is not None:
+            self._loop.new_step()
 
     def end(self) -> int:
         """Close the step; return how many outputs it wrote."""
@@ -261,23 +273,73 @@ class Context:
         return self._http_pair(library, retries, redact_headers, redact_params)[1]
 
     def _http_pair(self, library: Any, retries: int, redact_headers: Sequence[str],
-                   redact_params: Sequence[str]) -> tuple[Any, Any]:
+                   redact_params: Sequence[str], *, asynchronous: bool = False) -> tuple[Any, Any]:
         from .llm.http import RecordedHTTP, httpx_library, transport_type
         from .redaction import Redaction
 
         with allowed():  # the first use imports httpx2, which reads its package metadata: not the handler's I/O
             lib = httpx_library(library)
-        key = (lib.__name__, retries, tuple(redact_headers), tuple(redact_params))
+        key = (lib.__name__, retries, tuple(redact_headers), tuple(redact_params), asynchronous)
         pair = self._http.get(key)
         if pair is None:
             redaction = Redaction(headers=frozenset(h.lower() for h in redact_headers),
                                   params=frozenset(p.lower() for p in redact_params))
-            transport = transport_type(lib)(RecordedHTTP(ctx=self, library=lib, retries=retries,
-                                                         redaction=redaction))
+            recorder = RecordedHTTP(ctx=self, library=lib, retries=retries, redaction=redaction)
+            if asynchronous:
+                from .aio._http import async_transport_type
+
+                transport = async_transport_type(lib)(recorder)
+            else:
+                transport = transport_type(lib)(recorder)
             with allowed():  # building a client reads the environment (proxies); nothing it returns
-                client = lib.Client(transport=transport)
+                client = (lib.AsyncClient if asynchronous else lib.Client)(transport=transport)
             pair = self._http[key] = (client, transport)
         return pair
+
+    # -- async steps (swarmlog.aio) ----------------------------------------------------------
+
+    def run(self, coro: Awaitable[T]) -> T:
+        """Run a coroutine to completion on the step's deterministic loop, from a sync handler.
+
+        An ``async def`` handler's coroutine runs there already (await things instead). The loop has
+        a virtual clock and delivers recorded calls in a recorded order: see :mod:`swarmlog.aio`.
+        """
+        return self._step_loop().run_step(coro)
+
+    async def async_effect(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """:meth:`effect` as a concurrent call of an async step: live, ``fn(*args)`` (or an ``async def``
+        fn) runs on a worker thread of the agent's, overlapping other calls; the result is recorded
+        when it is delivered, and on replay served in the recorded order (:mod:`swarmlog.aio`)."""
+        from .aio._recorded import async_effect
+
+        return await async_effect(self, name, fn, *args)
+
+    async def async_llm(self, request: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`llm` as a concurrent call of an async step (see :meth:`async_effect`). A failed call
+        is recorded too, and raised as :class:`~swarmlog.errors.EffectFailed` live and on replay."""
+        from .aio._recorded import async_llm
+
+        return await async_llm(self, request)
+
+    def async_http(self, library: Any = None, *, retries: int = 2, redact_headers: Sequence[str] = (),
+                   redact_params: Sequence[str] = ()) -> Any:
+        """:meth:`http` for async code: an ``httpx2.AsyncClient`` (``ctx.async_http(httpx)``: an
+        ``httpx.AsyncClient``) whose every request is a concurrent recorded call of the step, for
+        ``openai.AsyncOpenAI(http_client=ctx.async_http())`` and ``anthropic.AsyncAnthropic(...)``."""
+        return self._http_pair(library, retries, redact_headers, redact_params, asynchronous=True)[0]
+
+    def async_http_transport(self, library: Any = None, *, retries: int = 2, redact_headers: Sequence[str] = (),
+                             redact_params: Sequence[str] = ()) -> Any:
+        """The recorded async transport behind :meth:`async_http`, for code that builds its own client."""
+        return self._http_pair(library, retries, redact_headers, redact_params, asynchronous=True)[1]
+
+    def _step_loop(self) -> Any:
+        loop = self._loop
+        if loop is None:
+            from .aio._loop import StepLoop
+
+            loop = self._loop = StepLoop(ctx=self)
+        return loop
 
     # -- internals --------------------------------------------------------------------------
 

@@ -81,10 +81,16 @@ drawing to them::
     │   ├── CheckpointUnreadable
     │   ├── SnapshotStale
     │   ├── ReplayWorkerFailed
-    │   └── ForkPointInsideStep
+    │   ├── ForkPointInsideStep
+    │   └── AsyncStepError  [swarmlog.aio.errors]
+    │       ├── StepLeftWork  [swarmlog.aio.errors]
+    │       ├── StepStalled  [swarmlog.aio.errors]
+    │       ├── StepCancelled  [swarmlog.aio.errors]
+    │       └── NestedRun  [swarmlog.aio.errors]
     ├── NondeterminismError
     │   ├── EffectDiverged
-    │   │   └── HTTPRequestDiverged  [swarmlog.llm.errors]
+    │   │   ├── HTTPRequestDiverged  [swarmlog.llm.errors]
+    │   │   └── AsyncCallDiverged  [swarmlog.aio.errors]
     │   ├── StateDiverged
     │   └── ForbiddenCall  [swarmlog.guard.errors]
     ├── TokenError

@@ -238,7 +238,7 @@ class DevCluster:
         """SIGKILL the postmaster and every backend: a crash, not a shutdown."""
         pid = self._status().postgres.pid
         assert pid is not None, "the suite's Postgres is not running"
-        pids = [pid, *_children(pid)]
+        pids = [pid, *process.children(pid)]
         for p in pids:
             try:
                 os.kill(p, signal.SIGKILL)
@@ -264,19 +264,6 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
 
 
 def _wait_dead(pids: list[int], timeout: float = 30.0) -> None:

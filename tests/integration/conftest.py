@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -35,7 +36,7 @@ from swarmlog_connectors.postgres_migrations import migrate
 
 from ..conftest import REPO, new_topic_name, subprocess_env
 
-__all__ = ["REPO", "LogRecord", "new_topic_name", "read_log", "subprocess_env"]
+__all__ = ["REPO", "LogRecord", "create_topics", "new_topic_name", "read_log", "read_topics", "subprocess_env"]
 
 
 @pytest.fixture(scope="session")
@@ -132,6 +133,49 @@ def read_log(settings: Settings, registry: SchemaRegistry) -> list[LogRecord]:
             for m in batch:
                 writer, rec = decoder.decode(m.value(), m.offset())
                 out.append(LogRecord(m.offset(), writer.event_type, rec, m.headers() or []))
+    return out
+
+
+def create_topics(settings: Settings, names: list[str], *, partitions: int = 1) -> None:
+    """Many topics in one CreateTopics request, then wait until the metadata shows them all."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from swarmlog.kafka.topic import TOPIC_CONFIG
+
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    futures = admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1, config=TOPIC_CONFIG)
+                                   for n in names], operation_timeout=120, request_timeout=120)
+    for f in futures.values():
+        f.result()
+    deadline = time.monotonic() + 120
+    while not set(names) <= set(admin.list_topics(timeout=30).topics):
+        assert time.monotonic() < deadline, "created topics never showed in the metadata"
+        time.sleep(0.1)
+
+
+def read_topics(settings: Settings, registry: SchemaRegistry, topics: list[str]) -> dict[str, list[tuple[int, str]]]:
+    """(offset, event id) of every event of each topic, in offset order (read_committed), through one
+    consumer: hundreds of topics without a consumer each."""
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+    from swarmlog.kafka.config import consumer
+
+    decoder = Decoder(registry)
+    out: dict[str, list[tuple[int, str]]] = {t: [] for t in topics}
+    c = consumer(settings)
+    try:
+        c.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics])
+        left = set(topics)
+        while left:
+            for m in c.consume(10_000, 1.0):
+                err = m.error()
+                if err is not None:
+                    assert err.code() == KafkaError._PARTITION_EOF, err
+                    left.discard(m.topic())
+                    continue
+                out[m.topic()].append((m.offset(), decoder.decode(m.value(), m.offset())[1]["event_id"]))
+    finally:
+        c.close()
     return out
 
 

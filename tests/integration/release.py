@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import itertools
 import json
 import os
@@ -50,6 +51,19 @@ class Workload:
     ports: dict[str, int] = field(default_factory=dict)
     readiness_path: str | None = None
     liveness_path: str | None = None
+
+
+def replica(workload: Workload) -> Workload:
+    """Another pod of the same Deployment: the same command, with a metrics port of its own (pods
+    have their own IPs in Kubernetes; these processes share 127.0.0.1)."""
+    if "--metrics-port" not in workload.argv:
+        return workload
+    argv = list(workload.argv)
+    i = argv.index("--metrics-port") + 1
+    local = free_port()
+    ports = {name: local if port == int(argv[i]) else port for name, port in workload.ports.items()}
+    argv[i] = str(local)
+    return dataclasses.replace(workload, argv=argv, ports=ports)
 
 
 def image_config(dockerfile: Path, *, venv: Path) -> tuple[list[str], dict[str, str]]:

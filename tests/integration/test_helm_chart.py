@@ -222,6 +222,18 @@ def test_the_sink_can_be_given_a_topics_pattern_and_its_consumer_group(
     assert "--include-side-topics" in container(sink)["args"]
 
 
+def test_sinks_of_a_pattern_run_as_replicas_that_share_its_topics_and_roll_one_pod_at_a_time(
+    helm: list[str], helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    values = {"sink": {"topicsPattern": "^swarm\\..*", "replicas": 3}}
+    (sink,) = component(render(helm, helm_env, *template_args(values_file(tmp_path, values))), "Deployment", "sink")
+    assert sink["spec"]["replicas"] == 3
+    # A rolling update adds a sink before it removes one: the group hands topics over, the mirror never stops.
+    assert sink["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert container(sink)["args"][:3] == ["sink", "--topics-pattern", "^swarm\\..*"]
+    assert "--group" not in container(sink)["args"]  # the default group: swarmlog-sink, shared by the replicas
+
+
 # --- starting the run ------------------------------------------------------------------
 
 
@@ -570,7 +582,7 @@ def test_notes_say_how_to_replay_without_stopping_the_agents_and_where_the_repor
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"sink": {"replicas": 2}}, "/sink/replicas"),
+        ({"sink": {"replicas": -1}}, "/sink/replicas"),
         ({"agents": {"replicas": 2}}, "/agents/replicas"),
         ({"swarm": {"agents": []}}, "/swarm/agents"),
         ({"swarm": {"agents": ["planner", "planner"]}}, "/swarm/agents"),
@@ -585,7 +597,7 @@ def test_notes_say_how_to_replay_without_stopping_the_agents_and_where_the_repor
         ({"metrics": {"port": 0}}, "/metrics/port"),
         ({"serviceAccountName": "swarms"}, "serviceAccountName"),
     ],
-    ids=["sink-replicas-2", "agent-replicas-2", "no-agents", "repeated-agent", "agent-name",
+    ids=["sink-replicas-negative", "agent-replicas-2", "no-agents", "repeated-agent", "agent-name",
          "numeric-tag", "typo", "replication-0", "protocol", "no-port", "app-not-module-colon-class",
          "override-not-a-pod-setting", "metrics-port-0", "old-service-account-key"],
 )
@@ -610,10 +622,11 @@ def test_values_schema_rejects(
         ({"database": {"url": ""}}, "database.existingSecret"),
         ({"database": {"existingSecret": "pg"}}, "not both"),
         ({"agents": {"overrides": {"plannr": {"resources": {}}}}}, "not one of swarm.agents"),
+        ({"sink": {"replicas": 2}}, "sink.topicsPattern is empty: one topic is one partition"),
     ],
     ids=["min-isr-above-rf", "sasl-without-credentials", "sasl-secret-and-password",
          "ca-without-tls", "password-in-configmap", "shadowed-setting", "no-database",
-         "database-twice", "override-for-no-agent"],
+         "database-twice", "override-for-no-agent", "one-topic-sink-replicas-2"],
 )
 def test_templates_reject_inconsistent_values(
     helm: list[str], helm_env: dict[str, str], tmp_path: Path, overrides: dict[str, Any],

@@ -10,6 +10,7 @@ Job, the mirror's migration, then the run-start Job), then one process per agent
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -25,12 +26,14 @@ import yaml
 from swarmlog.kafka.config import admin_client
 from swarmlog.kafka.groups import committed_offset
 from swarmlog.kafka.reader import high_watermark
+from swarmlog.kafka.topic import create_topic
+from swarmlog.log.append import EventLog
 from swarmlog.log.protocol import agent_group
 from swarmlog.settings import Settings
 
 from .. import swarms
 from .conftest import REPO, new_topic_name, read_log
-from .release import Pod, Workload, install_wheel, workloads
+from .release import Pod, Workload, install_wheel, replica, workloads
 from .test_helm_chart import CHART, DOCKERFILE, RELEASE, render
 
 AGENTS = [f"r{i}" for i in range(swarms.N_AGENTS)]
@@ -261,3 +264,49 @@ def test_an_agent_that_finds_no_run_started_says_so_and_fails_after_its_bounded_
     assert code == 70, err  # a run-time error (RunNotStarted), not a usage error
     assert "no run.started in topic" in err and "waiting" in err
     assert "--start --run-id" in err and "Traceback" not in err
+
+
+def test_the_rendered_sink_replicas_share_a_pattern_and_mirror_every_topic_exactly_once(
+    helm, helm_env, base_settings, registry, installed, tmp_path,
+):
+    prefix = new_topic_name("release-sinks")
+    topics = [f"{prefix}.s{i}" for i in range(8)]
+    for t in topics:
+        create_topic(base_settings, t)
+        with EventLog(settings=base_settings, topic=t) as log:
+            for i in range(50):
+                log.produce("agent.message", {"kind": "k", "body": f"{t}:{i}"}, agent=f"a{i % 3}")
+    values = _values(base_settings, topics[0], installed["app"],
+                     sink={"topicsPattern": re.escape(prefix) + r"\..*", "replicas": 2,
+                           "consumerGroup": f"{prefix}-sinks"})
+    everything = _render(helm, helm_env, tmp_path, values, installed)
+    (workload,) = [w for w in everything if w.component == "sink"]
+    pods = [_pod(replica(workload), installed).start() for _ in range(2)]  # the Deployment's two pods
+    try:
+        for pod in pods:
+            pod.wait_ready(timeout=60)
+        deadline = time.monotonic() + 120
+        while True:
+            with psycopg.connect(base_settings.database_url) as conn:
+                rows = conn.execute("SELECT topic, next_offset, owner FROM sink_positions WHERE topic LIKE %s",
+                                    (prefix + ".%",)).fetchall()
+            owners = {o for *_, o in rows}
+            if len(rows) == len(topics) and all(p == 50 for _, p, _ in rows) and len(owners) == 2 \
+                    and None not in owners:
+                break
+            assert time.monotonic() < deadline, f"the two sinks did not mirror the pattern between them: {rows}"
+            time.sleep(0.3)
+        held = []
+        for pod in pods:
+            status, metrics = pod.probe("/metrics")
+            assert status == 200
+            (line,) = [m for m in metrics.splitlines() if m.startswith("swarmlog_sink_topics ")]
+            held.append(float(line.split()[-1]))
+        assert sorted(held) == [4.0, 4.0], held  # each pod holds its share
+    finally:
+        codes = [pod.terminate() for pod in pods]
+    assert codes == [0, 0], [pod.stderr()[-2000:] for pod in pods]
+    with psycopg.connect(base_settings.database_url) as conn:
+        mirrored = conn.execute("SELECT topic, count(*), count(DISTINCT seq) FROM events WHERE topic LIKE %s "
+                                "GROUP BY topic ORDER BY topic", (prefix + ".%",)).fetchall()
+    assert mirrored == [(t, 50, 50) for t in topics]

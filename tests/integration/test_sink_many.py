@@ -11,32 +11,18 @@ import threading
 import time
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from swarmlog.kafka.discovery import TopicPattern
-from swarmlog.kafka.topic import TOPIC_CONFIG, create_topic
+from swarmlog.kafka.topic import create_topic
 from swarmlog.log.append import EventLog
 from swarmlog.log.protocol import sink_group, snapshot_topic
 from swarmlog.schema.codec import Encoder
 from swarmlog_connectors.pattern_sink import PatternSink
 from swarmlog_connectors.postgres_sink import PostgresSink
 
-from .conftest import new_topic_name, read_log, subprocess_env
+from .conftest import create_topics, new_topic_name, read_log, subprocess_env
 
 _GROUP_TOOL = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
-
-
-def _create_topics(settings, names, *, partitions=1) -> None:
-    """Many topics in one CreateTopics request, then wait until the metadata shows them all."""
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-    futures = admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1, config=TOPIC_CONFIG)
-                                   for n in names], operation_timeout=60, request_timeout=60)
-    for f in futures.values():
-        f.result()
-    deadline = time.monotonic() + 60
-    while not set(names) <= set(admin.list_topics(timeout=10).topics):
-        assert time.monotonic() < deadline, "created topics never showed in the metadata"
-        time.sleep(0.1)
 
 
 def _append(settings, topic, n, *, start=0) -> None:
@@ -92,8 +78,8 @@ def test_one_sink_mirrors_every_matching_topic_exactly_once_and_nothing_else(bas
     side = snapshot_topic(swarms[0])
     wide = f"{prefix}.wide"  # matches, but two partitions are no swarm's log
     other = f"{prefix}-other.s0"  # does not match
-    _create_topics(base_settings, [*swarms, side, other])
-    _create_topics(base_settings, [wide], partitions=2)
+    create_topics(base_settings, [*swarms, side, other])
+    create_topics(base_settings, [wide], partitions=2)
     for i, t in enumerate([*swarms, side, other]):
         _append(base_settings, t, 100 + 50 * i)
     _append_in_transaction(base_settings, registry, swarms[1], 30)  # ends with a transaction marker
@@ -165,7 +151,7 @@ def test_many_topics_sink_resumes_without_gap_or_duplicate_after_sigkill(base_se
     """60k events over 100 topics loaded while `swarmlog sink --topics-pattern` is SIGKILLed, then restarted."""
     prefix = new_topic_name("many-kill")
     topics = [f"{prefix}.s{i:03d}" for i in range(100)]
-    _create_topics(base_settings, topics)
+    create_topics(base_settings, topics)
     per_round, rounds = 30, 20  # per topic per round
     rng = random.Random(20261201)
     loaded = threading.Event()
@@ -193,7 +179,11 @@ def test_many_topics_sink_resumes_without_gap_or_duplicate_after_sigkill(base_se
 
     loader = threading.Thread(target=load_all)
     loader.start()
-    env = subprocess_env(base_settings)
+    # The sink restarted in its pod, as Kubernetes restarts a killed container: a static member of
+    # its group (group.instance.id, the pod's name), so that each life takes over the killed one's
+    # topics at once instead of after its session times out (test_sink_group.py has the dynamic
+    # members, and their session timeouts).
+    env = {**subprocess_env(base_settings), "SWARMLOG_KAFKA_GROUP_INSTANCE_ID": f"{prefix}-sink-0"}
     argv = [sys.executable, "-m", "swarmlog.cli", "sink", "--topics-pattern", re.escape(prefix) + r"\..*",
             "--group", f"{prefix}-sink"]
 

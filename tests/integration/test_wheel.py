@@ -101,6 +101,7 @@ def test_the_wheel_carries_schemas_upcasters_the_case_study_and_py_typed(install
     names = zipfile.ZipFile(installed.wheel).namelist()
     for path in ("swarmlog/py.typed", "swarmlog_connectors/py.typed", "swarmlog/schema/builtin/run.started/v2.avsc",
                  "swarmlog/schema/builtin/agent.message/upcasters.py", "swarmlog/schema/builtin/compatibility.json",
+                 "swarmlog/schema/builtin/http.exchange/upcasters.py", "swarmlog/aio/_loop.py",
                  "swarmlog/examples/case_study.py", "swarmlog_connectors/migrations/0001_mirror.sql",
                  "swarmlog_connectors/migrations/0002_lossless_dead_letters.sql",
                  "swarmlog_connectors/migrations/0003_replay_reports.sql",
@@ -157,7 +158,7 @@ def test_schema_list_and_check_work_from_the_wheel_with_a_users_own_types(instal
     assert ("run.started", 2) in files and ("agent.message", 3) in files
     assert all(f.startswith(str(installed.venv)) for f in files.values())
     check = installed.run("schema", "check", "--property").stdout
-    assert "schema check passed" in check and "1 upcaster(s)" in check
+    assert "schema check passed" in check and "2 upcaster(s)" in check  # agent.message's and http.exchange's
 
     mine = _users_schemas(installed.root)
     env = {"SWARMLOG_SCHEMA_PATH": str(mine)}

@@ -945,6 +945,28 @@ def _stepped_coroutine(env: Env) -> None:
         assert done.value == 1
 
 
+def _ctx_run(env: Env) -> None:
+    async def twice(x: int) -> int:
+        await asyncio.sleep(5)  # the step's virtual clock: no wall time passes
+        return 2 * x
+
+    assert env.ctx.run(twice(21)) == 42
+
+
+def _get_event_loop_in_a_step(env: Env) -> None:
+    async def loops() -> bool:
+        return asyncio.get_event_loop() is asyncio.get_running_loop()
+
+    assert env.ctx.run(loops())
+
+
+def _to_thread_in_a_step(env: Env) -> None:
+    async def inline() -> int:
+        return await asyncio.to_thread(threading.get_ident)
+
+    assert env.ctx.run(inline()) == threading.get_ident()  # the handler's own thread
+
+
 def _locks(env: Env) -> None:
     lock, rlock = threading.Lock(), threading.RLock()
     assert lock.acquire() and rlock.acquire()
@@ -1010,6 +1032,9 @@ ALLOWED: dict[str, Case] = {
     "io.StringIO / io.BytesIO and text over them": _in_memory_io,
     "print(...)": lambda env: print("printing is fine"),
     "a coroutine stepped by the handler": _stepped_coroutine,
+    "ctx.run(coro) (and an async def handler)": _ctx_run,
+    "asyncio.get_event_loop() inside an async step": _get_event_loop_in_a_step,
+    "asyncio.to_thread(fn) inside an async step": _to_thread_in_a_step,
 }
 
 PREPARE_ALLOWED: dict[str, Case] = {"importlib.import_module(name)": _first_import,

@@ -170,7 +170,8 @@ def _events() -> list[tuple[Any, bytes]]:
                                  "hash_seed": 7}),
         event("timer.fired", 1, {"name": "t", "set_offset": 2**40, "clock": "wallclock"}),
         event("state.digest", 1, _simplest(_payload_parsed(REGISTRY.latest("state.digest")), {})),
-        event("http.exchange", 1, _simplest(_payload_parsed(REGISTRY.latest("http.exchange")), {})),
+        event("http.exchange", REGISTRY.latest("http.exchange").version,
+              _simplest(_payload_parsed(REGISTRY.latest("http.exchange")), {})),
     ]
 
 

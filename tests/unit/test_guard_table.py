@@ -107,6 +107,8 @@ class _AllowedRows(Agent):
     @on_message("case")
     def run_case(self, ctx, event):
         assert is_guarded()
+        if self._env is not None:
+            self._env.ctx = ctx  # the cases of async steps run a coroutine on the step's loop
         ALLOWED[event.body](self._env)
         self.state["ran"].append(event.body)
 

@@ -85,3 +85,17 @@ def test_a_coordinator_that_never_settles_is_given_up_after_the_timeout(monkeypa
         groups.group_members(admin, "g")  # type: ignore[arg-type]
     assert caught.value.name == "NOT_COORDINATOR" and caught.value.retriable
     assert admin.calls >= 2
+
+
+def test_an_advisory_commit_refused_while_the_group_rebalances_is_no_warning(caplog: pytest.LogCaptureFixture) -> None:
+    commits = groups.AdvisoryCommits(group="swarmlog-sink")
+    with caplog.at_level("DEBUG", logger=groups.__name__):
+        for code in (KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID):
+            commits._committed(KafkaError(code, "rebalancing"), [])
+        assert [r.levelname for r in caplog.records] == ["DEBUG"] * 3
+        caplog.clear()
+        # Anything else is a stale lag in Kafka's tools: said once, and once when it works again.
+        commits._committed(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "denied"), [])
+        commits._committed(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "denied"), [])
+        commits._committed(None, [])
+    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]

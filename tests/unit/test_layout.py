@@ -302,8 +302,8 @@ running swarm (``client``), the command line,
 the errors, the settings and their secrets. Machinery lives in the wing it belongs to; ``_lazy``, the
 mechanism of every wing's face, is the leaf they all import (in the package's ``__init__`` it would
 put the package itself in an import circle with every face)."""
-WINGS = {"debug", "dev", "guard", "integrations", "kafka", "llm", "log", "observe", "replaying", "runtime", "schema",
-         "testing", "token", "ui"}
+WINGS = {"aio", "debug", "dev", "guard", "integrations", "kafka", "llm", "log", "observe", "replaying", "runtime",
+         "schema", "testing", "token", "ui"}
 
 
 def test_the_top_of_the_package_holds_only_user_facing_modules_and_wings():

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bdb
 import functools
+import inspect
 import logging
 import sys
 import types
@@ -70,10 +71,13 @@ class Stop:
                 "attached": self.attached}
 
 
-def run_under_debugger(fn: Callable[..., Any], *args: Any) -> tuple[Any, bool]:
+def run_under_debugger(fn: Callable[..., Any], *args: Any,
+                       drive: Callable[[Any], Any] | None = None) -> tuple[Any, bool]:
     """Call ``fn(*args)`` with the configured debugger stopped at ``fn``'s first line.
 
-    Returns ``fn``'s result and whether a debugger attached.
+    ``drive``: what runs an awaitable ``fn`` returns (an ``async def`` handler's coroutine:
+    ``ctx.run``), under the same trace, so the debugger stops at the coroutine's first line when
+    the step's loop first runs it. Returns ``fn``'s result and whether a debugger attached.
     """
     code = getattr(fn, "__func__", fn).__code__
     attached = [False]
@@ -89,7 +93,10 @@ def run_under_debugger(fn: Callable[..., Any], *args: Any) -> tuple[Any, bool]:
     previous = sys.gettrace()
     sys.settrace(enter)
     try:
-        return fn(*args), attached[0]
+        result = fn(*args)
+        if drive is not None and inspect.isawaitable(result):
+            result = drive(result)
+        return result, attached[0]
     finally:
         if sys.gettrace() is enter:  # fn never ran its frame (it raised first)
             sys.settrace(previous)
@@ -127,7 +134,7 @@ class HandlerTrap:
             divergences = len(core.divergences)
             pending = dict(core.pending.get(offset, {}))
             try:
-                _, stop.attached = run_under_debugger(original, ctx, event)
+                _, stop.attached = run_under_debugger(original, ctx, event, drive=ctx.run)
                 return None
             except bdb.BdbQuit:
                 sys.settrace(None)

@@ -33,6 +33,7 @@ from ..log.protocol import (
     HTTP_EXCHANGE,
     LLM_CALL,
     MESSAGE,
+    RECORDED_EFFECTS,
     RUN_FORKED,
     RUN_STARTED,
     STATE_DIGEST,
@@ -280,6 +281,16 @@ def _short_json(value: Any) -> str:
 
 
 def _summary(e: LoggedEvent) -> str:
+    text = _what(e)
+    p = e.payload
+    if e.event_type in RECORDED_EFFECTS and p.get("call") is not None:
+        # An async step's concurrent call: its identity, and when its result reached the coroutine
+        # (first, so that a short line keeps it).
+        text = f"[call #{p['call']} at {p.get('delivered_at'):.3f} s] {text}"
+    return text
+
+
+def _what(e: LoggedEvent) -> str:
     t, p = e.event_type, e.payload
     if t == MESSAGE:
         return f"{p.get('kind')} {_short_json(p.get('body'))}"

@@ -143,3 +143,28 @@ def tail(path: Path, lines: int = 30) -> str:
     except OSError:
         return f"({path} does not exist)"
     return "\n".join(text.splitlines()[-lines:])
+
+
+def children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` now (Linux: /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def cpu_seconds(pid: int, *, waited_children: bool = False) -> float:
+    """CPU (user + system) ``pid`` has used so far, and with ``waited_children`` that of its children
+    it has waited for; 0 if it is gone (Linux: /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # After the command name: utime, stime, cutime, cstime are the 12th to 15th fields, in clock ticks.
+    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if waited_children else 0)
+    return ticks / os.sysconf("SC_CLK_TCK")

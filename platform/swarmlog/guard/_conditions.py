@@ -15,6 +15,7 @@ cannot see.
 from __future__ import annotations
 
 import _io
+import asyncio
 import os
 import random
 import sys
@@ -91,6 +92,13 @@ def reads_a_file(site: CallSite) -> bool:
             return False
         obj = inner
     return False
+
+
+def no_running_loop(site: CallSite) -> bool:
+    """``asyncio.get_event_loop()`` with no loop running on this thread: it would make a loop of
+    its own (or hand over one made outside the step). Inside an async step it returns the step's
+    own loop, the one running, as ``asyncio.get_running_loop()`` does."""
+    return asyncio._get_running_loop() is None
 
 
 # --- Python functions: from the function's own arguments --------------------------------------

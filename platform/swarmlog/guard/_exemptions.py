@@ -47,7 +47,9 @@ import gc
 import importlib._bootstrap
 import linecache
 import logging
+import site
 import sys
+import sysconfig
 import traceback
 import types
 import weakref
@@ -55,7 +57,7 @@ import weakref
 from .table import Row
 
 __all__ = ["CREDENTIAL_DISCOVERY", "DEBUGGER_MODULES", "FRAMEWORKS", "LIBRARY_SETUP", "TRUSTED_KINDS",
-           "TRUSTED_LIBRARIES", "exemption", "trust_library"]
+           "TRUSTED_LIBRARIES", "calling_library", "exemption", "trust_library"]
 
 # HTTP clients and the SDKs built on them read the clock and OS entropy for their own
 # bookkeeping while a handler uses ctx.http(): timeouts and timings, retry jitter and backoff,
@@ -148,6 +150,30 @@ _SETUP = _setup_codes()  # by id(code), the code beside it: hashing a code objec
 
 def _is_trusted(module: str) -> bool:
     return module in TRUSTED_LIBRARIES or module.partition(".")[0] in TRUSTED_LIBRARIES
+
+
+_INSTALLED = tuple({p for p in (sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib"),
+                                 *site.getsitepackages()) if p})
+_library_of: dict[str, str | None] = {}  # module name -> its installed library's top-level package, or None
+
+
+def calling_library(caller: types.FrameType | None, base: types.FrameType | None) -> str | None:
+    """The installed third-party library whose code made a refused call, or None when it is the
+    handler's own code (or the standard library's on its behalf): the nearest frame outside the
+    standard library and swarmlog, if its module was installed (in site-packages). For the error's
+    advice: a library, unlike the handler, may be one to :func:`trust_library`."""
+    f = caller
+    while f is not None and f is not base:
+        module = f.f_globals.get("__name__", "")
+        top = module.partition(".")[0]
+        if top not in sys.stdlib_module_names and top != "swarmlog":
+            found = _library_of.get(module, "")
+            if found == "":
+                file = f.f_code.co_filename
+                found = _library_of[module] = top if file.startswith(_INSTALLED) else None
+            return found
+        f = f.f_back
+    return None
 
 
 def exemption(row: Row, caller: types.FrameType | None, base: types.FrameType | None) -> str | None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidSetting
 from ._callsite import CallSite
-from ._exemptions import EXCEPTION_TEXT, LOG, MESSAGE, exemption
+from ._exemptions import EXCEPTION_TEXT, LOG, MESSAGE, calling_library, exemption
 from ._rules import (
     BY_CLASS,
     BY_TYPE,
@@ -183,7 +183,8 @@ def _violation(row: Row, caller: types.FrameType | None, innermost: types.FrameT
     named = _named(innermost, base) or row
     exc = ForbiddenCall(offset=getattr(guard, "offset", None), agent=getattr(guard, "agent", None),
                         call=named.call, case=named.case, kind=named.kind, use=named.use, reason=named.why,
-                        intercepted=row.call if row is not named else None)
+                        intercepted=row.call if row is not named else None,
+                        library=calling_library(caller or innermost, base))
     for scope in st.stack:
         if scope.guards and scope.violation is None:
             scope.violation = exc

@@ -30,6 +30,7 @@ from ._conditions import (
     local_given,
     local_none,
     naive_self,
+    no_running_loop,
     not_a_source_file,
     reads_a_file,
     relative_path,
@@ -112,11 +113,14 @@ _TERMINAL = ("files", "ctx.effect(...)", "reads the terminal")
 _HOSTCONF = ("environment", "ctx.effect(...)", "reads the host's configuration files")
 _NETWORK = ("network", "ctx.http() (an httpx client for any SDK), ctx.llm(...) or ctx.effect(...)",
             "talks to the network")
-_THREAD = ("concurrency", "ctx.effect(...) (run concurrent work inside one recorded effect)",
+_THREAD = ("concurrency", "an async def handler with ctx.async_effect(...), ctx.async_llm(...) or ctx.async_http() "
+                          "(concurrent calls, each recorded), or ctx.effect(...)",
            "runs code on another thread, which the guard does not watch and the log does not order")
 _PROC = ("concurrency", "ctx.effect(...)", "starts a process")
-_LOOP = ("concurrency", "ctx.effect(...) (asyncio.run inside the effect)",
-         "runs an event loop, which schedules by the wall clock and the OS's readiness events")
+_LOOP = ("concurrency", "an async def handler, or ctx.run(coro) from a sync one (both run on the step's own "
+                       "deterministic loop, whose calls are recorded: ctx.async_http(), ctx.async_llm(...), "
+                       "ctx.async_effect(...))",
+         "runs an event loop of its own, which schedules by the wall clock and the OS's readiness events")
 _CODE = ("process", "an import at the top of the agent's module", "re-runs a module's top-level code")
 # A LogRecord reads the clock first (`ct = time.time()`), under the full rule for logging (allowed
 # only under a Logger call), and only then the thread, the process and its name: if the clock
@@ -648,12 +652,19 @@ COVERAGE: tuple[Row, ...] = (
     refuse("pty.fork", _PROC),
     refuse("asyncio.run", _LOOP),
     refuse("asyncio.new_event_loop", _LOOP),
-    refuse("asyncio.get_event_loop", _LOOP),
+    refuse("asyncio.get_event_loop", _LOOP, when=no_running_loop),
     refuse("asyncio.Runner.run", _LOOP),
     refuse("asyncio.base_events.BaseEventLoop.run_until_complete", _LOOP),
     refuse("asyncio.base_events.BaseEventLoop.run_forever", _LOOP),
     allow("a coroutine stepped by the handler", "types.coroutine", "concurrency",
           "coro.send(None) runs it on the handler's thread, in the handler's order"),
+    allow("ctx.run(coro) (and an async def handler)", "swarmlog.context.Context.run", "concurrency",
+          "runs the coroutine on the step's own loop: no selector, a virtual clock, ready callbacks in FIFO order, "
+          "and recorded calls delivered in the order the log records (swarmlog.aio)"),
+    allow("asyncio.get_event_loop() inside an async step", "asyncio.get_event_loop", "concurrency",
+          "returns the step's own loop, the one running"),
+    allow("asyncio.to_thread(fn) inside an async step", "asyncio.to_thread", "concurrency",
+          "runs fn inline, on the handler's thread and under its guard: in a step the default executor is the step"),
 )
 
 DENY_LIST: tuple[Row, ...] = tuple(row for row in COVERAGE if row.refused)

@@ -148,11 +148,12 @@ def new_client(kind: type[Client], settings: Settings, required: Mapping[str, ob
         raise _bad_property(settings, kind, exc) from None
 
 
-def consumer(settings: Settings, *, group: str | None = None,
+def consumer(settings: Settings, *, group: str | None = None, required: Mapping[str, object] | None = None,
              extra: Mapping[str, object] | None = None) -> Consumer:
-    """A read_committed consumer (a throwaway group unless ``group`` is given)."""
-    return new_client(Consumer, settings,
-                      {**CONSUMER_REQUIRED, "group.id": group or f"swarmlog-reader-{uuid.uuid4().hex}"},
+    """A read_committed consumer (a throwaway group unless ``group`` is given); ``required`` adds to
+    what every consumer requires, ``extra`` to its tuning (which the user's properties override)."""
+    return new_client(Consumer, settings, {**CONSUMER_REQUIRED, **(required or {}),
+                                           "group.id": group or f"swarmlog-reader-{uuid.uuid4().hex}"},
                       tuning={**CONSUMER_TUNING, **(extra or {})})
 
 

@@ -28,6 +28,11 @@ _TIMEOUT_S = 30.0
 logger = logging.getLogger(__name__)
 # A member joined between the emptiness check and the reset: the broker refused the reset.
 _GROUP_BUSY = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.NON_EMPTY_GROUP})
+# A member's commit while its group rebalances (or after it left it): refused for that
+# generation. Expected of a sink of a group (swarmlog.kafka.multi_reader) whenever sinks come
+# and go; the next commit, after the rebalance, carries the position on.
+_REBALANCING = frozenset({KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION,
+                          KafkaError.UNKNOWN_MEMBER_ID})
 # The group's coordinator is moving (its broker died, or came back and loads the offsets
 # partition): the broker says to ask again, and a read of the offsets is safe to repeat.
 _COORDINATOR_MOVING = frozenset({KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
@@ -88,8 +93,10 @@ class AdvisoryCommits:
 
     The consumer must be made with :meth:`config` in its configuration (librdkafka reports the
     outcome of an asynchronous commit to its ``on_commit`` callback) and the group id ``group``.
-    It commits as a "simple" consumer, without joining the group: ``kafka-consumer-groups.sh
-    --describe`` shows the offsets and their lag, and no members. Nothing reads these offsets back.
+    The one-topic sink commits as a "simple" consumer, without joining the group; the sinks of a
+    pattern are the group's members (:mod:`swarmlog.kafka.multi_reader`), and a commit refused
+    because the group is rebalancing is only logged at debug level. ``kafka-consumer-groups.sh
+    --describe`` shows the offsets and their lag. Nothing reads these offsets back.
     """
 
     def __init__(self, *, group: str) -> None:
@@ -118,6 +125,9 @@ class AdvisoryCommits:
             logger.info("committing to consumer group %s works again", self.group)
 
     def _failed(self, err: KafkaError) -> None:
+        if err.code() in _REBALANCING:
+            logger.debug("commit to consumer group %s refused while it rebalances: %s", self.group, err.str())
+            return
         if not self._failing:
             logger.warning("could not commit to consumer group %s (%s): Kafka's tools show a stale position for "
                            "it; the mirror itself is unaffected (its position is in Postgres)", self.group, err.str())

@@ -259,16 +259,19 @@ class RecordedHTTP:
 
     def exchange(self, request: Any) -> Any:
         """Record (live) or serve (replay) one request; return the library's ``Response``."""
-        body = request.read()
-        scrub = Scrubber()
-        headers = redact_headers(request.headers.multi_items(), self.redaction, scrub)
-        url = redact_url(str(request.url), self.redaction, scrub)
-        sent = _Sent(method=request.method, url=scrub.text(url), headers=headers,
-                     body=_body_field(scrub.data(body)), scrub=scrub)
+        sent = self.sent(request, request.read())
         secret_headers: list[tuple[str, str]] = []
         payload = self.ctx._record_io(EVENT_TYPE, live=lambda: self._live(request, sent, secret_headers),
                                       check=lambda recorded: self._check(recorded, sent))
         return self._serve(payload, request, secret_headers)
+
+    def sent(self, request: Any, body: bytes) -> _Sent:
+        """The request as it is recorded and compared: credentials redacted and scrubbed."""
+        scrub = Scrubber()
+        headers = redact_headers(request.headers.multi_items(), self.redaction, scrub)
+        url = redact_url(str(request.url), self.redaction, scrub)
+        return _Sent(method=request.method, url=scrub.text(url), headers=headers,
+                     body=_body_field(scrub.data(body)), scrub=scrub)
 
     def _check(self, recorded: dict[str, Any], sent: _Sent) -> None:
         difference: tuple[str, Any, Any] | None
@@ -297,15 +300,14 @@ class RecordedHTTP:
         attempt = 0
         retryable: bool
         with allowed():  # the one place a handler's HTTP reaches the network
-            if self._network is None:
-                self._network = lib.HTTPTransport()
+            network = self.network()
             while True:
                 attempt += 1
                 self.live_requests += 1
                 wait: float | None = None  # what the server asks for (Retry-After)
                 data, response_headers = b"", []  # only the last attempt is recorded
                 try:
-                    received = self._network.handle_request(request)
+                    received = network.handle_request(request)
                     try:
                         # The body decoded (gzip, br) and whole: a stream is recorded whole.
                         response = lib.Response(received.status_code, headers=received.headers,
@@ -345,7 +347,16 @@ class RecordedHTTP:
             "attempts": attempt,
         }
 
-    def _serve(self, payload: dict[str, Any], request: Any, secret_headers: list[tuple[str, str]]) -> Any:
+    def network(self) -> Any:
+        """The library's network transport (its connection pool), made once: async steps send
+        concurrent requests through it from several threads, which its pool allows."""
+        if self._network is None:
+            with allowed():
+                self._network = self.library.HTTPTransport()
+        return self._network
+
+    def _serve(self, payload: dict[str, Any], request: Any, secret_headers: list[tuple[str, str]], *,
+               stream: type | None = None) -> Any:
         """The library's Response rebuilt from the record: the same live and on replay, but for
         the values of credential headers (a session cookie), which live are the real ones so that
         the client's cookie jar keeps working; on replay they read ``<redacted>``."""
@@ -367,7 +378,7 @@ class RecordedHTTP:
         if not sse:
             headers.append(("content-length", str(len(data))))
         return lib.Response(payload["status"], headers=headers, request=request,
-                            stream=_stream_type(lib)(_sse_chunks(data) if sse else [data]))
+                            stream=(stream or _stream_type(lib))(_sse_chunks(data) if sse else [data]))
 
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")

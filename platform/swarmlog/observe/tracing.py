@@ -194,6 +194,12 @@ class _RecordingSink:
         self._started[event_id] = time.time_ns()
         return self.inner.recorded(event_id)
 
+    def call_started(self, event_id: str, started_ns: int) -> None:
+        """An async step's concurrent call, about to be written as ``event_id``, began at
+        ``started_ns`` (when the coroutine issued it, before other calls were delivered): its span
+        runs from then, so concurrent calls show as overlapping siblings (``swarmlog.aio``)."""
+        self._started[event_id] = started_ns
+
 
 class StepTracer:
     """One agent's step spans; the runtime calls :meth:`begin` and :meth:`end` around each step.

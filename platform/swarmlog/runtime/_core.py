@@ -43,6 +43,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from inspect import isawaitable
 from typing import Any
 
 from ..agent import Agent
@@ -296,12 +297,13 @@ class AgentCore:
     def step(self, off: int, event: Event | None) -> None:
         """Run the step at ``off`` (its handler, then the logical timers it makes fire)."""
         live_sink = self.live_sink
-        sink = live_sink if live_sink is not None and off > self.index.last_step else self.verify_sink
+        live = live_sink is not None and off > self.index.last_step
+        sink = live_sink if live_sink is not None and live else self.verify_sink
         tracer = self.tracer
         if tracer is not None:
             sink = tracer.begin(self, off, event, sink)
         ctx = self.ctx
-        ctx.begin(step=off, event=event, sink=sink)
+        ctx.begin(step=off, event=event, sink=sink, live=live)
         try:
             if event is not None:
                 handler = self.agent.handler_for(event)
@@ -310,7 +312,9 @@ class AgentCore:
                     started = time.perf_counter()
                     try:
                         with guarded(agent=self.name, offset=off):
-                            handler(ctx, event)
+                            result = handler(ctx, event)
+                            if result is not None and isawaitable(result):
+                                ctx.run(result)  # an async def handler: its coroutine, on the step's loop
                     except NondeterminismError:
                         raise
                     except Exception as exc:  # recorded: replay expects the same failure here

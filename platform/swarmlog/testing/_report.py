@@ -41,7 +41,7 @@ def describe(run: SimRun) -> str:
     agent_w = max([len("agent")] + [len(s.agent) for s in run.steps])
     lines.append(f"  {'step':>4}  {'agent':<{agent_w}}  {'did':<{_CELL}}  {'wrote':<{_CELL}}  state")
     for s in run.steps:
-        mark = "*" if s.choice else " "
+        mark = "*" if s.choice or s.completions else " "
         did = _fit(_did(run, s))
         wrote = _fit(", ".join(_brief(e) for e in run.written(s)) or "-")
         if s.kind == "crash":
@@ -50,6 +50,8 @@ def describe(run: SimRun) -> str:
                      f"{_diff(s.state_before, s.state_after)}")
         if s.passed_over:
             lines.append(f"  {'':>4}  {'':<{agent_w}}  (chosen over: {s.passed_over})")
+        for completion in s.completions:
+            lines.append(f"  {'':>4}  {'':<{agent_w}}  (delivered: {completion})")
     if run.error is not None:
         lines.append(f"  the run stopped: {type(run.error).__name__}: {run.error}")
     lines.append("")
@@ -93,10 +95,11 @@ def _brief(e: Event) -> str:
         return f"timer.set {p.get('name')} ({after})"
     if t in (TIMER_CANCELLED, TIMER_FIRED):
         return f"{t} {p.get('name')}"
+    call = f" #{p['call']}" if p.get("call") is not None else ""  # an async step's call, in delivery order
     if t == EFFECT_RECORDED:
-        return f"effect {p.get('name')}{' FAILED' if p.get('error') else ''}"
+        return f"effect {p.get('name')}{call}{' FAILED' if p.get('error') else ''}"
     if t in (LLM_CALL, HTTP_EXCHANGE):
-        return t
+        return f"{t}{call}"
     if t == HANDLER_FAILED:
         return f"{t} ({p.get('error_type')})"
     return t

@@ -54,6 +54,9 @@ class Step:
     state_before: str
     state_after: str
     """The agent's state before and after, as canonical JSON."""
+    completions: tuple[str, ...] = ()
+    """Inside an async step, each completion order the schedule chose away from the default
+    (``call #1 (effect 'b') before call #0 (effect 'a')``)."""
 
 
 class SimulationFailed(AssertionError):

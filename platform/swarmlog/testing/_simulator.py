@@ -21,7 +21,11 @@ more than one thing can happen next, listed in this order (the first is the defa
    later timeout while its own agent was idle (an idle agent fires on time); firing
    moves simulated time to its due time, and the agent fires every timeout due by then
    in one go, as the worker does between batches;
-4. with ``crashes=N``, up to N times a run: an agent's process dies between running its
+4. inside an async step (:mod:`swarmlog.aio`), which of the recorded calls in flight is delivered
+   next — the first one made, by default — or that the next timer (``asyncio.sleep``,
+   ``wait_for``'s timeout) fires before any of them: the order concurrent calls complete in,
+   which live is the network's to decide and a replay reproduces from the log;
+5. with ``crashes=N``, up to N times a run: an agent's process dies between running its
    due step and committing it. Its transaction stays open until the agent's next life
    starts at once, fences it off (aborting it), rebuilds from offset zero and runs the
    step again, live — its effects and LLM calls too: they are at-least-once across a
@@ -83,13 +87,15 @@ class _Abandon(BaseException):
 class _Recording:
     """A chooser that remembers every choice: the run's :class:`Schedule`."""
 
-    __slots__ = ("inner", "choices", "sizes", "drew")
+    __slots__ = ("inner", "choices", "sizes", "drew", "completions")
 
     def __init__(self, inner: Chooser) -> None:
         self.inner = inner
         self.choices: list[int] = []
         self.sizes: list[int] = []
         self.drew = False
+        self.completions: list[str] = []
+        """The step's completion orders chosen away from the default, for its report."""
 
     def choose(self, n: int, what: str) -> int:
         c = self.inner.choose(n, what)
@@ -225,7 +231,7 @@ class Simulator:
         self._check(run)
         return run
 
-    def _stepper(self, log: InMemoryLog, agent: Agent, chooser: Chooser, *, fresh: bool) -> AgentStepper:
+    def _stepper(self, log: InMemoryLog, agent: Agent, chooser: _Recording, *, fresh: bool) -> AgentStepper:
         cell: list[AgentStepper] = []
 
         def now() -> int:
@@ -248,6 +254,16 @@ class Simulator:
                                llm_client=_ModelLLM(self.llm, chooser, name, now), run_effect=run_effect,
                                encoders=self.encoders, index=OwnIndex() if fresh else None)
         cell.append(stepper)
+
+        def choose_completion(options: list[str]) -> int:
+            # An async step's calls in flight (in the order it made them), and last the next timer
+            # if one is set: which happens first. The default, the first call made, finishes first.
+            c = chooser.choose(len(options), f"what {name}'s step at {now()} is delivered next")
+            if c:
+                chooser.completions.append(f"{options[c]} before {options[0]}")
+            return c
+
+        stepper.core.ctx.choose_completion = choose_completion
         return stepper
 
     @staticmethod
@@ -259,7 +275,7 @@ class Simulator:
 
         return hold
 
-    def _perform(self, log: InMemoryLog, clock: list[int], steppers: list[AgentStepper], chooser: Chooser,
+    def _perform(self, log: InMemoryLog, clock: list[int], steppers: list[AgentStepper], chooser: _Recording,
                  crashes_left: list[int], snapshots: list[str], options: list[_Option], c: int, number: int) -> Step:
         o = options[c]
         s = steppers[o.agent]
@@ -269,6 +285,7 @@ class Simulator:
         before = snapshots[o.agent]
         passed_over = _label(steppers, options[0]) if c else None
         kind = o.kind
+        chooser.completions.clear()
         if kind in ("step", "crash"):
             if kind == "step" and s.due is not None and s.due[1] is None:
                 kind = "timers"  # no input to handle: the read made logical timers due
@@ -294,7 +311,8 @@ class Simulator:
             fired = tuple(t.name for t in s.fire(clock[0]))
         return Step(number=number, kind=kind, agent=s.name, input=o.offset, handled=handled,
                     wrote=(start, log.watermarks(SIM_TOPIC)[1]), at_ms=clock[0], options=len(options), choice=c,
-                    passed_over=passed_over, timers=fired, state_before=before, state_after=snapshots[o.agent])
+                    passed_over=passed_over, timers=fired, state_before=before, state_after=snapshots[o.agent],
+                    completions=tuple(chooser.completions))
 
     def _check(self, run: SimRun) -> None:
         if run.error is not None:

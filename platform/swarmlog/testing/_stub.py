@@ -23,20 +23,20 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..llm.clients import Reply, ScriptedLLM
 
-__all__ = ["ScriptedLLM", "StubRequest", "StubServer", "anthropic_message", "tool_call_reply"]
+__all__ = ["Route", "ScriptedLLM", "StubRequest", "StubServer", "anthropic_message", "tool_call_reply"]
 
 # Loopback only, by construction: a test server must never be reachable from the network.
 _HOST = "127.0.0.1"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StubRequest:
     """One HTTP request the stub received."""
 
@@ -46,6 +46,16 @@ class StubRequest:
     """Header names lower-cased."""
     body: Any
     """The parsed JSON body, or the raw text if it was not JSON."""
+    received_at: float = 0.0
+    """``time.monotonic()`` when the request had been read."""
+    answered_at: float | None = None
+    """``time.monotonic()`` when its response had been sent (None: not yet, or the client hung up).
+    Two requests overlapped in time when each was received before the other was answered."""
+
+
+Route = Callable[[StubRequest], Any]
+"""A route's answer to a request: a JSON value (sent with status 200) or ``(status, JSON value)``.
+It runs on the request's own server thread, so it may take its time (``time.sleep``)."""
 
 
 @dataclass(slots=True)
@@ -84,11 +94,14 @@ class StubServer:
     """
 
     def __init__(self, reply: ScriptedLLM | Callable[[dict[str, Any]], Reply] | None = None, *,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, routes: Mapping[str, Route] | None = None) -> None:
         if reply is None:
             reply = _echo
         self.llm = reply if isinstance(reply, ScriptedLLM) else ScriptedLLM(reply, model="stub")
         self.api_key = api_key
+        self.routes = dict(routes or {})
+        """Path (without the query) -> :data:`Route`, for GET and POST: a tool's endpoint beside the
+        model's (``routes={"/tools/weather": lambda r: {"sky": "clear"}}``); the API key is not checked."""
         self.requests: list[StubRequest] = []
         self._faults: list[_Fault] = []
         self._stall: tuple[int, float] = (0, 0.0)
@@ -172,6 +185,7 @@ class StubServer:
     # -- used by the handler thread -------------------------------------------------------
 
     def _record(self, request: StubRequest) -> tuple[float, _Fault | None]:
+        request.received_at = time.monotonic()
         with self._lock:
             self.requests.append(request)
             stall = 0.0
@@ -206,16 +220,23 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         pass
 
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        self._handle("GET")
+
     def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        self._handle("POST")
+
+    def _handle(self, method: str) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length).decode("utf-8", "replace")
+        raw = self.rfile.read(length).decode("utf-8", "replace") if length else ""
         try:
-            body: Any = json.loads(raw)
+            body: Any = json.loads(raw) if raw else None
         except ValueError:
             body = raw
         stub = self.stub
-        stall, fault = stub._record(StubRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()},
-                                                body))
+        request = StubRequest(method, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        self._request = request
+        stall, fault = stub._record(request)
         if stall:
             time.sleep(stall)
         if fault is not None:
@@ -223,6 +244,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(fault.status, fault.body, headers)
             return
         path = self.path.split("?")[0].rstrip("/")
+        route = stub.routes.get(path) or stub.routes.get(path + "/")
+        if route is not None:
+            try:
+                answer: Any = route(request)
+            except Exception as exc:  # the route failed: report it like a server bug
+                self._send(500, _error(f"{type(exc).__name__}: {exc}", "server_error", None))
+                return
+            status, answer = answer if isinstance(answer, tuple) else (200, answer)
+            self._send(status, answer)
+            return
+        if method != "POST":
+            self._send(404, _error(f"no route for {method} {self.path}", "invalid_request_error", None))
+            return
         anthropic = path.endswith("/messages")
         if stub.api_key is not None:
             given = self.headers.get("Authorization", "").removeprefix("Bearer ")
@@ -268,6 +302,7 @@ class _Handler(BaseHTTPRequestHandler):
                 head = f"event: {name}\n" if name is not None else ""
                 self.wfile.write(f"{head}data: {data}\n\n".encode())
                 self.wfile.flush()
+            self._answered()
         except (BrokenPipeError, ConnectionResetError):
             pass
 
@@ -281,8 +316,15 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
+            self.wfile.flush()
+            self._answered()
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test)
+
+    def _answered(self) -> None:
+        request = getattr(self, "_request", None)
+        if request is not None:
+            request.answered_at = time.monotonic()
 
 
 # --- the APIs' shapes ----------------------------------------------------------------------------
