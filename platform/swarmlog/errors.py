@@ -90,7 +90,9 @@ drawing to them::
     ├── NondeterminismError
     │   ├── EffectDiverged
     │   │   ├── HTTPRequestDiverged  [swarmlog.llm.errors]
-    │   │   └── AsyncCallDiverged  [swarmlog.aio.errors]
+    │   │   ├── AsyncCallDiverged  [swarmlog.aio.errors]
+    │   │   ├── ModelRequestDiverged  [swarmlog.integrations.errors]
+    │   │   └── ToolResultDiverged  [swarmlog.integrations.errors]
     │   ├── StateDiverged
     │   └── ForbiddenCall  [swarmlog.guard.errors]
     ├── TokenError

@@ -30,7 +30,8 @@ from swarmlog.kafka.errors import FENCED, UNKNOWN_TOPIC, UNREACHABLE, connect_fa
 from ..conftest import REPO
 
 PACKAGE = REPO / "platform" / "swarmlog"
-ERROR_MODULES = ("swarmlog.errors", "swarmlog.llm.errors", "swarmlog.guard.errors", "swarmlog.aio.errors")
+ERROR_MODULES = ("swarmlog.errors", "swarmlog.llm.errors", "swarmlog.guard.errors", "swarmlog.aio.errors",
+                 "swarmlog.integrations.errors")
 
 
 def _classes() -> list[type[SwarmlogError]]:

@@ -62,3 +62,52 @@ def test_anthropics_credential_discovery_passes_but_a_handlers_read_of_the_same_
     with pytest.raises(ForbiddenCall, match=r"read_text"):
         with guarded(agent="a", offset=1):
             pathlib.Path(config / "active_config").read_text()
+
+
+# --- the OpenAI Agents SDK and pydantic-ai: their bookkeeping passes, the handler's own does not --------------
+
+
+def test_the_agents_sdks_environment_reads_and_trace_exporter_thread_pass_but_the_handlers_do_not():
+    import threading
+
+    from agents.models import get_default_model
+    from agents.tracing.processor_interface import TracingExporter
+    from agents.tracing.processors import BatchTraceProcessor
+
+    class Nowhere(TracingExporter):
+        def export(self, items):
+            pass
+
+    processor = BatchTraceProcessor(Nowhere())
+    with guarded(agent="a", offset=1):
+        model = get_default_model()  # os.getenv("OPENAI_DEFAULT_MODEL") in the SDK
+        processor._ensure_thread_started()  # the SDK's exporter, on a run's first trace
+    assert model and processor._worker_thread is not None
+    processor.shutdown()
+    with pytest.raises(ForbiddenCall, match="getenv"):
+        with guarded(agent="a", offset=1):
+            os.getenv("OPENAI_DEFAULT_MODEL")
+    with pytest.raises(ForbiddenCall, match="another thread"):
+        with guarded(agent="a", offset=1):
+            threading.Thread(target=print)
+
+
+def test_pydantic_ais_ids_clock_and_banner_pass_but_the_handlers_own_reads_do_not():
+    import sys
+
+    from pydantic_ai import _display
+    from pydantic_ai._uuid import uuid7
+
+    with guarded(agent="a", offset=1):
+        run_id = uuid7()  # pydantic-ai's run ids: the clock (time.time_ns) and entropy
+        # its first-run banner: whether stderr is a terminal, its width, COLUMNS, then the banner (not under pytest)
+        _display.display_agent_banner(name="a", model="test", output_type=str, tools=0, capabilities=0)
+    assert run_id.version == 7
+    with pytest.raises(ForbiddenCall, match="time_ns|uuid4"):
+        with guarded(agent="a", offset=1):
+            import time
+
+            time.time_ns()
+    with pytest.raises(ForbiddenCall, match="isatty"):
+        with guarded(agent="a", offset=1):
+            sys.stderr.isatty()

@@ -94,6 +94,9 @@ def _refusing(name: str, kind: str, reason: str) -> Callable[..., Any]:
     return refused
 
 
+_SETTLE_TURNS = 8
+"""Turns given to bare callbacks left ready when a step's coroutine returns (see StepLoop._settle_callbacks)."""
+
 class StepLoop(base_events.BaseEventLoop):
     """The deterministic event loop of one agent's async steps (see the module).
 
@@ -185,6 +188,7 @@ class StepLoop(base_events.BaseEventLoop):
                 self._stopping = False  # loop.stop() has nothing to stop: the step runs until its coroutine ends
                 run_once()
             self._settle_finalizers()
+            self._settle_callbacks(task)
             left = self._leftovers(task)
         except BaseException:
             self._abandon(task)
@@ -224,6 +228,17 @@ class StepLoop(base_events.BaseEventLoop):
         while self._finalizing and self._ready:
             self._run_once()
             self._finalizing = {t for t in self._finalizing if not t.done()}
+
+    def _settle_callbacks(self, main: asyncio.Future[Any]) -> None:
+        """Bare callbacks still ready when the coroutine returns, with no task of the step pending, run now, as a
+        real loop would run them on its next turn: a library's own bookkeeping, such as anyio delivering a
+        cancellation to a scope whose tasks have all finished since (it reschedules itself once, then sees
+        nothing left to cancel). Nothing is delivered and no time passes; a callback that is still ready after
+        a few turns (one that keeps rescheduling itself) is work left behind."""
+        for _ in range(_SETTLE_TURNS):
+            if not self._ready or any(t is not main and not t.done() for t in self._tasks):
+                return
+            self._run_once()
 
     def _abandon(self, main: asyncio.Future[Any]) -> None:
         """Drop everything the step left (it failed, or left work): close its coroutines here, on

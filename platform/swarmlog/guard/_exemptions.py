@@ -85,11 +85,14 @@ __all__ = ["CREDENTIAL_DISCOVERY", "DEBUGGER_MODULES", "FRAMEWORKS", "LIBRARY_SE
 # its own; an async one on the step's loop).
 FRAMEWORKS: dict[str, frozenset[str]] = {
     "langgraph": frozenset({"langgraph", "langchain_core", "langchain_openai", "langsmith"}),
+    "openai-agents": frozenset({"agents"}),
+    "pydantic-ai": frozenset({"pydantic_ai", "pydantic_graph"}),
 }
 """Per supported framework, the packages whose own clock, environment, machine and entropy reads pass."""
 
 TRUSTED_LIBRARIES: set[str] = {"httpx", "httpx2", "httpcore", "httpcore2", "openai", "anthropic", "opentelemetry",
-                               "http.cookiejar", "swarmlog.observe.tracing", *FRAMEWORKS["langgraph"]}
+                               "http.cookiejar", "swarmlog.observe.tracing",
+                               *(p for packages in FRAMEWORKS.values() for p in packages)}
 """Packages (or exact modules) whose own clock, environment, machine and entropy reads pass inside handlers."""
 TRUSTED_KINDS = frozenset({"clock", "timezone", "random", "entropy", "environment", "machine"})
 
@@ -127,25 +130,36 @@ _ZONEINFO = "zoneinfo"
 
 _stdlib: dict[str, bool] = {}  # module name -> whether it is in the standard library
 
-LIBRARY_SETUP = ("pydantic.plugin._loader.get_plugins",)
-"""Functions of libraries (installed or not) whose calls, and everything under them, pass (see above)."""
+LIBRARY_SETUP = ("pydantic.plugin._loader:get_plugins",
+                 "agents.tracing.processors:BatchTraceProcessor._ensure_thread_started",
+                 "pydantic_ai._display:display_agent_banner")
+"""Functions of libraries (``module:qualname``, installed or not) whose calls, and everything under them, pass:
+
+* pydantic discovering its plugins (see the module docstring);
+* the OpenAI Agents SDK starting its trace exporter's thread on a run's first trace: the thread only sends
+  finished spans to the tracing backend, nothing comes back to the run (and swarmlog's
+  ``integrations.openai_agents.recorded`` turns the SDK's tracing off on replay, so a replay exports nothing);
+* pydantic-ai's first-run banner: whether stderr is a terminal, its width, ``COLUMNS``, and the banner
+  written there; the run gets nothing back from it."""
+
+_SETUP: dict[int, types.CodeType] = {}  # by id(code), the code beside it: hashing a code object hashes its bytecode
+_unresolved = list(LIBRARY_SETUP)
 
 
-def _setup_codes() -> dict[int, types.CodeType]:
-    import importlib
-
-    codes: dict[int, types.CodeType] = {}
-    for path in LIBRARY_SETUP:
-        module, _, name = path.rpartition(".")
-        try:
-            fn = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):  # not installed (or moved): nothing to excuse
+def _resolve_setup() -> None:
+    """Find the code of each :data:`LIBRARY_SETUP` function whose module has been imported since: looked up
+    lazily (on the guard's rare path), so that the guard never imports a framework itself."""
+    for path in list(_unresolved):
+        module, _, qualname = path.partition(":")
+        found: object = sys.modules.get(module)
+        if found is None:
             continue
-        codes[id(fn.__code__)] = fn.__code__
-    return codes
-
-
-_SETUP = _setup_codes()  # by id(code), the code beside it: hashing a code object hashes its bytecode
+        _unresolved.remove(path)
+        for name in qualname.split("."):
+            found = getattr(found, name, None)
+        code = getattr(found, "__code__", None)
+        if isinstance(code, types.CodeType):
+            _SETUP[id(code)] = code
 
 
 def _is_trusted(module: str) -> bool:
@@ -184,6 +198,8 @@ def exemption(row: Row, caller: types.FrameType | None, base: types.FrameType | 
     kept tight: identity compares per frame, module names only up to the nearest frame outside
     the standard library.
     """
+    if _unresolved:
+        _resolve_setup()
     callbacks = gc.callbacks
     gc_codes = tuple(getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in callbacks) if callbacks else ()
     stdlib_cache, stdlib_names = _stdlib, sys.stdlib_module_names

@@ -143,14 +143,26 @@ def _first_difference(a: Any, b: Any, path: str) -> tuple[str, Any, Any] | None:
     return None
 
 
-_ITEM = re.compile(r"^body\.(messages|input)\[(\d+)\](?:\.content\[(\d+)\])?")
+_ITEM = re.compile(r"^(?:body|request)\.(messages|input)\[(\d+)\](?:\.(?:content|parts)\[(\d+)\])?")
+
+
+def first_difference(recorded: Any, replayed: Any, *, root: str) -> tuple[str, Any, Any, str | None] | None:
+    """Where two JSON requests first differ: ``(path, recorded value, replayed value, what it is)``, the path
+    from ``root`` (``body.messages[0].content``), what it is when the request says (the result of a tool), or
+    None when they are equal. The one comparison of model requests: recorded HTTP bodies here, and the
+    framework integrations' model calls (:mod:`swarmlog.integrations`)."""
+    d = _first_difference(recorded, replayed, root)
+    if d is None:
+        return None
+    return d[0], d[1], d[2], _tool_result_named(replayed, d[0])
 
 
 def _tool_result_named(body: Any, part: str) -> str | None:
     """Which tool's result a differing part of a model request is, when it is one: the tool's name is
     in the call the model made earlier in the same conversation. OpenAI's chat completions (a ``tool``
-    message), its Responses API (a ``function_call_output`` item) and Anthropic's messages (a
-    ``tool_result`` block): a changed tool is then named, not only a path."""
+    message), its Responses API (a ``function_call_output`` item), Anthropic's messages (a
+    ``tool_result`` block) and pydantic-ai's messages (a ``tool-return`` part): a changed tool is then
+    named, not only a path."""
     m = _ITEM.match(part)
     if m is None or not isinstance(body, dict) or not isinstance(body.get(m.group(1)), list):
         return None
@@ -159,6 +171,12 @@ def _tool_result_named(body: Any, part: str) -> str | None:
     if not isinstance(item, dict):
         return None
     call_id = None
+    parts = item.get("parts")
+    if m.group(3) is not None and isinstance(parts, list) and int(m.group(3)) < len(parts):
+        part_of = parts[int(m.group(3))]  # pydantic-ai's messages: a tool's return carries its tool's name
+        if isinstance(part_of, dict) and part_of.get("part_kind") in ("tool-return", "retry-prompt") \
+                and part_of.get("tool_name"):
+            return f"the result of tool {part_of['tool_name']!r} (call {part_of.get('tool_call_id')})"
     if item.get("role") == "tool":
         call_id = item.get("tool_call_id")
     elif item.get("type") == "function_call_output":

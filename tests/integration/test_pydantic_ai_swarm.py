@@ -1,0 +1,190 @@
+"""pydantic-ai on swarmlog, on the real broker, against a stub model server (and its tool routes).
+
+Must show (issue 27, pydantic-ai): the program of ``swarmlog.examples.pydantic_ai_research`` — a triage agent
+delegating to a researcher (two tools, one doing HTTP) whose findings a writer streams, in pydantic-ai's
+documented style — runs as a swarm; every model call is a readable ``llm.call`` and every tool result a
+record; replay with the server stopped and no API key makes no request and reproduces every state; a changed
+instruction is a divergence naming the agent, the step and the JSON path; a changed tool result is a divergence
+naming the tool; SIGKILL of the researcher's process between its two model calls reaches the same end with
+nothing written twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+
+from swarmlog.examples import pydantic_ai_research as program
+from swarmlog.log.protocol import EFFECT_RECORDED, LLM_CALL
+from swarmlog.replaying import replay_swarm
+from swarmlog.runtime import run_agents, start_run
+from swarmlog.testing import StubServer, tool_call_reply
+
+from .conftest import read_log, subprocess_env
+
+PAGE = "a distributed append-only log"
+SERVED = json.dumps(PAGE)  # the stub answers a route with JSON: the page arrives quoted
+
+
+def model(request: dict[str, Any]) -> str | dict[str, Any]:
+    """Triage delegates; the researcher fetches the page, counts its words, answers; the writer streams a report."""
+    messages = request["messages"]
+    offered = [t["function"]["name"] for t in request.get("tools") or ()]
+    called = {c["id"]: c["function"]["name"] for m in messages for c in m.get("tool_calls") or ()}
+    results = {called.get(m.get("tool_call_id")): m["content"] for m in messages if m.get("role") == "tool"}
+    if "ask_researcher" in offered:
+        if "ask_researcher" not in results:
+            return tool_call_reply(("ask_researcher", {"question": "Tell me about kafka"}))
+        return "Delegated to the researcher."
+    if "fetch_page" in offered:
+        if "fetch_page" not in results:
+            return tool_call_reply(("fetch_page", {"topic": "kafka"}))
+        if "word_count" not in results:
+            return tool_call_reply(("word_count", {"text": results["fetch_page"]}))
+        return f"kafka: {results['fetch_page']} ({results['word_count']} words)"
+    return f"REPORT: {messages[-1]['content']}"
+
+
+def _page(request: Any) -> str:
+    return PAGE
+
+
+def _count_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    for lib in (httpx, httpx2):
+        for transport in (lib.HTTPTransport, lib.AsyncHTTPTransport):
+            name = "handle_request" if transport is lib.HTTPTransport else "handle_async_request"
+            original = getattr(transport, name)
+
+            def counting(self, request, _original=original):
+                seen.append(f"{request.method} {request.url}")
+                return _original(self, request)
+
+            monkeypatch.setattr(transport, name, counting)
+    return seen
+
+
+@pytest.fixture
+def recorded(settings, registry, monkeypatch):
+    """The program run live once against the stub, which is stopped afterwards."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789")
+    with StubServer(model, routes={"/tools/pages/kafka": _page}) as server:
+        urls = {"llm_url": server.base_url, "tools_url": f"http://127.0.0.1:{server.port}"}
+        swarm = program.make_swarm(**urls)
+        start_run(settings=settings, swarm=swarm, run_id="pydantic-ai", seed=3)
+        live = {r.agent: r for r in run_agents(settings=settings, swarm=swarm, until_quiet=1.5)}
+        paths = [r.path for r in server.requests]
+    monkeypatch.delenv("OPENAI_API_KEY")
+    return live, paths, urls
+
+
+def test_an_agents_sdk_swarm_records_every_call_and_replays_with_the_server_stopped_and_no_key(
+        recorded, settings, registry, monkeypatch):
+    live, paths, urls = recorded
+    # Live: triage 2 model calls (delegate, close), researcher 3 (fetch, count, answer) and its page, writer 1.
+    assert Counter(paths) == {"/v1/chat/completions": 6, "/tools/pages/kafka": 1}
+    answer = f"kafka: {SERVED} (4 words)"
+    assert live["researcher"].state == {"answers": [answer]}
+    assert live["writer"].state == {"reports": [f"REPORT: {answer}"]}
+    log = read_log(settings, registry)
+    calls = [r.record["payload"] for r in log if r.event_type == LLM_CALL]
+    assert len(calls) == 6 and all("sk-test" not in json.dumps(c) for c in calls)
+    first = json.loads(calls[0]["request_json"])  # readable: pydantic-ai's own request, not bytes on the wire
+    assert first["messages"][0]["instructions"] == "Delegate every question to the researcher."
+    assert [t["name"] for t in first["tools"]] == ["ask_researcher"]
+    streamed = [c for c in calls if json.loads(c["request_json"])["stream"]]
+    assert len(streamed) == 1 and len(json.loads(streamed[0]["response_json"])["events"]) > 3
+    assert json.loads(calls[1]["response_json"])["response"]["usage"]["input_tokens"] > 0
+    tools = [r.record["payload"] for r in log if r.event_type == EFFECT_RECORDED]
+    assert [(t["name"], json.loads(t["result_json"])) for t in tools] == [
+        ("tool ask_researcher", "the researcher will answer"), ("tool fetch_page", SERVED), ("tool word_count", 4)]
+    handoff = next(r for r in log if r.event_type == "agent.message" and r.record["payload"]["kind"] == "question")
+    body = json.loads(handoff.record["payload"]["body"])  # structured: messages, not a JSON string in a string
+    assert body["question"] == "Tell me about kafka"
+    assert [m["kind"] for m in body["conversation"]] == ["request", "response", "request", "response"]
+
+    network = _count_network(monkeypatch)  # the server is stopped, and no key is set anywhere
+    result = replay_swarm(settings=settings, swarm=program.make_swarm(**urls), registry=registry)
+    assert network == []
+    assert result.divergences == []
+    assert result.agents == {name: r.state_hash for name, r in live.items()}
+    assert result.states["writer"] == live["writer"].state
+
+
+def test_a_changed_instruction_is_a_divergence_naming_the_agent_step_and_path(recorded, settings, registry):
+    _, _, urls = recorded
+    changed = program.make_swarm(**urls, instructions=program.INSTRUCTIONS.replace("one line", "two lines"))
+    result = replay_swarm(settings=settings, swarm=changed, registry=registry)
+    first = result.first_divergence
+    assert first is not None and first.agent == "researcher"
+    handoff = next(r.offset for r in read_log(settings, registry)
+                   if r.event_type == "agent.message" and r.record["payload"]["kind"] == "question")
+    assert first.offset == handoff  # the researcher's step: the message it handled
+    assert first.recorded["part"].startswith("request.messages[") and first.recorded["part"].endswith(".instructions")
+    assert "answer in one line" in first.recorded["value"] and "two lines" in first.replayed["value"]
+
+
+def test_a_changed_tool_result_is_a_divergence_naming_the_tool(recorded, settings, registry):
+    _, _, urls = recorded
+    changed = program.make_swarm(**urls, count=lambda words: len(words) + 1)  # word_count now counts wrong
+    result = replay_swarm(settings=settings, swarm=changed, registry=registry)
+    first = result.first_divergence
+    assert first is not None and first.agent == "researcher"
+    assert "tool 'word_count'" in first.detail and "returned '5'" in first.detail
+    assert (first.recorded["result"], first.replayed["result"]) == ("4", "5")
+
+
+def test_sigkill_between_the_researchers_two_model_calls_reaches_the_same_end_and_writes_nothing_twice(
+        settings, registry):
+    release = threading.Event()
+    researcher_calls: list[int] = []
+
+    def blocking_page(request: Any) -> str:
+        release.wait(60)  # the researcher's step waits here, its first model call answered, until it is killed
+        return PAGE
+
+    def counting(request: dict[str, Any]) -> str | dict[str, Any]:
+        if any(t["function"]["name"] == "fetch_page" for t in request.get("tools") or ()):
+            researcher_calls.append(len(request["messages"]))
+        return model(request)
+
+    with StubServer(counting, routes={"/tools/pages/kafka": blocking_page}) as server:
+        env = subprocess_env(settings)
+        env.update(RESEARCH_LLM_URL=server.base_url, RESEARCH_TOOLS_URL=f"http://127.0.0.1:{server.port}",
+                   OPENAI_API_KEY="sk-test-0123456789")
+        cmd = [sys.executable, "-m", "swarmlog.cli", "run", "swarmlog.examples.pydantic_ai_research:swarm",
+               "--until-quiet", "2"]
+        start_run(settings=settings, swarm=program.swarm, run_id="killed", seed=1)
+        first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 90
+        while not any(r.path.startswith("/tools/") for r in server.requests):
+            assert first.poll() is None and time.monotonic() < deadline, "the first life never reached its tool"
+            time.sleep(0.05)
+        os.kill(first.pid, signal.SIGKILL)  # after the researcher's first model call, before its second
+        first.wait(10)
+        release.set()
+        assert len(researcher_calls) == 1
+        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+        assert second.returncode == 0, second.stderr[-3000:]
+        urls = {"llm_url": server.base_url, "tools_url": f"http://127.0.0.1:{server.port}"}
+    assert len(researcher_calls) == 4  # its step ran again: the first model call made again (at-least-once)
+    log = read_log(settings, registry)
+    ids = Counter(e.record["event_id"] for e in log)
+    assert [i for i, n in ids.items() if n > 1] == []  # nothing written twice
+    findings = [e for e in log if e.event_type == "agent.message" and e.record["payload"]["kind"] == "findings"]
+    assert [json.loads(e.record["payload"]["body"])["answer"] for e in findings] == [f"kafka: {SERVED} (4 words)"]
+    assert sum(e.event_type == LLM_CALL for e in log) == 6  # the aborted life's calls are not in the committed log
+    replayed = replay_swarm(settings=settings, swarm=program.make_swarm(**urls), registry=registry)
+    assert replayed.divergences == []
+    assert replayed.states["writer"]["reports"] == [f"REPORT: kafka: {SERVED} (4 words)"]
