@@ -5,17 +5,23 @@
 # module proxy) for the chart tests, and headless Chromium (Debian's chromium and
 # chromium-driver) for the timeline page's tests.
 
-PYTHON ?= python3
+# The CPythons swarmlog supports (pyproject's classifiers): .venv is the oldest's (PYTHON overrides the
+# interpreter), and each other one gets a venv of its own (below).
+OLDEST_PYTHON := 3.11
+OTHER_PYTHONS := 3.12 3.13
+NEWEST_PYTHON := $(lastword $(OTHER_PYTHONS))
+PYTHON ?=
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit integration faults faults-slice lint docs docs-serve bench bench-peers tools browser up down status schema-check clean help
+.PHONY: demo test unit unit-pythons integration faults faults-slice lint docs docs-serve bench bench-peers tools browser up down status schema-check clean help
 
 help:
 	@echo "make demo   run a swarm on a local Kafka + Postgres, mirror it, replay it"
-	@echo "make test   lint and type checks, unit tests (no services), then the integration tests"
-	@echo "            against the real Kafka and Postgres (started here if they are not running)"
+	@echo "make test   lint and type checks, unit tests (no services) on CPython 3.11, 3.12 and 3.13, then the"
+	@echo "            integration tests against the real Kafka and Postgres (started here if they are not"
+	@echo "            running) on 3.11 and a slice of them on 3.13"
 	@echo "make faults the fault suite: real signals against real processes (a throwaway dev cluster of"
 	@echo "            its own); prints the table kept in docs/faults.md -> tests/faults/results.md"
 	@echo "make docs   the documentation site (mkdocs build --strict) -> build/site; make docs-serve to read it"
@@ -25,11 +31,29 @@ help:
 # The editable install also compiles the C modules in place (the guard's profile hook, the decoder's
 # routing, the Avro readers; optional: without a compiler swarmlog installs with their Python paths),
 # so a change to their source reinstalls.
-$(STAMP): pyproject.toml platform/swarmlog/guard/_native.c platform/swarmlog/schema/_route.c \
-		platform/swarmlog/schema/_avro_native.c platform/swarmlog/schema/_avro_binary.h
-	$(PYTHON) -m venv $(VENV)
+C_SOURCES := platform/swarmlog/guard/_native.c platform/swarmlog/schema/_route.c \
+	platform/swarmlog/schema/_avro_native.c platform/swarmlog/schema/_avro_binary.h
+
+# What the tests and benchmarks need, in every venv; .venv (CPython 3.11) also has the linters.
+EXTRAS := test,bench,metrics,tui,otel,langgraph,ui,docs
+
+$(STAMP): pyproject.toml $(C_SOURCES)
+	interpreter="$(PYTHON)"; interpreter="$${interpreter:-$$(bash tests/find-python.sh $(OLDEST_PYTHON))}" && \
+		"$$interpreter" -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench,lint,metrics,tui,otel,langgraph,ui,docs]'
+	$(BIN)/pip install --quiet -e '.[$(EXTRAS),lint]'
+	touch $@
+
+# The other CPythons: `make test` runs the unit suite on each and an integration slice on the newest,
+# each in a venv of its own made from the interpreter tests/find-python.sh finds on the machine (pyenv's,
+# or pythonX.Y on PATH). A missing one fails with a message saying how to install it. The editable
+# install compiles the C modules for each version beside the others (their file names carry the ABI:
+# _native.cpython-312-x86_64-linux-gnu.so).
+
+.venv-%/.installed: pyproject.toml $(C_SOURCES)
+	interpreter="$$(bash tests/find-python.sh $*)" && "$$interpreter" -m venv .venv-$*
+	.venv-$*/bin/pip install --quiet --upgrade pip
+	.venv-$*/bin/pip install --quiet -e '.[$(EXTRAS)]'
 	touch $@
 
 # The peers (LangGraph, its Postgres checkpointer) are heavy and only the peers benchmark
@@ -66,11 +90,14 @@ schema-check: $(STAMP)
 
 # Order matters: the lint gate and the unit tests run before any service is started, which
 # is what shows the unit tests need none (tests/unit/conftest.py also refuses every attempt).
-test: $(STAMP) lint unit docs tools up schema-check integration faults-slice
+test: $(STAMP) lint unit unit-pythons docs tools up schema-check integration integration-$(NEWEST_PYTHON) faults-slice
 
+# mypy checks the package as the oldest and the newest CPython it supports (code for one version only,
+# `if sys.version_info >= (3, 12)`, is checked under the other).
 lint: $(STAMP)
 	$(BIN)/ruff check platform connectors tests bench examples docs
 	$(BIN)/mypy
+	$(BIN)/mypy --python-version $(NEWEST_PYTHON)
 
 # The site, strictly: a broken link, a missing page or an anchor that is not there fails the build. The
 # pages docs/_generate.py writes are held to the code by tests/unit/test_docs_reference.py, and every
@@ -81,8 +108,17 @@ docs: $(STAMP)
 docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
+# On every core (pytest-xdist): the unit suite is CPU alone (no service, no clock to wait on).
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto tests/unit
+
+# The unit suite on each other CPython (`make unit-3.12` runs one), with Hypothesis's dev profile even in
+# CI: what differs between the versions is the interpreter under the guard and the C modules' builds,
+# which every example exercises alike; every example of every property runs once, on 3.11 (`unit`).
+unit-pythons: $(addprefix unit-,$(OTHER_PYTHONS))
+
+unit-%: .venv-%/.installed
+	HYPOTHESIS_PROFILE=dev .venv-$*/bin/python -m pytest -q -p no:cacheprovider -n auto tests/unit
 
 # Against the cluster `up` just started, unless SWARMLOG_BOOTSTRAP_SERVERS already points at one.
 # (pytest run by hand with no SWARMLOG_* variables and a Docker engine reachable uses containers
@@ -90,6 +126,18 @@ unit: $(STAMP)
 integration: $(STAMP) tools up
 	if [ -z "$$SWARMLOG_BOOTSTRAP_SERVERS" ]; then eval "$$($(BIN)/swarmlog dev env)"; fi; \
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration
+
+# A slice of the integration suite on another CPython (`make test` runs it on the newest; the whole suite
+# runs on .venv's 3.11, above): the guard refusing on the real broker under each of its hooks, the case
+# study live on Kafka and replayed, the string-hash seed across processes, replay, the Postgres mirror
+# (SIGKILL included), and the wheel built and installed for that Python. A few minutes.
+INTEGRATION_SLICE := tests/integration/test_guard_live.py tests/integration/test_case_study.py \
+	tests/integration/test_hash_seed.py tests/integration/test_replay.py tests/integration/test_sink.py \
+	tests/integration/test_wheel.py
+
+integration-%: .venv-%/.installed tools up
+	if [ -z "$$SWARMLOG_BOOTSTRAP_SERVERS" ]; then eval "$$($(BIN)/swarmlog dev env)"; fi; \
+	.venv-$*/bin/python -m pytest -q -p no:cacheprovider $(INTEGRATION_SLICE)
 
 # The fault suite (tests/faults): each case from a clean topic and database, faults injected with
 # real signals (SIGKILL, SIGSTOP) against real processes of a dev cluster the suite starts for
@@ -101,11 +149,12 @@ faults: $(STAMP)
 faults-slice: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/faults
 
-bench: up
-	$(BIN)/python -m bench.run
+# The guard's benchmark measures every CPython `make test` runs on, in a process of each (bench/guard.py).
+bench: up $(addprefix .venv-,$(addsuffix /.installed,$(OTHER_PYTHONS)))
+	BENCH_PYTHONS="$(OTHER_PYTHONS)" $(BIN)/python -m bench.run
 
 bench-peers: up $(PEERS_STAMP)
 	$(BIN)/python -m bench.peers
 
 clean:
-	rm -rf $(VENV) .tools .pytest_cache
+	rm -rf $(VENV) .venv-* .tools .pytest_cache

@@ -2,8 +2,9 @@
 
 Tests are split by what they need:
 
-* ``tests/unit``: nothing but the package. No Kafka, no Postgres, no external process
-  (``tests/unit/conftest.py`` makes any attempt to reach them fail); seconds in all.
+* ``tests/unit``: nothing but the package. No Kafka, no Postgres, no service
+  (``tests/unit/conftest.py`` makes any attempt to reach them fail); seconds in all (the
+  figure is in CONTRIBUTING.md), with Hypothesis's ``dev`` profile (below).
 * ``tests/integration``: the real Kafka and Postgres (``tests/integration/conftest.py``
   says where they come from); a service that cannot be reached fails the session.
 * ``tests/contract``: behaviour suites that every log backend must pass; ``unit`` runs
@@ -12,13 +13,16 @@ Tests are split by what they need:
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -29,12 +33,41 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 """CI (``CI=true``) has everything a test can need: nothing there may be skipped."""
 
 
+# --- Hypothesis: a few examples a property on a developer's machine, every one in CI ---------------------
+#
+# HYPOTHESIS_PROFILE names the profile; without it, "ci" under CI=true and "dev" otherwise. A property that
+# names its count (`@settings(max_examples=examples(300))`) runs that many under "ci" and a tenth (at least
+# ten) under "dev"; one that names none runs the profile's (100, or 10). Every assertion runs either way:
+# "dev" finds less, quickly, and CI (`bash .ci/run`) still runs them all.
+hypothesis_settings.register_profile("ci", max_examples=100, print_blob=True)
+hypothesis_settings.register_profile("dev", max_examples=10)
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if IN_CI else "dev")
+hypothesis_settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def examples(n: int) -> int:
+    """How many examples a property test that asks for ``n`` runs under the profile loaded."""
+    return n if HYPOTHESIS_PROFILE == "ci" else max(10, n // 10)
+
+
+def exhaustive() -> bool:
+    """Whether a test that enumerates a space (every byte value at every position) goes through all
+    of it ("ci"), or through a sample that keeps its boundaries ("dev")."""
+    return HYPOTHESIS_PROFILE == "ci"
+
+
 def cannot_run_here(reason: str) -> NoReturn:
     """A test this machine cannot run (no compiler for the guard's C hook, no fork): skipped on a
     developer's machine, a failure in CI, where a missing install step must not pass unseen."""
     if IN_CI:
         pytest.fail(f"{reason} (CI=true: nothing is skipped in CI)")
     pytest.skip(reason)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Every module and test is loaded now and lives as long as the session: a full garbage collection
+    (a test's own ``gc.collect()``, CPython's oldest generation) need not walk them each time."""
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")
@@ -62,20 +95,25 @@ def subprocess_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-GUARD_HOOKS = ("native", "python")
-"""The determinism guard's two profile hooks (swarmlog.guard._hook): the C one and the Python one."""
+GUARD_HOOKS = ("native", "python") if sys.version_info < (3, 12) else ("native", "python", "python-profile")
+"""The determinism guard's hooks (swarmlog.guard._hook) a process can get on this Python: the C one and the
+Python one, through the API this version uses (a profile function on 3.11, sys.monitoring from 3.12); from
+3.12 also the Python one as a profile function, which the guard falls back to when no sys.monitoring tool
+id is free."""
 
 
 @pytest.fixture(params=GUARD_HOOKS)
 def guard_hook(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The test runs once under each of the guard's profile hooks (the native one is skipped where
-    it is not built; tests/unit/test_guard_native.py fails if a compiler was there to build it)."""
+    """The test runs once under each of the guard's hooks (the native one is skipped where it is not
+    built; tests/unit/test_guard_native.py fails if a compiler was there to build it)."""
     from swarmlog.guard import _hook
 
-    if request.param == "native" and _hook._native is None:
+    native = request.param == "native"
+    if native and _hook._native is None:
         cannot_run_here(_hook._NOT_BUILT)
+    api = _hook.PROFILE if request.param == "python-profile" else _hook._API
     before = _hook.hook_in_use()
-    _hook._select(_hook.GuardHook(native=request.param == "native", why=f"tests: {request.param}"))
+    _hook._select(_hook.GuardHook(native=native, why=f"tests: {request.param}", api=api))
     try:
         yield request.param
     finally:

@@ -275,3 +275,59 @@ class LogContract:
     def test_a_copy_is_never_written_into_a_topic_that_exists(self, backend, log_topic):
         with pytest.raises(TopicExists):
             backend.create_copy(log_topic, iter(()))
+
+    # -- knowing when nothing is left to do (LogBackend.settle, wait_for_append, AgentChannel.wake) ---
+
+    def test_a_log_that_says_it_settled_is_right_and_one_that_cannot_tell_says_so_at_once(self, backend, log_topic):
+        import threading
+
+        if backend.settle(log_topic, [], 0) is None:  # Kafka: other processes append; nothing to wait on
+            started = time.monotonic()
+            assert backend.settle(log_topic, [], 5) is None and backend.wait_for_append(log_topic, 0, 5) is None
+            assert time.monotonic() - started < 1
+            return
+        append(backend, log_topic, b"a")
+        channel = backend.agent_channel(log_topic, "agent-a")
+        try:
+            channel.fence()
+            channel.start(lambda: 0)
+            assert backend.settle(log_topic, [channel], 0.05) is False  # it has not read to the end
+            assert channel.poll(10, 0)[0]  # now it has; but it is not waiting for more
+            assert backend.settle(log_topic, [channel], 0.05) is False
+            polled: list[Any] = []
+            waiter = threading.Thread(target=lambda: polled.append(channel.poll(10, 30)))
+            waiter.start()
+            assert backend.settle(log_topic, [channel], 10) is True  # waiting at the end: nothing left
+            other = backend.agent_channel(log_topic, "agent-b")
+            try:
+                other.fence()
+                other.begin()
+                other.send(b"in-txn", b"agent-b", [])
+                assert backend.settle(log_topic, [channel], 0.05) is False  # a transaction is open
+                other.commit(None)
+            finally:
+                other.close()
+            waiter.join(10)  # the log changed: the poll returned
+            assert not waiter.is_alive()
+            got = values(polled[0][0]) or values(channel.poll(10, 0)[0])
+            assert got == [b"in-txn"]
+            started = time.monotonic()
+            channel.wake()  # stopping: the next poll at the end returns at once
+            msgs, end = channel.poll(10, 30)
+            assert msgs == [] and end == backend.watermarks(log_topic)[1] and time.monotonic() - started < 5
+        finally:
+            channel.close()
+
+    def test_waiting_for_an_append_ends_with_it(self, backend, log_topic):
+        import threading
+
+        end = backend.watermarks(log_topic)[1]
+        if backend.wait_for_append(log_topic, end, 0) is None:
+            return  # Kafka: a reader polls instead (the test above checks it answers at once)
+        assert backend.wait_for_append(log_topic, end, 0.05) is False
+        later = threading.Timer(0.1, lambda: append(backend, log_topic, b"x"))
+        later.start()
+        try:
+            assert backend.wait_for_append(log_topic, end, 30) is True
+        finally:
+            later.join()

@@ -2,7 +2,7 @@
 refused in a live handler of an agent running on Kafka, as tests/unit/test_guard_table.py refuses
 every row on the in-memory log — the same runtime, with Kafka's clients, transactions and threads
 in the process (their own calls must stay allowed while the handler's are refused); under each of
-the guard's profile hooks (the C one and the Python one)."""
+the guard's hooks this CPython offers (tests/conftest.py GUARD_HOOKS)."""
 
 from __future__ import annotations
 

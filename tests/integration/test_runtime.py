@@ -282,13 +282,13 @@ def test_a_swarm_is_not_quiet_while_an_agent_holds_an_open_transaction(settings,
     caught_up.set()
     worker = SimpleNamespace(core=SimpleNamespace(next_wall_due_ms=lambda: None), caught_up=caught_up,
                              eof_at=end, in_transaction=True)
-    watcher = _QuietWatcher(KafkaBackend(settings), settings.topic)
+    watcher = _QuietWatcher(KafkaBackend(settings), settings.topic, [worker])  # type: ignore[list-item]
+    stop = threading.Event()
     deadline = time.monotonic() + 1.5
     while time.monotonic() < deadline:
-        assert not watcher.quiet(0.2, [worker]), "quiet while a transaction is open"
-        time.sleep(0.05)
+        assert not watcher.quiet(0.2, stop), "quiet while a transaction is open"  # each look waits 0.2 s
     worker.in_transaction = False
-    assert watcher.quiet(0.2, [worker])
+    assert watcher.quiet(0.2, stop)
 
 
 def test_an_agent_stopped_mid_step_commits_past_its_last_marker_and_shows_lag_0(settings, registry):

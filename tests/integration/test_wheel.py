@@ -30,8 +30,8 @@ from ..conftest import REPO
 LIBRDKAFKA_MARKS = ("|FAIL|", "|GETPID|", "%3|", "%4|", "%7|")
 # Built files (*.so: the C modules, built in place by the editable install) stay behind: the
 # wheel must carry what its own build made.
-_NOT_SOURCES = shutil.ignore_patterns(".venv", ".git", ".tools", "build", "dist", "*.egg-info", "__pycache__",
-                                      ".pytest_cache", ".hypothesis", "bench", "tests", "*.so")
+_NOT_SOURCES = shutil.ignore_patterns(".venv", ".venv-*", ".git", ".tools", "build", "dist", "*.egg-info",
+                                      "__pycache__", ".pytest_cache", ".hypothesis", "bench", "tests", "*.so")
 _NATIVE_HOOK = f"swarmlog/guard/_native{sysconfig.get_config_var('EXT_SUFFIX')}"
 _NATIVE_ROUTE = f"swarmlog/schema/_route{sysconfig.get_config_var('EXT_SUFFIX')}"
 _NATIVE_AVRO = f"swarmlog/schema/_avro_native{sysconfig.get_config_var('EXT_SUFFIX')}"

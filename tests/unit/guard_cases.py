@@ -372,6 +372,14 @@ def _setprofile(env: Env) -> None:
     sys.setprofile(sys.getprofile())
 
 
+def _test_tool() -> int:
+    """A sys.monitoring tool id of the tests' own (3.12+): the optimizer's, which CPython leaves free."""
+    mon = sys.monitoring  # type: ignore[attr-defined]
+    if mon.get_tool(5) is None:
+        mon.use_tool_id(5, "swarmlog guard tests")
+    return 5
+
+
 def _umask(env: Env) -> None:
     os.umask(env.umask)
 
@@ -625,6 +633,10 @@ REFUSED: dict[str, Case] = {
     "inspect.stack()": lambda env: inspect.stack(0),
     "inspect.getouterframes()": lambda env: inspect.getouterframes(sys._getframe(), 0),
     "sys.setprofile()": _setprofile,
+    "sys.monitoring.set_events()": lambda env: sys.monitoring.set_events(_test_tool(), 0),  # type: ignore[attr-defined]
+    "sys.monitoring.register_callback()": lambda env: sys.monitoring.register_callback(  # type: ignore[attr-defined]
+        _test_tool(), sys.monitoring.events.CALL, None),  # type: ignore[attr-defined]
+    "sys.monitoring.free_tool_id()": lambda env: sys.monitoring.free_tool_id(_test_tool()),  # type: ignore[attr-defined]
     "logging.makeLogRecord()": lambda env: logging.makeLogRecord({}).created,
     "importlib.reload()": lambda env: importlib.reload(env.reloaded),
     "os.cpu_count()": lambda env: os.cpu_count(),

@@ -23,6 +23,7 @@ from swarmlog.schema._avro_writer import (
 )
 from swarmlog.schema.codec import Decoder, Encoder, _payload_parsed
 
+from ..conftest import examples
 from .avro_cases import EVERY_VERSION, IDS, INT32, INT64, REGISTRY
 from .avro_cases import fastavro_bytes as _fastavro
 from .avro_cases import same as _same
@@ -42,7 +43,7 @@ def test_every_schema_in_schemas_is_compiled_not_left_to_fastavro():
 
 
 @pytest.mark.parametrize("schema", EVERY_VERSION, ids=IDS)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_compiled_writer_writes_fastavros_bytes_for_every_valid_payload(schema, data):
     parsed = _payload_parsed(schema)
@@ -58,7 +59,7 @@ def test_compiled_writer_writes_fastavros_bytes_for_every_valid_payload(schema, 
 
 
 @pytest.mark.parametrize("schema", EVERY_VERSION, ids=IDS)
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(data=st.data())
 def test_encoder_writes_the_whole_records_bytes_and_decodes_to_the_payload(schema, data):
     parsed = _payload_parsed(schema)
@@ -104,7 +105,7 @@ KITCHEN = fastavro.parse_schema({
 }, named_schemas={})
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_compiled_writer_writes_fastavros_bytes_for_every_covered_construct(data):
     datum = data.draw(_strategy(KITCHEN, {}))
@@ -131,7 +132,7 @@ KITCHEN_DATUM = {"s": "s", "b": b"b", "i": 1, "l": -1, "f": 0.5, "d": -0.0, "t":
 
 
 @pytest.mark.parametrize("field", [f["name"] for f in KITCHEN["fields"]])
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=ANYTHING)
 def test_never_bytes_fastavro_would_not_write_and_an_error_where_it_raises(field, value):
     """Any value in any field, valid or not: our bytes are fastavro's, or we raise; where

@@ -33,6 +33,8 @@ from swarmlog.schema.compat import (
     reader_incompatibilities,
 )
 
+from ..conftest import examples
+
 
 def record(*fields: dict[str, Any], name: str = "Payload", **extra: Any) -> dict[str, Any]:
     return {"type": "record", "name": name, "namespace": "test", "fields": list(fields), **extra}
@@ -588,7 +590,7 @@ def _schema_pairs(draw) -> tuple[dict, dict]:
     return {**writer, **namespace}, {**reader, **namespace}
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_schema_pairs())
 def test_data_written_by_a_compatible_writer_is_readable(pair):
     writer, reader = pair
@@ -604,7 +606,7 @@ def _always_reached(inc: Incompatibility) -> bool:
     return not any(s in ("items", "values") or s.isdigit() for s in segments)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_schema_pairs())
 def test_a_single_reported_incompatibility_is_a_real_read_failure(pair):
     # No false alarms: when the checker reports exactly one problem, at a place every

@@ -12,6 +12,8 @@ from swarmlog.log.memory import MemoryMessage
 from swarmlog.log.protocol import H_AGENT, H_TO
 from swarmlog.schema.codec import Decoder, Encoder
 
+from ..conftest import examples
+
 names = st.text(min_size=1, max_size=90)  # past 63 bytes a string's length takes two bytes
 causes = st.lists(st.integers(min_value=-(2 ** 63), max_value=2 ** 63 - 1), max_size=5)
 
@@ -46,7 +48,7 @@ WRITERS = [  # (type, version, payload): the newest, one resolved by Avro alone,
 
 
 @pytest.mark.parametrize(("event_type", "version", "payload"), WRITERS)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(event_id=names, run=names, agent=names, to=st.none() | names, cs=causes)
 def test_decode_fields_gives_what_decode_checked_gives(registry, event_type, version, payload, event_id, run, agent,
                                                        to, cs):

@@ -19,7 +19,7 @@ from swarmlog.schema import _avro_writer, codec
 from swarmlog.schema._avro_writer import Unsupported, avro_long, avro_string, compile_writer, native_program
 from swarmlog.schema.codec import Encoder, _payload_parsed
 
-from ..conftest import cannot_run_here
+from ..conftest import cannot_run_here, examples
 from .avro_cases import EVERY_VERSION, IDS, REGISTRY, fastavro_bytes
 from .avro_cases import strategy as _strategy
 
@@ -52,7 +52,7 @@ def test_every_schema_in_schemas_is_written_in_c() -> None:
 
 
 @pytest.mark.parametrize("schema", EVERY_VERSION, ids=IDS)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), causes=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=3),
        names=st.tuples(st.text(max_size=70), st.text(max_size=3), st.text(max_size=3), st.none() | st.text(max_size=3)))
 def test_c_writes_the_python_paths_bytes_for_every_valid_payload(schema, data, causes, names) -> None:
@@ -139,7 +139,7 @@ def test_the_all_datum_is_written_as_the_python_path_and_fastavro_write_it() -> 
     assert ours.endswith(fastavro_bytes(ALL, DATUM))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_c_writes_fastavros_bytes_for_every_valid_datum_of_every_form(data) -> None:
     datum = data.draw(_strategy(ALL, {}))
@@ -150,7 +150,7 @@ def test_c_writes_fastavros_bytes_for_every_valid_datum_of_every_form(data) -> N
 
 
 @pytest.mark.parametrize("field", [f["name"] for f in ALL["fields"]])
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=ODD)
 def test_anything_in_any_field_has_the_python_paths_outcome(field, value) -> None:
     c, python = _encoders(ALL)
@@ -187,7 +187,12 @@ EDGES = [  # (field, value): bounds, near-misses of a type, subclasses; C writes
 ]
 
 
-@pytest.mark.parametrize(("field", "value"), EDGES, ids=[f"{f}={v!r}"[:40] for f, v in EDGES])
+def _edge_id(field: str, value: object) -> str:
+    shown = f"memoryview({bytes(value)!r})" if isinstance(value, memoryview) else repr(value)  # no address
+    return f"{field}={shown}"[:40]
+
+
+@pytest.mark.parametrize(("field", "value"), EDGES, ids=[_edge_id(f, v) for f, v in EDGES])
 def test_each_edge_has_the_python_paths_outcome(field, value) -> None:
     c, python = _encoders(ALL)
     datum = {**DATUM, field: value}
@@ -208,7 +213,7 @@ def test_each_envelope_edge_has_the_python_paths_outcome(part, value) -> None:
     assert _outcome(enc.encode_event, *call) == _outcome(enc._encode_event, *call)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event_id=ODD, agent=ODD, to=ODD, causes=ODD)
 def test_anything_in_the_envelope_has_the_python_paths_outcome(event_id, agent, to, causes) -> None:
     enc = Encoder(REGISTRY.latest("agent.message"))

@@ -21,6 +21,8 @@ from swarmlog.runtime._index import OwnIndex
 from swarmlog.runtime._worker import _LiveSink
 from swarmlog.schema.codec import Decoder, Encoder
 
+from ..conftest import examples
+
 
 class _Channel:
     """Takes the live sink's sends, to be read back as the log would serve them."""
@@ -115,7 +117,7 @@ def test_the_live_route_goes_by_the_envelope_whatever_a_header_says(registry):
 _names = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=80)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(event_id=_names, agent=_names, to=st.none() | _names, step=st.none() | st.integers(0, 2**62))
 def test_the_envelope_route_is_the_checked_route_without_the_step(registry, event_id, agent, to, step):
     enc = Encoder(registry.latest(MESSAGE))

@@ -10,14 +10,13 @@ method of the handler's own types can run unguarded. The hook is back on for the
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
 import pytest
 
 from swarmlog import Agent, on_message
-from swarmlog.guard import ForbiddenCall
+from swarmlog.guard import ForbiddenCall, _hook
 from swarmlog.log.memory import MemoryMessage
 from swarmlog.log.protocol import H_TO, H_TYPE, MESSAGE
 from swarmlog.runtime._core import AgentCore
@@ -59,7 +58,7 @@ class _Channel:
         pass
 
     def send(self, value: bytes, key: bytes | None, headers: list[tuple[str, bytes]]) -> None:
-        self.hooked_at_send.append(sys.getprofile() is not None)
+        self.hooked_at_send.append(_hook.getprofile() is not None)
         self.sent.append((value, list(headers)))
 
 

@@ -89,13 +89,53 @@ def test_the_c_modules_are_optional_extensions_built_from_their_sources():
          "depends": ["platform/swarmlog/schema/_avro_binary.h"], "optional": True},
     ]
     makefile = re.sub(r"\\\n\s*", " ", (REPO / "Makefile").read_text())  # continued lines joined
-    stamp = re.search(r"^\$\(STAMP\): pyproject\.toml (.*)$", makefile, re.MULTILINE)
-    assert stamp is not None
+    listed = re.search(r"^C_SOURCES := (.*)$", makefile, re.MULTILINE)
+    assert listed is not None
+    for venv in (r"\$\(STAMP\)", r"\.venv-%/\.installed"):  # 3.11's venv, and each other CPython's
+        assert re.search(rf"^{venv}: pyproject\.toml \$\(C_SOURCES\)$", makefile, re.MULTILINE), venv
     for ext in exts:
         source = REPO / ext["sources"][0]
         assert source.is_file() and source.with_suffix(".pyi").is_file()
         for needed in ext["sources"] + ext.get("depends", []):
-            assert needed in stamp.group(1).split()  # an edit rebuilds it
+            assert needed in listed.group(1).split()  # an edit rebuilds it in every venv
+
+
+def test_the_pythons_pyproject_claims_are_the_ones_make_test_runs_on():
+    # requires-python and the classifiers name exactly the CPythons `make test` runs the unit suite on
+    # (.venv's, the oldest, and a venv per other one), with no gap and nothing newer claimed.
+    makefile = (REPO / "Makefile").read_text()
+    oldest = re.search(r"^OLDEST_PYTHON := (\S+)$", makefile, re.MULTILINE)
+    others = re.search(r"^OTHER_PYTHONS := (.+)$", makefile, re.MULTILINE)
+    assert oldest is not None and others is not None
+    tested = [oldest.group(1), *others.group(1).split()]
+    minors = [int(v.split(".")[1]) for v in tested]
+    assert all(v.startswith("3.") for v in tested) and minors == list(range(minors[0], minors[-1] + 1))
+    assert re.search(r"^test: .*\bunit unit-pythons\b.*\bintegration-\$\(NEWEST_PYTHON\)", makefile, re.MULTILINE)
+    project = PYPROJECT["project"]
+    assert project["requires-python"] == f">={tested[0]},<3.{minors[-1] + 1}"
+    claimed = [c.rsplit(" :: ", 1)[1] for c in project["classifiers"]
+               if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    assert claimed == tested
+    assert "Programming Language :: Python :: Implementation :: CPython" in project["classifiers"]
+    assert PYPROJECT["tool"]["ruff"]["target-version"] == f"py{tested[0].replace('.', '')}"
+    assert PYPROJECT["tool"]["mypy"]["python_version"] == tested[0]
+
+
+def test_make_finds_each_cpython_it_tests_on_or_says_how_to_install_one():
+    import subprocess
+    import sys
+
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    found = subprocess.run(["bash", str(REPO / "tests" / "find-python.sh"), here], capture_output=True, text=True,
+                           timeout=60)
+    assert found.returncode == 0, found.stderr
+    version = subprocess.run([found.stdout.strip(), "-c", "import sys; print(sys.version_info[:2])"],
+                             capture_output=True, text=True, timeout=60)
+    assert version.stdout.strip() == str(sys.version_info[:2])
+    missing = subprocess.run(["bash", str(REPO / "tests" / "find-python.sh"), "3.1"], capture_output=True,
+                             text=True, timeout=60)
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert "no CPython 3.1 on this machine" in missing.stderr and "pyenv install 3.1" in missing.stderr
 
 
 def test_the_builtin_schemas_are_found_through_importlib_resources_not_the_repo_layout():

@@ -22,6 +22,8 @@ from swarmlog.replaying.causality import check_causality
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.schema.codec import Decoder, Encoder
 
+from ..conftest import examples
+
 
 def _message(registry, *, headers=None, agent="alice", to="bob", event_id="alice@7#0", offset=42,
              event_type="agent.message"):
@@ -94,7 +96,7 @@ def test_a_truncated_envelope_is_not_read_past_its_end(registry):
 _names = st.text(min_size=0, max_size=80)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(event_id=_names, agent=_names, to=st.none() | _names, run=_names)
 def test_the_hand_read_envelope_route_equals_the_decoded_one(registry, event_id, agent, to, run):
     enc = Encoder(registry.latest("agent.message"))

@@ -28,6 +28,8 @@ from swarmlog.errors import InvalidSetting
 from swarmlog.redaction import SecretStr
 from swarmlog.settings import _VARIABLES, Settings, _by_pydantic, _env_values, _plain, _pydantic_settings
 
+from ..conftest import examples
+
 _DIGITS = "0123456789"
 _INTS = st.one_of(st.integers(-(10**20), 10**20).map(str), st.text(alphabet=_DIGITS + "-+_ .e", max_size=6),
                   st.integers(-(10**20), 10**20), st.booleans(), st.floats(allow_nan=False, width=16))
@@ -87,7 +89,7 @@ def _shown(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: one(v) for k, v in fields.items()}
 
 
-@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(800), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(_NEAR, _VALUES))
 def test_what_settings_read_without_pydantic_is_what_pydantic_reads(values):
     plain = _plain(values)

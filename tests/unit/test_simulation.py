@@ -31,6 +31,8 @@ from swarmlog.testing import (
 )
 from swarmlog.testing._simulator import EPOCH_MS
 
+from ..conftest import examples
+
 
 def _case(swarm: Swarm = case_study.buggy, **kw: Any) -> Simulator:
     return Simulator(swarm, effects=case_study.MODELS, end_state=case_study.finished,
@@ -139,9 +141,10 @@ def test_exploration_finds_the_case_study_deadlock_by_itself_and_shrinks_it_to_o
 
 @pytest.mark.slow
 def test_the_fixed_reviewer_survives_every_schedule_crashes_included():
-    found = _case(case_study.fixed, crashes=2).explore(max_examples=1000)
+    n = examples(1000)  # a survival: every example counts, so as many as the profile runs
+    found = _case(case_study.fixed, crashes=2).explore(max_examples=n)
     print(f"\ncase study (fixed reviewer), Hypothesis: {found}")
-    assert found.failure is None and found.examples >= 1000 and found.distinct >= 1000
+    assert found.failure is None and found.examples >= n and found.distinct >= n
     every = _case(case_study.fixed, crashes=1).exhaust()
     print(f"case study (fixed reviewer), exhaustive: {every}")
     assert every.complete and every.failure is None and every.examples > 300
@@ -168,7 +171,7 @@ def test_exploration_finds_two_workers_claiming_the_same_task_and_shrinks_it():
 def test_a_hypothesis_property_over_schedules_is_a_few_lines():
     sim = _claims(claims.fixed)
 
-    @settings(max_examples=50, deadline=None, database=None)
+    @settings(max_examples=examples(50), deadline=None, database=None)
     @given(schedules())
     def the_board_never_gives_a_task_twice(schedule):
         sim.run(schedule).check()
@@ -177,7 +180,7 @@ def test_a_hypothesis_property_over_schedules_is_a_few_lines():
 
     buggy = _claims()
 
-    @settings(max_examples=200, deadline=None, database=None)
+    @settings(max_examples=200, deadline=None, database=None)  # a search: it stops at the first failure
     @given(schedules())
     def the_buggy_board_does(schedule):
         buggy.run(schedule).check()

@@ -12,6 +12,8 @@ from swarmlog.log.protocol import STATE_DIGEST, parse_step, state_digest_id, sto
 from swarmlog.runtime import diff_states
 from swarmlog.runtime._digests import DigestRecord, DigestRecorder, RecordedDigests, state_digest
 
+from ..conftest import examples
+
 
 def test_the_state_digest_is_the_state_hash_of_tokens_and_results():
     state = {"b": [1, 2], "a": {"x": None}, "s": {"q", "p"}}
@@ -88,7 +90,7 @@ _json_values = st.recursive(
     max_leaves=20)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_json_values)
 def test_the_fast_canonical_encoder_writes_exactly_the_reference_encoding(value):
     assert canonical(value) == _reference_encode(value)

@@ -154,7 +154,8 @@ def test_state_digests_are_folded_on_the_way_never_current(long_log, registry):
     stops = offsets(long_log)
     assert len(stops) < len(every)  # the live run recorded digests: there is something to skip
     session = session_of(long_log, registry)
-    with Stepper(session=session) as st:
+    # Checkpoints close together: the way back crosses many of them, each step refolding a few messages.
+    with Stepper(session=session, checkpoint_every=25) as st:
         seen = []
         while st.forward():
             seen.append(st.current.offset)

@@ -245,16 +245,18 @@ class StepLoop(base_events.BaseEventLoop):
         the handler's thread under its guard, rather than wherever the garbage collector would."""
         for t in self._tasks:
             t._log_destroy_pending = False  # type: ignore[attr-defined]
-            if t is not main and not t.done():
+            coro = t.get_coro()  # None from 3.12 for a task that ran eagerly to its end
+            if t is not main and not t.done() and coro is not None:
                 try:
-                    t.get_coro().close()
+                    coro.close()
                 except BaseException as exc:  # a finally block that awaits, or raises: the step failed anyway
                     logger.debug("agent %s: closing task %s of an abandoned step: %r", self.ctx.agent,
                                  t.get_name(), exc)
-        if isinstance(main, asyncio.Task) and not main.done():
+        main_coro = main.get_coro() if isinstance(main, asyncio.Task) else None
+        if isinstance(main, asyncio.Task) and not main.done() and main_coro is not None:
             main._log_destroy_pending = False  # type: ignore[attr-defined]
             try:
-                main.get_coro().close()
+                main_coro.close()
             except BaseException as exc:
                 logger.debug("agent %s: closing an abandoned step's coroutine: %r", self.ctx.agent, exc)
         self._ready.clear()

@@ -16,9 +16,12 @@ I/O (``ctx.effect``, ``ctx.llm``) inside :func:`allowed`::
 
 How it works, and why this way
 ------------------------------
-A per-thread profile hook (``sys.setprofile``), installed only while a handler runs, sees every
-call into a C function (the ``c_call`` event, with the function object) and every Python
-function starting (the ``call`` event, with its frame). It matches *objects*: the C function
+A per-thread hook, installed only while a handler runs, sees every call into a C function (with
+the function object) and every Python function starting (with its frame). On CPython 3.11 it is a
+profile function (``sys.setprofile``: the ``c_call`` and ``call`` events); on 3.12 and later the
+interpreter's monitoring API (PEP 669, ``sys.monitoring``: the ``CALL`` and ``PY_START`` events),
+under a tool id of its own, which costs less there (:mod:`swarmlog.guard._monitoring` says why,
+bench/README.md has the figures). It matches *objects*: the C function
 (``time.time``, ``os.urandom``, the bound methods of ``random``'s hidden module-level
 ``Random``), the C method on any instance (``socket.socket.connect``), or the code object of a
 Python function (``uuid.uuid4``, ``os.environ.get``, ``threading.Thread.start``). Matching the
@@ -39,22 +42,25 @@ own timing behind ``ctx.http()``, a debugger setting itself up. Each has a narro
 (:mod:`swarmlog.guard._exemptions`), tested on both sides; no module is exempt as a whole.
 
 The hook's common path — a C call to a function known to be harmless, a Python function whose
-name no row has, every return — is a C profile function where swarmlog was built with a compiler
-(:mod:`swarmlog.guard._native`, CPython 3.11); it hands every other event to the Python hook, which
-keeps every rule and cache. :func:`hook_in_use` says which one this process installs
-(``SWARMLOG_GUARD_HOOK=python`` asks for the Python one).
+name no row has, every return — is in C where swarmlog was built with a compiler
+(:mod:`swarmlog.guard._native`, CPython 3.11 to 3.13); it hands every other event to the Python
+hook, which keeps every rule and cache. :func:`hook_in_use` says which one this process installs,
+through which API (``SWARMLOG_GUARD_HOOK=python`` asks for the Python one).
 
-``sys.setprofile`` affects only the calling thread, so a timer thread or a Kafka client's
-callback thread keeps working while a handler runs; outside handlers no hook is installed and
-nothing costs anything. An audit hook (``sys.addaudithook``) was not used: it can never be
-removed, it runs on every audited event of every thread, it has no events for the clock or
-``random``, and its ``open`` event also fires for ``import``.
+The hook is per thread, so a timer thread or a Kafka client's callback thread keeps working while
+a handler runs. A profile function is installed only while a handler runs, and outside handlers
+nothing costs anything; sys.monitoring's events are the process's, on from the first handler on,
+and a thread with no hook pays one C call per call for them (bench/README.md). An audit hook
+(``sys.addaudithook``) was not used: it can never be removed, it runs on every audited event of
+every thread, it has no events for the clock or ``random``, and its ``open`` event also fires
+for ``import``.
 
-A profile hook that raises is uninstalled by CPython. A handler that swallows the
-:class:`ForbiddenCall` (``except Exception: pass``) must not run unguarded afterwards, so before
-raising the hook arms a one-shot trace function on the stack's frames that reinstalls it at the
-next line, exception or call; and the guard remembers the violation and raises it again when the
-handler returns normally, so a swallowed violation still fails the handler.
+A handler that swallows the :class:`ForbiddenCall` (``except Exception: pass``) must not run
+unguarded afterwards. A profile function that raises is uninstalled by CPython, so before raising
+the hook arms a one-shot trace function on the stack's frames that reinstalls it at the next line,
+exception or call (a sys.monitoring callback that raises stays in place). And the guard remembers
+the violation and raises it again when the handler returns normally, so a swallowed violation still
+fails the handler.
 
 What no hook can see — a C extension's own reads, C code calling a refused C function
 (``functools.partial(time.time)()``), ``id()`` values, values that reach a handler without a

@@ -152,7 +152,9 @@ def _resolve_setup() -> None:
     for path in list(_unresolved):
         module, _, qualname = path.partition(":")
         found: object = sys.modules.get(module)
-        if found is None:
+        # Not imported, or still running its top-level code (first imported inside a handler: the import's
+        # own calls come here before the function exists): look again on a later rare path.
+        if found is None or getattr(getattr(found, "__spec__", None), "_initializing", False):
             continue
         _unresolved.remove(path)
         for name in qualname.split("."):

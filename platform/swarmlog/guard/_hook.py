@@ -11,11 +11,13 @@ CPython uninstalls a profile function that raises. Until the next line, exceptio
 reinstalls it, a one-shot trace function stands in (see :mod:`swarmlog.guard`). A frame's own
 trace function (a debugger's, coverage's) is wrapped, not replaced, and gets its event.
 
-Where it is built, the common path runs in C (:mod:`swarmlog.guard._native`, below): a profile
-function that answers the common events itself from the same tables and hands every other one
-to :func:`hook`, as CPython hands every event to a Python profile function. Either way
-:func:`install` puts the guard in place, ``sys.getprofile()`` returns :func:`hook`, and
-:func:`uninstall` (``sys.setprofile(None)``) takes it away.
+Where it is built, the common path runs in C (:mod:`swarmlog.guard._native`, below): it answers
+the common events itself from the same tables and hands every other one to :func:`hook`, as
+CPython hands every event to a Python profile function. The events come through one of two APIs
+(below): a profile function (``sys.setprofile``) on CPython 3.11, sys.monitoring on 3.12 and later
+(:mod:`swarmlog.guard._monitoring`), which hands them over in a profile function's shape. Either
+way :func:`install` puts the guard in place on this thread, :func:`getprofile` returns
+:func:`hook` while it is there, and :func:`uninstall` takes it away.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ import sys
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InvalidSetting
+from . import _monitoring
 from ._callsite import CallSite
 from ._exemptions import EXCEPTION_TEXT, LOG, MESSAGE, calling_library, exemption
 from ._rules import (
@@ -47,15 +51,21 @@ from ._state import ThreadState, innermost_guard, thread_state
 from .errors import ForbiddenCall
 from .table import Row
 
-__all__ = ["GuardHook", "HOOK_ENV", "apply", "hook", "hook_in_use", "install", "setprofile", "uninstall"]
+__all__ = ["GuardHook", "HOOK_ENV", "apply", "getprofile", "hook", "hook_in_use", "install", "setprofile",
+           "uninstall"]
 
 _PACKAGE = __name__.rpartition(".")[0]
-setprofile = sys.setprofile
-getprofile = sys.getprofile
-# The guard switches its hook off through a C callable that is no C function: calling it is no
-# profile event, so the hook does not see the guard's own sys.setprofile(None) (it would only
-# excuse it, at a cost twice a step: leaving the handler and entering allowed()).
-uninstall = functools.partial(setprofile, None)
+# This thread's hook: set, read, installed and taken away through the API in use (`_select`, below):
+# sys.setprofile and sys.getprofile for a profile function, the guard's own per-thread slot under
+# sys.monitoring. The guard switches its hook off through a C callable that is no C function: under
+# a profile function calling it is no event, so the hook does not see the guard's own
+# setprofile(None) (it would only excuse it, at a cost twice a step: leaving the handler and
+# entering allowed()).
+setprofile: Callable[[Any], object]
+getprofile: Callable[[], object]
+install: Callable[[], object]
+uninstall: Callable[[], object]
+_rearms = True  # a hook that raises is uninstalled (a profile function): re-arm it (below)
 # Bound once, called by name: CPython 3.11 compiles `IMPORTED_NAME.get(x)` as an attribute load
 # (it takes an imported name for a module), which builds a bound method on every call.
 _by_type_get = BY_TYPE.get
@@ -188,7 +198,8 @@ def _violation(row: Row, caller: types.FrameType | None, innermost: types.FrameT
     for scope in st.stack:
         if scope.guards and scope.violation is None:
             scope.violation = exc
-    _arm_rearm(st, caller or innermost)
+    if _rearms:
+        _arm_rearm(st, caller or innermost)
     raise exc
 
 
@@ -233,7 +244,17 @@ class _Scope(tuple):
 _LOGGER_CALL: Entries = _Scope()
 _LOG_CODE = LOG
 _MESSAGE_CODE, _EXCEPTION_TEXT_CODE = MESSAGE, EXCEPTION_TEXT
-_GUARD_ENTER_CODE: types.CodeType | None = None  # set by _scope (it imports this module)
+_GUARD_ENTER_CODE: types.CodeType | None = None  # set by _scope (it imports this module): watch_guard_entry
+# The functions whose start a Logger call's hook watches though no row names them: under
+# sys.monitoring their start is never disabled (the C callbacks read this list, in place).
+_WATCHED_STARTS: list[types.CodeType] = [_MESSAGE_CODE, _EXCEPTION_TEXT_CODE]
+
+
+def watch_guard_entry(code: types.CodeType) -> None:
+    """``guarded.__enter__``'s code: a guard entered inside a Logger call takes the full hook back."""
+    global _GUARD_ENTER_CODE
+    _GUARD_ENTER_CODE = code
+    _WATCHED_STARTS.append(code)
 
 
 def _enter_logger_call(top: types.FrameType) -> None:
@@ -261,7 +282,7 @@ def _render(st: ThreadState, at: types.FrameType, resume: object) -> None:
     def rendering(frame: types.FrameType, event: str, arg: object) -> None:
         if event == "return" and frame is at:
             st.scope_hooks = (resume,)
-            setprofile(resume)  # type: ignore[arg-type]
+            setprofile(resume)
             return
         hook(frame, event, arg)
 
@@ -337,77 +358,122 @@ def _rearm_global(frame: types.FrameType, event: str, arg: object) -> object:
     return None
 
 
-# --- which profile function a guard installs: the C one, or `hook` itself ---------------------
+# --- which hook a guard installs, through which API ------------------------------------------
 #
-# Decided once, at import, for the whole process: the C profile function where it is built (on
-# CPython 3.11, with a compiler at install time), else `hook` as a Python profile function.
-# SWARMLOG_GUARD_HOOK=python asks for the Python one (to compare them, or to rule the C one out);
-# =native insists on the C one (an error where it is not built). Read here, not in
-# swarmlog.settings: the guard is chosen when it is imported, before any Settings exists, and for
-# every caller of `guarded()` (library callers pass no Settings), as the interpreter's hash seed
-# is read by swarmlog.runtime.interpreter.
+# Decided once, at import, for the whole process: the C hook where it is built (with a compiler at
+# install time), else `hook` itself; on CPython 3.11 as a profile function, on 3.12 and later
+# through sys.monitoring (a profile function there costs more: bench/guard.py measures both, and
+# bench/README.md has the figures), unless no sys.monitoring tool id is free. SWARMLOG_GUARD_HOOK=python
+# asks for the Python hook (to compare them, or to rule the C one out); =native insists on the C one
+# (an error where it is not built). Read here, not in swarmlog.settings: the guard is chosen when it
+# is imported, before any Settings exists, and for every caller of `guarded()` (library callers
+# pass no Settings), as the interpreter's hash seed is read by swarmlog.runtime.interpreter.
 
 HOOK_ENV = "SWARMLOG_GUARD_HOOK"
-
-
-@dataclass(frozen=True, slots=True)
-class GuardHook:
-    """Which profile function a guard installs in this process (``native``: the C one), and why."""
-
-    native: bool
-    why: str
-
-    def __str__(self) -> str:
-        return f"{'native' if self.native else 'Python'} profile hook ({self.why})"
-
+PROFILE, MONITORING = "profile", "monitoring"
 
 try:
     from . import _native
-except ImportError as exc:  # not built here: no compiler at install time, or not CPython 3.11
+except ImportError as exc:  # not built here: no compiler at install time, or not CPython 3.11+
     _native = None  # type: ignore[assignment]
     _NOT_BUILT = (f"{_PACKAGE}._native is not built: swarmlog was installed where it could not be compiled"
                   if importlib.util.find_spec(f"{_PACKAGE}._native") is None
                   else f"{_PACKAGE}._native does not load: {exc}")
 else:
-    _native.bind(hook, _functions, BY_TYPE, CODES)
     _NOT_BUILT = ""
 
+_TOOL = _monitoring.claim()
+_API = MONITORING if _TOOL is not None else PROFILE
+_API_WHY = (f"sys.monitoring tool {_TOOL}" if _TOOL is not None else
+            "" if not _monitoring.AVAILABLE else
+            f"sys.setprofile: no sys.monitoring tool id free of {_monitoring._UNASSIGNED_IDS}")
 
-# install() makes the chosen hook this thread's profile function. Either installer is a C callable:
-# no Python frame, so no profile event under a Python profile function (a Logger call's, above)
-# when it puts the full hook back.
-install: Callable[[], object]
+
+@dataclass(frozen=True, slots=True)
+class GuardHook:
+    """Which hook a guard installs in this process (``native``: the C one), through which API
+    (``profile``: a profile function; ``monitoring``: sys.monitoring), and why."""
+
+    native: bool
+    why: str
+    api: str = _API
+
+    def __str__(self) -> str:
+        return f"{'native' if self.native else 'Python'} {self.api} hook ({self.why})"
+
+
 _in_use: GuardHook
+_events: _monitoring.Events | None = None  # the tool's callbacks, while an API of sys.monitoring is in use
+
+
+def _bound_selves() -> tuple[object, ...]:
+    """The objects rows name C methods of one by one (random's hidden ``Random``): a call of their
+    methods as ``obj.method()`` is looked up as the bound method, not by ``obj``'s type."""
+    selves = {id(fn.__self__): fn.__self__ for fn in EXACT  # type: ignore[attr-defined]
+              if not isinstance(fn.__self__, (types.ModuleType, type))}  # type: ignore[attr-defined]
+    return tuple(selves.values())
+
+
+def _native_problem(api: str) -> str:
+    """Why the C hook cannot serve through ``api`` here ("" if it can)."""
+    if _native is None:
+        return _NOT_BUILT
+    if _native.API != api:
+        return f"{_PACKAGE}._native is built as a {_native.API} hook on this Python; {_API_WHY}"
+    return ""
 
 
 def _select(chosen: GuardHook) -> None:
-    """Install the C profile function from now on (``chosen.native``), or ``hook`` itself."""
-    global install, _in_use
-    if chosen.native and _native is None:
-        raise InvalidSetting(variable=HOOK_ENV, value="native", problem=_NOT_BUILT,
+    """Install the chosen hook through the chosen API from now on."""
+    global install, setprofile, getprofile, uninstall, _rearms, _in_use, _events
+    problem = _native_problem(chosen.api) if chosen.native else ""
+    if problem:
+        raise InvalidSetting(variable=HOOK_ENV, value="native", problem=problem,
                              hint="python, or a C compiler when swarmlog is installed (then native is the default)")
-    install = _native.install if chosen.native else functools.partial(setprofile, hook)
+    if chosen.api == MONITORING:
+        if _TOOL is None:
+            raise ValueError(f"the guard cannot use sys.monitoring here: {_API_WHY or 'CPython 3.11'}")
+        if chosen.native:
+            _events = _monitoring.native_events(_TOOL, _native, hook, _functions, BY_TYPE, CODES, _WATCHED_STARTS,
+                                                _bound_selves())
+        else:
+            _events = _monitoring.python_events(_TOOL, hook, _functions, BY_TYPE, CODES, _WATCHED_STARTS,
+                                                _bound_selves())
+        install, setprofile, getprofile = _events.install, _events.setprofile, _events.getprofile
+        _rearms = False
+    else:
+        if _events is not None:
+            _events.turn_off()
+            _events = None
+        if chosen.native:
+            _native.bind(hook, _functions, BY_TYPE, CODES)
+        install = _native.install if chosen.native else functools.partial(sys.setprofile, hook)
+        setprofile, getprofile = sys.setprofile, sys.getprofile
+        _rearms = True
+    uninstall = functools.partial(setprofile, None)
     _in_use = chosen
 
 
 def _choose(environ: Mapping[str, str] | None = None) -> GuardHook:
-    """The profile function the environment asks for (default: the C one where it is built)."""
+    """The hook the environment asks for (default: the C one where it is built)."""
     env = os.environ if environ is None else environ
     asked = env.get(HOOK_ENV, "").strip().lower()
+    api = f"; {_API_WHY}" if _API_WHY else ""
     if asked == "python":
-        return GuardHook(native=False, why=f"{HOOK_ENV}=python")
+        return GuardHook(native=False, why=f"{HOOK_ENV}=python{api}")
     if asked == "native":
-        return GuardHook(native=True, why=f"C, swarmlog.guard._native; {HOOK_ENV}=native")  # _select checks it
+        return GuardHook(native=True, why=f"C, swarmlog.guard._native{api}; {HOOK_ENV}=native")  # _select checks it
     if asked:
-        raise InvalidSetting(variable=HOOK_ENV, value=env[HOOK_ENV], problem="not a profile hook the guard has",
+        raise InvalidSetting(variable=HOOK_ENV, value=env[HOOK_ENV], problem="not a hook the guard has",
                              hint="native (the default where it is built) or python")
-    if _native is None:
-        return GuardHook(native=False, why=_NOT_BUILT)
-    return GuardHook(native=True, why="C, swarmlog.guard._native")
+    problem = _native_problem(_API)
+    if problem:
+        return GuardHook(native=False, why=problem if _native is not None else _NOT_BUILT + api)
+    return GuardHook(native=True, why=f"C, swarmlog.guard._native{api}")
 
 
 def hook_in_use() -> GuardHook:
-    """Which profile function a guard installs in this process, and why (for logs, tests, benchmarks)."""
+    """Which hook a guard installs in this process, through which API, and why (for logs, tests, benchmarks)."""
     return _in_use
 
 

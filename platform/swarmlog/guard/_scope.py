@@ -116,7 +116,7 @@ class allowed:
             st.hooked = True
 
 
-_hook._GUARD_ENTER_CODE = guarded.__enter__.__code__
+_hook.watch_guard_entry(guarded.__enter__.__code__)
 
 
 def _warn_profiler(profiler: object) -> None:

@@ -127,7 +127,10 @@ _CODE = ("process", "an import at the top of the agent's module", "re-runs a mod
 # read was refused, the record never gets that far. So those reads pass from LogRecord.__init__
 # without a second walk of the stack, which every log call would pay.
 _RECORD = ("logging.LogRecord.__init__",)
-_OFF = ("process", "a profiler outside handlers", "switches the determinism guard off")
+_OFF = ("process", "a profiler outside handlers",
+        "replaces the thread's profile function, which is the determinism guard's hook on CPython 3.11")
+_MONITORING = ("process", "sys.monitoring outside handlers",
+               "can switch off or replace the sys.monitoring events through which the determinism guard sees calls")
 
 
 def refuse(call: str, spec: tuple[str, str, str], *, case: str | None = None,
@@ -392,6 +395,9 @@ COVERAGE: tuple[Row, ...] = (
     refuse("inspect.stack", _STACK),
     refuse("inspect.getouterframes", _STACK),
     refuse("sys.setprofile", _OFF),
+    refuse("sys.monitoring.set_events", _MONITORING, optional=True),  # Python 3.12+
+    refuse("sys.monitoring.register_callback", _MONITORING, optional=True),
+    refuse("sys.monitoring.free_tool_id", _MONITORING, optional=True),
     refuse("importlib.reload", _CODE),
     allow("threading.get_ident()", "threading.get_ident", "process",
           "keys thread-local caches and recursion guards (reprlib, dataclasses' repr, many libraries); "

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..log.base import History, LogBackend
+from ..log.base import AgentChannel, History, LogBackend
 from ..settings import Settings
 from .channel import KafkaAgentChannel
 from .config import SHORT_READ_TUNING, admin_client, watermark_consumer
@@ -160,6 +160,15 @@ class KafkaBackend:
 
     def create_copy(self, topic: str, messages: Iterable[Any], *, end: int = 0) -> int:
         return create_copy(self.settings, topic, messages, end=end)
+
+    def settle(self, topic: str, channels: Sequence[AgentChannel], timeout: float) -> None:
+        """Nothing to wait on: other processes append, and a commit is in flight until it is read back
+        (:meth:`~swarmlog.log.base.LogBackend.settle`)."""
+        return None
+
+    def wait_for_append(self, topic: str, end: int, timeout: float) -> None:
+        """Nothing to wait on: a reader polls the broker."""
+        return None
 
     def after_fork(self) -> KafkaBackend:
         # A librdkafka client lives in threads a fork does not copy: the child makes its own. The

@@ -185,6 +185,10 @@ class KafkaAgentChannel:
         except KafkaException:
             pass  # the next life's fence (init_transactions) aborts it anyway
 
+    def wake(self) -> None:
+        """Nothing: the worker's polls wait at most 0.1 s, and a consumer is not to be touched from
+        another thread while it polls."""
+
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()

@@ -30,7 +30,7 @@ What every backend must keep, because the guarantees rest on it:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -187,6 +187,11 @@ class AgentChannel(Protocol):
     def abort(self) -> None:
         """Abort the open transaction, if any (best effort: a later fence aborts it anyway)."""
 
+    def wake(self) -> None:
+        """Its agent is stopping (called from another thread): a poll waiting at the end returns now,
+        or else the next one returns without waiting. A log whose polls wait a short while anyway
+        (Kafka's: the worker polls for 0.1 s) may do nothing."""
+
     def close(self) -> None: ...
 
 
@@ -221,6 +226,17 @@ class LogBackend(Protocol):
         offset order — at their own offsets, with their bytes, keys, headers and timestamps, and
         nothing readable between them, up to ``end`` at least; then let it take new appends, stamped
         by the log as usual. Returns the offset the next append will get (``end`` or more)."""
+
+    def settle(self, topic: str, channels: Sequence[AgentChannel], timeout: float) -> bool | None:
+        """Wait at most ``timeout`` seconds for nothing to be left to do on ``topic`` for ``channels``
+        (a run's, of this log): each waiting at the end for more, and no transaction open — True;
+        False if the time ran out first. None, at once, where the log
+        cannot know: on Kafka other processes append, and a commit is in flight until it is read
+        back, so a run waits for the log to stay still instead (``run_agents(until_quiet=...)``)."""
+
+    def wait_for_append(self, topic: str, end: int, timeout: float) -> bool | None:
+        """Wait at most ``timeout`` seconds for ``topic``'s end to pass ``end``: True once it has,
+        False if the time ran out. None, at once, where the log cannot be waited on (Kafka: poll)."""
 
     def after_fork(self) -> LogBackend:
         """This backend as a process forked from the one that made it may use it: nothing the parent

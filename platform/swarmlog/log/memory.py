@@ -26,13 +26,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import AgentFenced, CopyFailed, GroupHasActiveMembers, TopicExists, TopicNotFound, UsageError
 from ..guard import allowed
-from .base import BATCH, Delivered, History, ReadPosition
+from .base import BATCH, AgentChannel, Delivered, History, ReadPosition
 from .protocol import Headers, agent_group, agent_transactional_id
 
 __all__ = ["InMemoryLog", "MemoryAgentChannel", "MemoryAppender", "MemoryMessage", "MemoryReader",
@@ -197,6 +197,21 @@ class InMemoryLog:
     def history(self, topic: str) -> History:
         with self._cond:
             return History(log_start=self._topic(topic).log_start)  # no retention here: only delete_records
+
+    def settle(self, topic: str, channels: Sequence[AgentChannel], timeout: float) -> bool:
+        """:meth:`~swarmlog.log.base.LogBackend.settle`. Every write here is visible when it returns,
+        and nothing outside the process appends: once the channels wait at the end with no
+        transaction open, nothing more happens until someone appends (a run's input, a test)."""
+        with self._cond:
+            t = self._topic(topic)
+            return self._cond.wait_for(
+                lambda: not t.open_txns and all(getattr(c, "waiting", False) for c in channels), timeout)
+
+    def wait_for_append(self, topic: str, end: int, timeout: float) -> bool:
+        """:meth:`~swarmlog.log.base.LogBackend.wait_for_append`."""
+        with self._cond:
+            t = self._topic(topic)
+            return self._cond.wait_for(lambda: len(t.entries) > end, timeout)
 
     def messages(self, topic: str) -> list[MemoryMessage]:
         """Every message a read_committed reader would see now, in offset order."""
@@ -378,6 +393,9 @@ class MemoryAgentChannel:
         self._next = 0
         self._position: Callable[[], int] = lambda: 0
         self._started = False
+        self._woken = False
+        self.waiting = False
+        """Whether a poll of it waits at the end of the log now (:meth:`InMemoryLog.settle`)."""
 
     def _check_epoch(self) -> None:
         if self.log._epochs.get(self.transactional_id) != self._epoch:
@@ -406,11 +424,24 @@ class MemoryAgentChannel:
         with log._cond:
             topic = log._topic(self.topic)
             msgs, nxt, at_end = topic.read(self._next, max_messages, None)
-            if not msgs and at_end:
-                log._wait(timeout)
+            if not msgs and at_end and self._woken:
+                self._woken = False  # woken before it waited: this poll returns at once
+            elif not msgs and at_end:
+                # Said while it waits, so that settle() knows the agent has nothing left to do.
+                self.waiting = True
+                log._cond.notify_all()
+                try:
+                    log._wait(timeout)
+                finally:
+                    self.waiting = False
                 msgs, nxt, at_end = topic.read(self._next, max_messages, None)
         self._next = nxt
         return msgs, (nxt if at_end else None)
+
+    def wake(self) -> None:
+        with self.log._cond:
+            self._woken = True
+            self.log._cond.notify_all()
 
     def begin(self) -> None:
         log = self.log

@@ -196,9 +196,18 @@ class AgentWorker:
         self._last_commit = self._last_report = 0.0
         self._reported_steps = 0
         self._at_end = False  # the last poll reached the log's end, and nothing was written since
+        self._channel: AgentChannel | None = None  # this life's, while it runs
+
+    @property
+    def channel(self) -> AgentChannel | None:
+        """This life's channel to the log, once it has one."""
+        return self._channel
 
     def stop(self) -> None:
         self.stop_event.set()
+        channel = self._channel
+        if channel is not None:
+            channel.wake()  # a poll waiting at the end returns now (the in-memory log's would wait its timeout)
 
     @property
     def in_transaction(self) -> bool:
@@ -223,7 +232,9 @@ class AgentWorker:
         aborted = 0
         while True:
             committed = self.transactions
-            channel = self.backend.agent_channel(self.topic, name)
+            channel = self._channel = self.backend.agent_channel(self.topic, name)
+            if self.stop_event.is_set():
+                channel.wake()  # stopped before this life began: its polls wait for nothing
             try:
                 return self._run(channel)
             except AgentFenced:

@@ -282,7 +282,13 @@ def wait_for_run(*, settings: Settings, timeout: float, topic: str | None = None
                            timeout)
         if waited >= timeout:
             raise RunNotStarted(topic=topic, waited_s=waited)
-        if stop.wait(_RUN_POLL_S):
+        # Look again when the log grows where it can say so (the in-memory log), else in a while; never
+        # past the timeout, which is then reported as waited.
+        pause = min(_RUN_POLL_S, timeout - waited)
+        end = backend.watermarks(topic)[1]
+        if backend.wait_for_append(topic, end, pause) is None and stop.wait(pause):
+            return None
+        if stop.is_set():
             return None
 
 
@@ -293,7 +299,10 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
                backend: LogBackend | None = None) -> list[WorkerResult]:
     """Run the named agents (default: all) live, one thread each, until ``stop`` is set,
     SIGTERM/SIGINT arrives (in the main thread), or — with ``until_quiet`` — the log has not
-    grown for that many seconds and no agent has a timeout pending."""
+    grown for that many seconds and no agent has a timeout pending. On a log that knows when
+    nothing is left to do (the in-memory log: :meth:`~swarmlog.log.base.LogBackend.settle`),
+    ``until_quiet`` stops the run as soon as every agent waits at the log's end with nothing
+    pending, without waiting out the seconds."""
     topic = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dirs())
     names = agents or swarm.agent_names
@@ -313,24 +322,31 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
             errors[w.agent.name] = exc
             stop.set()
 
+    # SIGTERM/SIGINT stop the run while it runs, and are the caller's again once it returns (a library
+    # caller's Ctrl-C must not set the stop event of a run that ended long ago).
+    previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-    threads = [threading.Thread(target=work, args=(w,), name=f"agent-{w.agent.name}") for w in workers]
-    for t in threads:
-        t.start()
-    if on_started is not None:
-        on_started(workers)
-    watcher = _QuietWatcher(backend, topic) if until_quiet else None
-    while not stop.wait(0.2):
-        if watcher is not None and watcher.quiet(until_quiet, workers):  # type: ignore[arg-type]
-            break
-        if errors:
-            break
-    for w in workers:
-        w.stop()
-    for t in threads:
-        t.join()
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    try:
+        threads = [threading.Thread(target=work, args=(w,), name=f"agent-{w.agent.name}") for w in workers]
+        for t in threads:
+            t.start()
+        if on_started is not None:
+            on_started(workers)
+        watcher = _QuietWatcher(backend, topic, workers) if until_quiet else None
+        while not stop.is_set() and not errors:
+            if watcher is None:
+                stop.wait(0.2)
+            elif watcher.quiet(until_quiet, stop):  # type: ignore[arg-type]
+                break
+        for w in workers:
+            w.stop()
+        for t in threads:
+            t.join()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if errors:
         name, exc = next(iter(errors.items()))
         raise exc
@@ -338,19 +354,31 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
 
 
 class _QuietWatcher:
-    """"Quiet": the log end has not moved for a while, every agent has read to it, no timeout pending."""
+    """"Quiet": the log end has not moved for a while, every agent has read to it, no timeout pending.
 
-    def __init__(self, backend: LogBackend, topic: str) -> None:
+    On a log that settles (the in-memory log), "a while" is no time at all: once every agent's
+    channel waits at the end with no transaction open, nothing more happens until someone outside
+    the run appends, so the run is quiet as soon as the agents also have nothing pending.
+    """
+
+    def __init__(self, backend: LogBackend, topic: str, workers: list[AgentWorker]) -> None:
         self._backend = backend
         self._topic = topic
+        self._workers = workers
         self._high = -1
         self._since = time.monotonic()
+        self._settles = backend.settle(topic, [], 0) is not None
 
     def _end(self) -> int:
         # The end *including* open transactions: a swarm blocked behind one is not quiet.
         return self._backend.watermarks(self._topic)[1]
 
-    def quiet(self, seconds: float, workers: list[AgentWorker]) -> bool:
+    def quiet(self, seconds: float, stop: threading.Event) -> bool:
+        """Whether the run is quiet, after waiting a moment for it (at most 0.2 s; less once ``stop`` is set)."""
+        if self._settles:
+            return self._settled(stop)
+        if stop.wait(0.2):
+            return False
         high = self._end()
         now = time.monotonic()
         if high != self._high:
@@ -358,15 +386,34 @@ class _QuietWatcher:
             return False
         if now - self._since < seconds:
             return False
-        for w in workers:
+        # A step that committed while the workers were being looked at moved the end.
+        return self._idle(high) and self._end() == high
+
+    def _idle(self, high: int) -> bool:
+        for w in self._workers:
             core = w.core
             # An open transaction may hold outputs the broker has not seen yet (its
             # coordinator still loading, a commit in flight): the log end says nothing then.
             if core is None or not w.caught_up.is_set() or w.in_transaction or core.next_wall_due_ms() is not None \
                     or w.eof_at < high:
                 return False
-        # A step that committed while the workers were being looked at moved the end.
-        return self._end() == high
+        return True
+
+    def _settled(self, stop: threading.Event) -> bool:
+        channels = [c for w in self._workers for c in [w.channel] if c is not None]
+        if len(channels) < len(self._workers):  # an agent still starting
+            stop.wait(0.01)
+            return False
+        if not self._backend.settle(self._topic, channels, 0.05):  # briefly: a failed agent stops the run
+            return False
+        high = self._end()
+        if self._idle(high) and self._backend.settle(self._topic, channels, 0) and self._end() == high:
+            return True
+        # Every channel waits, yet an agent is not done: a wall-clock timeout is pending (or an agent
+        # not caught up has yet to say so). Wait for the soonest timeout rather than look again at once.
+        due = [d for w in self._workers if w.core is not None for d in [w.core.next_wall_due_ms()] if d is not None]
+        stop.wait(min(0.2, max(0.0, (min(due) - time.time() * 1000) / 1000)) if due else 0.01)
+        return False
 
 
 def result_json(results: list[WorkerResult]) -> dict[str, Any]:
