@@ -14,7 +14,7 @@ same ``_output`` for either). Each pair runs interleaved, medians of the repetit
   each take ``EFFECT_MS`` (a sleep: the network's time), under ``asyncio.gather`` or one after the
   other in a sync handler. The concurrency, in wall time.
 * ``aio.replay.async`` beside ``aio.replay.sync``: the fold of a recorded log of such one-effect
-  steps by the replayer's own :class:`~swarmlog.runtime._core.AgentCore` (effects served from the
+  steps by the replayer's own :class:`~swarmlog.runtime.engine.AgentCore` (effects served from the
   log, outputs and state checked), CPU per step.
 
 Live rows report wall time (``us_per_step``, the seconds column) and the process's CPU time
@@ -34,8 +34,8 @@ from swarmlog.context import Context, Output
 from swarmlog.guard import guarded
 from swarmlog.log.protocol import route
 from swarmlog.runtime import run_agents, start_run
-from swarmlog.runtime._core import AgentCore
-from swarmlog.runtime._index import index_log
+from swarmlog.runtime.engine import AgentCore
+from swarmlog.runtime.history import LogHistory
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -179,11 +179,12 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
         swarm, backend, settings = logs[kind]
         msgs = backend.messages(settings.topic)
         routes = [route(m.headers()) for m in msgs]
-        indexes, _ = index_log(backend=backend, topic=settings.topic, decoder=decoder, agents=swarm.agent_names)
+        history = LogHistory(backend=backend, topic=settings.topic, decoder=decoder, agents=swarm.agent_names)
+        history.read_to_end()  # what a replay reads of the agents' records, read before the timed folds
 
         def step(r: int) -> None:
-            cores = [AgentCore(agent=a, decoder=decoder, index=indexes[a.name], live_sink=None, strict=True)
-                     for a in swarm.agents()]
+            cores = [AgentCore(agent=a, decoder=decoder, history=history.agent(a.name), live_sink=None,
+                               strict=True) for a in swarm.agents()]
             started = time.process_time()
             for m, rt in zip(msgs, routes, strict=True):
                 for core in cores:

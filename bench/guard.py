@@ -61,7 +61,7 @@ from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.guard import _hook, guarded, hook_in_use
 from swarmlog.log.memory import InMemoryLog
 from swarmlog.replaying import replay_swarm
-from swarmlog.runtime import _core, run_agents, start_run
+from swarmlog.runtime import engine, run_agents, start_run
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
@@ -196,13 +196,13 @@ def measure(registry: SchemaRegistry) -> list[dict[str, Any]]:
 
     @contextlib.contextmanager
     def runtime_unguarded() -> Iterator[None]:
-        original = _core.guarded
-        _core.guarded = _unguarded  # type: ignore[assignment]
+        original = engine.guarded
+        engine.guarded = _unguarded  # type: ignore[assignment]
         try:
             with _events_off():
                 yield
         finally:
-            _core.guarded = original  # type: ignore[assignment]
+            engine.guarded = original  # type: ignore[assignment]
 
     replays = {which: Run(f"guard.replay_handlers{_suffix(which)}", steps) for which in HOOKS}
     replay_plain = Run("guard.replay_handlers_unguarded", steps)

@@ -54,7 +54,8 @@ EXTRA_KEYS = ("p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "rss_mb"
               "distinct", "failed", "python", "hook_ns_per_call", "unguarded_ns_per_call", "empty_hook_ns_per_call",
               "events_on_ns_per_call",
               "ms_per_query", "baseline_ms_per_query", "first_query_ms",
-              "cpu_us_per_step", "baseline_cpu_us_per_step", "us_per_step", "baseline_us_per_step", "effect_ms",
+              "cpu_us_per_step", "baseline_cpu_us_per_step", "cpu_ratio", "us_per_step", "baseline_us_per_step",
+              "effect_ms",
               "page_rows")
 
 

@@ -1,7 +1,7 @@
 """What observing an agent costs per step: the step-latency histogram and the tracing hooks, before and after.
 
 The same recorded log (a 5-agent relay, run live on the in-memory log first) is folded by
-every agent's :class:`~swarmlog.runtime._core.AgentCore`: with nothing observed (before), with a
+every agent's :class:`~swarmlog.runtime.engine.AgentCore`: with nothing observed (before), with a
 :class:`~swarmlog.observe.LatencyHistogram` (after), and with a step tracer that builds every
 step's OpenTelemetry span and hands it to a processor that drops it (tracing on, export aside);
 repetitions interleaved, medians of the process's **CPU time** per step (wall time on a shared
@@ -22,8 +22,8 @@ from swarmlog import InMemoryLog, Swarm
 from swarmlog.log.protocol import route
 from swarmlog.observe import LatencyHistogram, tracing
 from swarmlog.runtime import run_agents, start_run
-from swarmlog.runtime._core import AgentCore
-from swarmlog.runtime._index import index_log
+from swarmlog.runtime.engine import AgentCore
+from swarmlog.runtime.history import LogHistory
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -47,12 +47,14 @@ def main() -> None:
     msgs = log.messages("step-cost")
     routes = [route(m.headers()) for m in msgs]
     decoder = Decoder(registry)
-    indexes, _ = index_log(backend=log, topic="step-cost", decoder=decoder, agents=swarm.agent_names)
+    history = LogHistory(backend=log, topic="step-cost", decoder=decoder, agents=swarm.agent_names)
+    history.read_to_end()
 
     traced = tracing.configure(processor=_Drop())
 
     def fold(mode: str) -> float:
-        cores = [AgentCore(agent=a, decoder=decoder, index=indexes[a.name], live_sink=None, strict=False)
+        cores = [AgentCore(agent=a, decoder=decoder, history=history.agent(a.name), live_sink=None,
+                           strict=False)
                  for a in swarm.agents()]
         replay = traced.start_replay()
         for core in cores:
@@ -89,7 +91,8 @@ def main() -> None:
     empty = time.process_time() - started
     print(f"the histogram alone (two perf_counter() and observe()): {(with_observe - empty) / n * 1e9:.0f} ns "
           f"of CPU per step")
-    core = AgentCore(agent=swarm.agents()[0], decoder=decoder, index=indexes[swarms._names()[0]], live_sink=None)
+    core = AgentCore(agent=swarm.agents()[0], decoder=decoder, history=history.agent(swarms._names()[0]),
+                     live_sink=None)
     started = time.process_time()
     for _ in range(n):
         tracer = core.tracer

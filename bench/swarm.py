@@ -451,9 +451,9 @@ def agent_steps_cpu(registry: SchemaRegistry, *, digests: bool) -> float:
 
     from swarmlog.log.memory import MemoryMessage
     from swarmlog.log.protocol import MESSAGE, route
-    from swarmlog.runtime._core import AgentCore
-    from swarmlog.runtime._index import OwnIndex
-    from swarmlog.runtime._worker import _LiveSink
+    from swarmlog.runtime.engine import AgentCore
+    from swarmlog.runtime.history import NoHistory
+    from swarmlog.runtime.sink import LiveSink
     from swarmlog.schema.codec import Decoder, Encoder
 
     enc = Encoder(registry.latest(MESSAGE))
@@ -462,8 +462,8 @@ def agent_steps_cpu(registry: SchemaRegistry, *, digests: bool) -> float:
         value = enc.encode_event(f"s0@{i}#0", "bench", "s0", "s1", [i],
                                  {"kind": "hop", "body": _json.dumps({"chain": i, "ttl": 5}), "urgency": "normal"})
         msgs.append(MemoryMessage(i, value, b"s0", enc.headers(b"s0", b"s1"), 0))
-    sink = _LiveSink(channel=_NoChannel(), registry=registry, agent="s1")  # type: ignore[arg-type]
-    core = AgentCore(agent=Hopper("s1"), decoder=Decoder(registry), index=OwnIndex(), live_sink=sink,
+    sink = LiveSink(channel=_NoChannel(), registry=registry, agent="s1")  # type: ignore[arg-type]
+    core = AgentCore(agent=Hopper("s1"), decoder=Decoder(registry), history=NoHistory(), live_sink=sink,
                      digest_every=1 if digests else 0)
     sink.core = core
     core.ctx.set_run(run_id="bench", seed=1)

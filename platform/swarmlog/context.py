@@ -12,7 +12,8 @@ randomness) or *recorded in the log* (messages, timers, effects, LLM calls):
 * ``ctx.llm()``, ``ctx.effect()`` and ``ctx.http()`` (an httpx client for any
   SDK) run live once, and their results are appended to the log; on replay they
   are served from the log and the model is never called again. A request that
-  differs from the recorded one is a divergence.
+  differs from the recorded one is a divergence. ``ctx.credential()`` gives such
+  an SDK its key: the environment's live, a placeholder on replay.
 
 Every output of a step gets the id ``<agent>@<offset>#<index>``
 (:func:`swarmlog.log.protocol.output_id`): deterministic, so the runtime can tell, for
@@ -80,7 +81,7 @@ class Context:
 
     __slots__ = ("agent", "registry", "llm_client", "run_effect", "_sink", "_event", "_step", "_index",
                  "_rand_index", "_effects", "_rand_prefix", "seed", "run_id", "_http", "_live", "_loop",
-                 "choose_completion")
+                 "choose_completion", "_secrets")
 
     def __init__(self, *, agent: str, registry: SchemaRegistry, llm_client: Any = None,
                  run_effect: EffectRunner | None = None) -> None:
@@ -105,6 +106,7 @@ class Context:
         self._http: dict[Any, Any] = {}  # (library, options) -> (client, transport), kept across steps
         self._live = False  # the step runs live (its outputs are written), not replayed
         self._loop: Any = None  # the agent's StepLoop (swarmlog.aio), made on its first async step
+        self._secrets: tuple[str, ...] = ()  # values ctx.credential handed out: scrubbed from what ctx.http records
         self.choose_completion: Callable[[list[str]], int] | None = None
         """The simulator's schedule, choosing which of an async step's calls in flight is delivered
         next, or that the next timer fires first (the last option, when one is set): it returns an
@@ -295,6 +297,24 @@ class Context:
                 client = (lib.AsyncClient if asynchronous else lib.Client)(transport=transport)
             pair = self._http[key] = (client, transport)
         return pair
+
+    def credential(self, name: str) -> str:
+        """The key in the environment variable ``name``, for an SDK the handler builds on a recorded client:
+        ``openai.OpenAI(api_key=ctx.credential("OPENAI_API_KEY"), http_client=ctx.http())``.
+
+        Live, the variable's value (:class:`~swarmlog.llm.credentials.CredentialMissing` if it is unset);
+        on replay a placeholder, so that a replay needs no key (:mod:`swarmlog.llm.credentials` says why).
+        Not recorded: keep it out of state and messages. Every value handed out is scrubbed from what
+        ``ctx.http()`` records.
+        """
+        from .llm.credentials import read_credential
+
+        self._require_sink()
+        with allowed():  # the one read of the environment a handler is given: never recorded, only redacted
+            value = read_credential(name, agent=self.agent, live=self._live and self.run_effect is None)
+        if value not in self._secrets:
+            self._secrets = (*self._secrets, value)
+        return value
 
     # -- async steps (swarmlog.aio) ----------------------------------------------------------
 

@@ -19,7 +19,7 @@ from swarmlog.log.append import EventLog
 from swarmlog.log.protocol import parse_step
 from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
-from swarmlog.runtime._digests import state_digest
+from swarmlog.runtime.digests import state_digest
 
 from .. import swarms
 from .runtime import events

@@ -1,6 +1,9 @@
-"""The log and runtime contract suites on the real broker: the same behaviour as in memory."""
+"""The log, runtime, state and fold contract suites on the real broker: the same behaviour as in memory."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 
@@ -8,10 +11,12 @@ from swarmlog.kafka import KafkaBackend
 from swarmlog.kafka.topic import create_topic
 from swarmlog.settings import Settings
 
+from ..contract.folds import FoldContract
 from ..contract.log import LogContract
 from ..contract.runtime import RuntimeContract
 from ..contract.state import StateDigestContract
 from .conftest import new_topic_name
+from .test_runtime import _env
 
 
 @pytest.fixture
@@ -42,3 +47,14 @@ class TestRuntimeContractOnKafka(RuntimeContract):
 
 class TestStateDigestContractOnKafka(StateDigestContract):
     quiet = 1.0
+
+
+class TestFoldContractOnKafka(FoldContract):
+    quiet = 1.0
+
+    def debug_divergence(self, backend, settings, swarm):
+        # The command as a user runs it: a process of its own, which imports the probe afresh.
+        done = subprocess.run([sys.executable, "-m", "swarmlog.cli", "debug", "--divergence", "--swarm", swarm,
+                               "--topic", settings.topic], env={**_env(settings), "PYTHONBREAKPOINT": "0"},
+                              capture_output=True, text=True, timeout=300)
+        return done.returncode, done.stdout, done.stderr

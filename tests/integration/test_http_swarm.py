@@ -4,11 +4,17 @@ stub server on the real broker, then replays with the stub stopped.
 Must show (issue 15): live one request per call; replay makes zero requests and reproduces every
 agent's state exactly (streams included); a changed prompt is a divergence naming the request; no
 API key in the log, the mirror, a replay token or an error.
+
+Must show (issue 27): docs/sdks.md's agents as printed (the sync SDKs, and the async ones beside them), keys
+from ``ctx.credential``, endpoints from ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``, replay in-process and as
+``swarmlog replay --swarm`` with neither variable set and the stub stopped, making no request.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import anthropic
 import httpx
@@ -24,6 +30,8 @@ from swarmlog.testing import StubServer, tool_call_reply
 from swarmlog.token import token_from
 from swarmlog_connectors.postgres_sink import PostgresSink
 
+from ..conftest import REPO, subprocess_env
+from ..docs_code import forget_modules, parse, write_files
 from .conftest import read_log
 
 KEY = "sk-swarmlog-test-SECRET-0123456789abcdef"
@@ -295,3 +303,96 @@ def test_swarm_takes_an_openai_client_for_ctx_llm(settings, registry, monkeypatc
                           registry=registry)
     assert network == [] and result.divergences == []
     assert result.states["oracle"] == live["oracle"].state
+
+
+# --- the docs' example (docs/sdks.md), as printed: nothing of the live environment on replay -------------------
+
+ASYNC_RESEARCH = '''
+import asyncio
+
+import anthropic
+import openai
+
+from swarmlog import Agent, Swarm, on, on_message
+
+from research import Desk, Researcher
+
+
+class AsyncResearcher(Agent):
+    """research.Researcher's calls on the async SDKs, at once."""
+
+    @on_message("question")
+    async def ask(self, ctx, event):
+        gpt = openai.AsyncOpenAI(api_key=ctx.credential("OPENAI_API_KEY"), http_client=ctx.async_http())
+        claude = anthropic.AsyncAnthropic(api_key=ctx.credential("ANTHROPIC_API_KEY"), http_client=ctx.async_http())
+        messages = [{"role": "user", "content": event.body}]
+
+        async def streamed():
+            async with claude.messages.stream(model="claude-sonnet-4-5", max_tokens=512, messages=messages) as stream:
+                return "".join([text async for text in stream.text_stream])
+
+        reply, text = await asyncio.gather(gpt.chat.completions.create(model="gpt-4o-mini", messages=messages),
+                                           streamed())
+        ctx.send(event.agent_id, "answer", {"gpt": reply.choices[0].message.content, "claude": text})
+
+
+class BothDesk(Desk):
+    @on("run.started")
+    def start(self, ctx, event):
+        ctx.send("researcher", "question", "capital of France?")
+        ctx.send("async-researcher", "question", "capital of Spain?")
+
+
+swarm = Swarm(name="research", agents=lambda: [BothDesk("desk"), Researcher("researcher"),
+                                               AsyncResearcher("async-researcher")], llm=openai.OpenAI)
+'''
+LIVE_ENVIRONMENT = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
+
+
+def test_the_docs_sdk_agents_sync_and_async_replay_with_no_key_no_base_url_and_the_stub_stopped_making_no_request(
+        settings, registry, monkeypatch, tmp_path):
+    assert write_files(parse(REPO / "docs" / "sdks.md"), tmp_path) == ["research"]  # the page's module, as printed
+    (tmp_path / "research_async.py").write_text(ASYNC_RESEARCH)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        _docs_sdk_agents_replay_with_nothing_of_the_live_environment(settings, registry, monkeypatch, tmp_path)
+    finally:
+        forget_modules(["research", "research_async"])
+
+
+def _docs_sdk_agents_replay_with_nothing_of_the_live_environment(settings, registry, monkeypatch, tmp_path):
+    import research_async
+
+    with StubServer(lambda request: f"answer {len(request['messages'])}", api_key=KEY) as server:
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.anthropic_base_url)
+        start_run(settings=settings, swarm=research_async.swarm, run_id="docs-sdks", seed=5)
+        live = {r.agent: r for r in run_agents(settings=settings, swarm=research_async.swarm, until_quiet=1.5)}
+        assert server.request_count == 4  # each researcher: one chat completion, one streamed message
+        assert all(r.headers.get("x-api-key") == KEY or r.headers.get("authorization") == f"Bearer {KEY}"
+                   for r in server.requests)
+    assert live["desk"].state == {"answers": [{"gpt": "answer 1", "claude": "answer 1"}] * 2}
+    exchanges = [r.record["payload"] for r in read_log(settings, registry) if r.event_type == "http.exchange"]
+    assert {e["url"] for e in exchanges} == {f"{server.base_url}/chat/completions",
+                                             f"{server.anthropic_base_url}/v1/messages"}
+    assert KEY[3:] not in json.dumps(exchanges)
+
+    for name in LIVE_ENVIRONMENT:
+        monkeypatch.delenv(name)
+    network = _count_network(monkeypatch)
+    result = replay_swarm(settings=settings, swarm=research_async.swarm, registry=registry)
+    assert network == []
+    assert result.divergences == []
+    assert result.agents == {name: r.state_hash for name, r in live.items()}
+    assert result.states["desk"] == live["desk"].state
+
+    # `swarmlog replay --swarm`, as a process: no key, no base URL, nothing listening.
+    env = {k: v for k, v in subprocess_env(settings).items() if k not in LIVE_ENVIRONMENT}
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    done = subprocess.run([sys.executable, "-m", "swarmlog.cli", "replay", "--swarm", "research_async:swarm", "--json"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["divergences"] == 0 and report["divergence_list"] == []

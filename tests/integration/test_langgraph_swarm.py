@@ -1,134 +1,43 @@
 """LangGraph graphs run inside handlers, as swarmlog steps: every model call (ChatOpenAI on ctx.http()) and every
 tool's HTTP is recorded, on the real broker, against a stub model server and a stub page server.
 
-Must show (issue 27, LangGraph): a multi-agent program in LangGraph's documented style (its quickstart's
-Graph API agent: a model node, a tool node, two tools of which one does HTTP; a streamed model call; a
-handoff between agents) runs as a swarm; replay with both servers stopped and no API key makes no request
-and reproduces every state; a changed instruction is a divergence naming the agent, the step and the JSON
-path; a changed tool result is a divergence naming the tool.
+Must show (issue 27, LangGraph): the program of ``swarmlog.examples.langgraph_research`` — a multi-agent program
+in LangGraph's documented style (its quickstart's Graph API agent: a model node, a tool node, two tools of which
+one does HTTP; a streamed model call; a handoff between agents) — runs as a swarm; replay with both servers
+stopped and no API key makes no request and reproduces every state; a changed instruction is a divergence
+naming the agent, the step and the JSON path; a changed tool result is a divergence naming the tool; SIGKILL of
+the researcher's process between its two model calls reaches the same end with nothing written twice.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Literal
 
 import httpx
 import httpx2
 import pytest
-from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage, convert_to_openai_messages
-from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
-from langgraph.graph import END, START, MessagesState, StateGraph
 
-from swarmlog import Agent, Swarm, on, on_message
+from swarmlog.examples import langgraph_research as program
 from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.testing import StubServer, tool_call_reply
 
-from .conftest import read_log
+from .conftest import read_log, subprocess_env
 
-INSTRUCTIONS = "You are a researcher. Look the topic up, count its words, then answer in one line."
-
-
-# --- the program, in LangGraph's quickstart style (Graph API: a model node, a tool node, a loop) ---------------
-# What running it under swarmlog changed is marked `# swarmlog`: the model and the page client come from the
-# step (ctx.http()), so the graph is built per step; the handoffs are swarmlog messages.
+KEY = "sk-test-0123456789"
+PAGE = "a distributed append-only log"
 
 
-def build_researcher(llm, pages, *, instructions=INSTRUCTIONS, count=len):  # swarmlog: model and client passed in
-    @tool
-    def fetch_page(topic: str) -> str:
-        """Fetch the reference page about a topic."""
-        return pages.get(f"/pages/{topic}").text
-
-    @tool
-    def word_count(text: str) -> int:
-        """Count the words of a text."""
-        return count(text.split())
-
-    tools = [fetch_page, word_count]
-    tools_by_name = {t.name: t for t in tools}
-    llm_with_tools = llm.bind_tools(tools)
-
-    def llm_call(state: MessagesState) -> dict:
-        return {"messages": [llm_with_tools.invoke([SystemMessage(instructions), *state["messages"]])]}
-
-    def tool_node(state: MessagesState) -> dict:
-        result = []
-        for call in state["messages"][-1].tool_calls:
-            observation = tools_by_name[call["name"]].invoke(call["args"])
-            result.append(ToolMessage(content=str(observation), tool_call_id=call["id"]))
-        return {"messages": result}
-
-    def should_continue(state: MessagesState) -> Literal["tool_node", "__end__"]:
-        return "tool_node" if state["messages"][-1].tool_calls else END
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("llm_call", llm_call)
-    builder.add_node("tool_node", tool_node)
-    builder.add_edge(START, "llm_call")
-    builder.add_conditional_edges("llm_call", should_continue, ["tool_node", END])
-    builder.add_edge("tool_node", "llm_call")
-    return builder.compile()
-
-
-def write_report(llm, findings: str) -> str:
-    """The writer: one streamed model call."""
-    return "".join(chunk.content for chunk in llm.stream([HumanMessage(f"Write it up: {findings}")]))
-
-
-# --- the swarm ---------------------------------------------------------------------------------------------------
-
-
-class Triage(Agent):
-    @on("run.started")
-    def start(self, ctx, event):
-        ctx.send("researcher", "question", {"topic": "kafka"})  # the handoff, as structured data
-
-
-class Researcher(Agent):
-    def __init__(self, name, *, model_url, pages_url, instructions=INSTRUCTIONS, count=len):
-        super().__init__(name)
-        self.model_url, self.pages_url, self.instructions, self.count = model_url, pages_url, instructions, count
-
-    def initial_state(self):
-        return {"answers": [], "calls": 0}
-
-    @on_message("question")
-    def research(self, ctx, event):
-        llm = ChatOpenAI(model="gpt-stub", api_key="sk-test-0123456789", base_url=self.model_url,  # swarmlog
-                         http_client=ctx.http(), max_retries=0)
-        pages = httpx.Client(base_url=self.pages_url, transport=ctx.http_transport(httpx))  # swarmlog
-        graph = build_researcher(llm, pages, instructions=self.instructions, count=self.count)
-        out = graph.invoke({"messages": [HumanMessage(f"Tell me about {event.json()['topic']}")]})
-        conversation = convert_to_openai_messages(out["messages"])  # ids left out: LangGraph draws them
-        self.state["answers"].append(out["messages"][-1].content)
-        self.state["calls"] += sum(1 for m in conversation if m["role"] == "tool")
-        ctx.send("writer", "findings", {"answer": out["messages"][-1].content, "conversation": conversation})
-
-
-class Writer(Agent):
-    def __init__(self, name, *, model_url):
-        super().__init__(name)
-        self.model_url = model_url
-
-    def initial_state(self):
-        return {"reports": []}
-
-    @on_message("findings")
-    def write(self, ctx, event):
-        llm = ChatOpenAI(model="gpt-stub", api_key="sk-test-0123456789", base_url=self.model_url,  # swarmlog
-                         http_client=ctx.http(), max_retries=0, streaming=True)
-        self.state["reports"].append(write_report(llm, event.json()["answer"]))
-
-
-def swarm_of(model_url, pages_url, **researcher) -> Swarm:
-    return Swarm(name="langgraph-research", code_version="lg-1", agents=lambda: [
-        Triage("triage"), Researcher("researcher", model_url=model_url, pages_url=pages_url, **researcher),
-        Writer("writer", model_url=model_url)])
+def swarm_of(model_url, pages_url, **researcher):
+    return program.make_swarm(llm_url=model_url, tools_url=pages_url, **researcher)
 
 
 # --- the stub servers ----------------------------------------------------------------------------------------------
@@ -148,16 +57,19 @@ def model(request: dict) -> str | dict:
 
 
 class Pages:
-    """A page server the researcher's HTTP tool reads (a thread, loopback only)."""
+    """A page server the researcher's HTTP tool reads (a thread, loopback only); with ``gate``, each request
+    waits until it is set."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, gate: threading.Event | None = None) -> None:
         self.requests: list[str] = []
         pages = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
                 pages.requests.append(self.path)
-                body = b"a distributed append-only log"
+                if gate is not None:
+                    gate.wait(60)
+                body = PAGE.encode()
                 self.send_response(200)
                 self.send_header("content-type", "text/plain")
                 self.send_header("content-length", str(len(body)))
@@ -194,13 +106,15 @@ def _count_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.fixture
-def recorded(settings, registry):
-    """The swarm run live once against both stub servers, which are stopped afterwards."""
+def recorded(settings, registry, monkeypatch):
+    """The swarm run live once against both stub servers, which are stopped afterwards; the key is set live only."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with StubServer(model) as server, Pages() as pages:
         swarm = swarm_of(server.base_url, pages.url)
         start_run(settings=settings, swarm=swarm, run_id="langgraph", seed=5)
         live = {r.agent: r for r in run_agents(settings=settings, swarm=swarm, until_quiet=1.5)}
         counts = {"model": server.request_count, "pages": len(pages.requests)}
+    monkeypatch.delenv("OPENAI_API_KEY")
     return swarm, live, counts, server.base_url, pages.url
 
 
@@ -213,7 +127,7 @@ def test_a_langgraph_swarm_replays_with_the_servers_stopped_no_key_and_no_reques
     assert live["writer"].state["reports"] == ["REPORT: Write it up: kafka: a distributed append-only log (4 words)"]
     log = read_log(settings, registry)
     exchanges = [r for r in log if r.event_type == "http.exchange"]
-    assert len(exchanges) == 5 and all("sk-test" not in json.dumps(r.record) for r in exchanges)
+    assert len(exchanges) == 5 and all(KEY[3:] not in json.dumps(r.record) for r in exchanges)
     streamed = [e for e in exchanges if json.loads(e.record["payload"]["request_body"] or "{}").get("stream")]
     assert len(streamed) == 1
     handoff = next(r for r in log if r.event_type == "agent.message" and r.record["payload"]["kind"] == "findings")
@@ -221,7 +135,7 @@ def test_a_langgraph_swarm_replays_with_the_servers_stopped_no_key_and_no_reques
     assert [m["role"] for m in conversation] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
 
     # Replay: both servers are stopped and no key is set anywhere; nothing reaches the network.
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert "OPENAI_API_KEY" not in os.environ
     network = _count_network(monkeypatch)
     result = replay_swarm(settings=settings, swarm=swarm_of(model_url, pages_url), registry=registry)
     assert network == []
@@ -234,7 +148,7 @@ def test_a_changed_instruction_is_a_divergence_naming_the_agent_step_and_path(re
                                                                              monkeypatch):
     _, _, _, model_url, pages_url = recorded
     network = _count_network(monkeypatch)
-    changed = swarm_of(model_url, pages_url, instructions=INSTRUCTIONS.replace("one line", "two lines"))
+    changed = swarm_of(model_url, pages_url, instructions=program.INSTRUCTIONS.replace("one line", "two lines"))
     result = replay_swarm(settings=settings, swarm=changed, registry=registry)
     assert network == []
     first = result.first_divergence
@@ -257,3 +171,47 @@ def test_a_changed_tool_result_is_a_divergence_naming_the_tool(recorded, setting
     assert first.recorded["part"] == "body.messages[5].content"  # after the system message
     assert "tool 'word_count'" in first.detail
     assert (first.recorded["value"], first.replayed["value"]) == ("4", "5")
+
+
+def test_sigkill_between_the_researchers_two_model_calls_reaches_the_same_end_and_writes_nothing_twice(
+        settings, registry):
+    release = threading.Event()
+    researcher_calls: list[int] = []
+
+    def counting(request: dict) -> str | dict:
+        if request.get("tools"):
+            researcher_calls.append(len(request["messages"]))
+        return model(request)
+
+    # The page server holds the researcher's step in its tool, its first model call answered, until it is killed.
+    with StubServer(counting) as server, Pages(gate=release) as pages:
+        env = subprocess_env(settings)
+        env.update(RESEARCH_LLM_URL=server.base_url, RESEARCH_TOOLS_URL=pages.url, OPENAI_API_KEY=KEY)
+        cmd = [sys.executable, "-m", "swarmlog.cli", "run", "swarmlog.examples.langgraph_research:swarm",
+               "--until-quiet", "2"]
+        start_run(settings=settings, swarm=program.swarm, run_id="killed", seed=1)
+        first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 90
+        while not pages.requests:
+            assert first.poll() is None and time.monotonic() < deadline, "the first life never reached its tool"
+            time.sleep(0.05)
+        os.kill(first.pid, signal.SIGKILL)  # after the researcher's first model call, before its second
+        first.wait(10)
+        release.set()
+        assert len(researcher_calls) == 1
+        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+        assert second.returncode == 0, second.stderr[-3000:]
+        urls = (server.base_url, pages.url)
+    # Its step ran again, from its start: the first model call made again (live calls are at-least-once).
+    assert len(researcher_calls) == 4 and len(pages.requests) == 2
+    log = read_log(settings, registry)
+    ids = Counter(e.record["event_id"] for e in log)
+    assert [i for i, n in ids.items() if n > 1] == []  # nothing written twice
+    findings = [e for e in log if e.event_type == "agent.message" and e.record["payload"]["kind"] == "findings"]
+    assert [json.loads(e.record["payload"]["body"])["answer"] for e in findings] == [f"kafka: {PAGE} (4 words)"]
+    # The aborted life's exchanges are not in the committed log: three model calls, the page, the writer's stream.
+    assert sum(e.event_type == "http.exchange" for e in log) == 5
+    replayed = replay_swarm(settings=settings, swarm=swarm_of(*urls), registry=registry)
+    assert replayed.divergences == []
+    assert replayed.states["researcher"] == {"answers": [f"kafka: {PAGE} (4 words)"], "calls": 2}
+    assert replayed.states["writer"]["reports"] == [f"REPORT: Write it up: kafka: {PAGE} (4 words)"]

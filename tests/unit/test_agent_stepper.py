@@ -1,4 +1,4 @@
-"""The runtime's step-at-a-time driver (runtime/_stepper.py), on the in-memory log.
+"""The runtime's step-at-a-time driver (runtime/driven.py), on the in-memory log.
 
 What the simulator rests on: a stepped agent is the live agent — same bytes, same
 transactions, same rebuild after a death before commit — only *when* each step runs is
@@ -14,7 +14,7 @@ from swarmlog.log.memory import InMemoryLog
 from swarmlog.log.protocol import TIMER_FIRED, agent_group
 from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
-from swarmlog.runtime._stepper import AgentStepper
+from swarmlog.runtime.driven import DrivenAgent
 from swarmlog.schema.codec import Decoder
 
 ROUNDS = 4
@@ -61,12 +61,12 @@ def _log(backend: InMemoryLog, topic: str) -> list[tuple[int, bytes | None, Any]
     return [(m.offset(), m.value(), m.headers()) for m in backend.messages(topic)]
 
 
-def _steppers(backend, topic, swarm, registry) -> list[AgentStepper]:
+def _steppers(backend, topic, swarm, registry) -> list[DrivenAgent]:
     decoder = Decoder(registry)
-    return [AgentStepper(backend=backend, topic=topic, agent=a, decoder=decoder) for a in swarm.agents()]
+    return [DrivenAgent(backend=backend, topic=topic, agent=a, decoder=decoder) for a in swarm.agents()]
 
 
-def _step_until_rest(steppers: list[AgentStepper]) -> None:
+def _step_until_rest(steppers: list[DrivenAgent]) -> None:
     while True:
         for s in steppers:
             s.advance()
@@ -131,7 +131,7 @@ def test_a_life_killed_before_its_commit_is_aborted_by_the_next_which_rebuilds_a
     q.step_and_die()  # q handled ball 0 (effect, ball 1), and died before committing
     assert [m.offset() for m in backend.messages(topic)] == [0, 2]  # its outputs are not readable
     assert backend.watermarks(topic)[1] == 6  # ...but they hold offsets 4 and 5, in an open transaction
-    q2 = AgentStepper(backend=backend, topic=topic, agent=PING.agent("q"), decoder=Decoder(registry))
+    q2 = DrivenAgent(backend=backend, topic=topic, agent=PING.agent("q"), decoder=Decoder(registry))
     assert backend.watermarks(topic)[1] == 7  # its fence aborted them: a marker at 6
     q2.advance()
     assert q2.due is not None and q2.due[0] == 0  # it wrote nothing for run.started: live again
@@ -181,5 +181,5 @@ def test_a_timeout_fires_only_when_asked_and_once_the_agent_has_caught_up(run_se
     w.advance()
     assert w.due is not None and w.due[1] is not None and w.due[1].event_type == TIMER_FIRED
     # A new life that has not read to the end of the log it found fires nothing, as the worker.
-    w2 = AgentStepper(backend=backend, topic=topic, agent=swarm.agent("w"), decoder=Decoder(registry))
+    w2 = DrivenAgent(backend=backend, topic=topic, agent=swarm.agent("w"), decoder=Decoder(registry))
     assert not w2.caught_up and w2.armed() == [] and w2.fire(10**9) == []

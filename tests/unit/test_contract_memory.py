@@ -1,7 +1,8 @@
-"""The log and runtime contract suites on the in-memory log (no broker)."""
+"""The log, runtime, state and fold contract suites on the in-memory log (no broker)."""
 
 from __future__ import annotations
 
+from ..contract.folds import FoldContract, debug_in_process
 from ..contract.log import LogContract
 from ..contract.runtime import RuntimeContract
 from ..contract.state import StateDigestContract
@@ -17,3 +18,10 @@ class TestRuntimeContractInMemory(RuntimeContract):
 
 class TestStateDigestContractInMemory(StateDigestContract):
     quiet = 0.3
+
+
+class TestFoldContractInMemory(FoldContract):
+    quiet = 0.3
+
+    def debug_divergence(self, backend, settings, swarm):
+        return debug_in_process(backend, settings, swarm)

@@ -1,7 +1,7 @@
 """The debugging engine on the in-memory log: state at any offset, snapshots, steps, the cursor, forks.
 
 The oracle for "the state just before N" is the replayer's own machinery — an
-``AgentCore`` given the full first-pass index of the log (``runtime._index``) and fed every
+``AgentCore`` given the agents' history read whole first (``runtime.history``) and fed every
 message before N — so the engine's fold (effects looked up ahead, resumed from snapshots)
 is checked against the fold every replay and every live agent uses.
 """
@@ -20,9 +20,9 @@ from swarmlog.log.memory import InMemoryLog
 from swarmlog.log.protocol import RUN_FORKED, route
 from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
-from swarmlog.runtime._checkpoint import FOLD_FIELDS, WIRING_FIELDS, copy_state, decode_value, encode_value
-from swarmlog.runtime._core import AgentCore
-from swarmlog.runtime._index import index_log
+from swarmlog.runtime.checkpoint import FOLD_FIELDS, WIRING_FIELDS, copy_state, decode_value, encode_value
+from swarmlog.runtime.engine import AgentCore
+from swarmlog.runtime.history import LogHistory, NoHistory
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -46,8 +46,10 @@ def oracle_states(backend: InMemoryLog, settings: Settings, registry: SchemaRegi
     """Every agent's state just before each of ``offsets``, by the replayer's fold with a full index."""
     decoder = Decoder(registry)
     agents = swarms.relay_long.agents()
-    indexes, _ = index_log(backend=backend, topic=settings.topic, decoder=decoder, agents=[a.name for a in agents])
-    cores = [AgentCore(agent=a, decoder=decoder, index=indexes[a.name], live_sink=None, strict=True) for a in agents]
+    history = LogHistory(backend=backend, topic=settings.topic, decoder=decoder, agents=[a.name for a in agents])
+    history.read_to_end()
+    cores = [AgentCore(agent=a, decoder=decoder, history=history.agent(a.name), live_sink=None, strict=True)
+             for a in agents]
     out: dict[int, dict[str, Any]] = {}
     wanted = sorted(offsets)
     msgs = backend.messages(settings.topic)
@@ -123,12 +125,10 @@ def test_snapshots_keep_sets_tuples_bytes_and_key_order_as_they_were():
 
 def test_every_attribute_of_the_agent_core_is_either_captured_or_wiring():
     registry = SchemaRegistry.load(Settings().schema_dirs())
-    from swarmlog.runtime._index import OwnIndex
-
-    core = AgentCore(agent=swarms.relay_long.agents()[0], decoder=Decoder(registry), index=OwnIndex(),
+    core = AgentCore(agent=swarms.relay_long.agents()[0], decoder=Decoder(registry), history=NoHistory(),
                      live_sink=None)
     unknown = set(vars(core)) - FOLD_FIELDS - WIRING_FIELDS
-    assert unknown == set(), f"new AgentCore state {unknown}: add it to runtime/_checkpoint.py (capture/restore)"
+    assert unknown == set(), f"new AgentCore state {unknown}: add it to runtime/checkpoint.py (capture/restore)"
 
 
 def test_each_step_shows_the_state_before_and_after_and_the_next_step_starts_where_it_ended(long_log, registry):
@@ -288,7 +288,7 @@ class _CountingBackend:
 
 
 def test_a_fold_reads_the_log_once_though_its_handlers_look_ahead_for_effects(long_log, registry):
-    # The lookahead's reads ahead are the fold's own reader reading on: what it reads waits for the
+    # The history's reads ahead are the fold's own reader reading on: what it reads waits for the
     # fold, so the tail is read once, by one reader (it was read twice, by two, bench/snapshots.py).
     backend, settings = long_log
     counting = _CountingBackend(backend)
@@ -304,23 +304,24 @@ def test_a_fold_reads_the_log_once_though_its_handlers_look_ahead_for_effects(lo
     assert before <= counting.read[settings.topic] < 2 * before
 
 
-def test_a_lookahead_past_its_bound_reads_on_alone_and_every_state_is_the_same(long_log, registry, monkeypatch):
-    # Past AHEAD_KEPT messages held for the fold, the lookahead reads on with a reader of its own
+def test_a_history_past_its_bound_reads_on_alone_and_every_state_is_the_same(long_log, registry, monkeypatch):
+    # Past AHEAD_KEPT messages held for the fold, the history reads on with a reader of its own
     # and keeps nothing: the answers must not change, whichever reader saw a record first.
-    from swarmlog.debug import _fold
+    from swarmlog.debug import _rebuild
+    from swarmlog.runtime import history
 
     backend, settings = long_log
     end = backend.watermarks(settings.topic)[1]
     offsets = list(range(0, end + 3, 89)) + [end]
     expected = oracle_states(backend, settings, registry, offsets)
-    monkeypatch.setattr(_fold, "AHEAD_KEPT", 2)
-    monkeypatch.setattr(_fold, "TAIL_BATCH", 3)
+    monkeypatch.setattr(history, "AHEAD_KEPT", 2)
+    monkeypatch.setattr(_rebuild, "TAIL_BATCH", 3)
     counting = _CountingBackend(backend)
     session = Session(settings=settings, swarm=swarms.relay_long, backend=counting, registry=registry,  # type: ignore[arg-type]
                       snapshots=False)
     for n in offsets:
         assert session.state("r3", at=n).state == expected[n]["r3"], n
-    assert counting.readers[settings.topic] > len(offsets)  # the lookahead's own readers did read
+    assert counting.readers[settings.topic] > len(offsets)  # the history's own readers did read
 
 
 def test_a_session_sees_snapshots_written_after_its_first_look(long_log, registry):

@@ -16,12 +16,11 @@ import openai
 import pytest
 
 from swarmlog.guard import ForbiddenCall, guarded
+from swarmlog.llm.compare import _first_difference, comparable_body, tool_result_named
 from swarmlog.llm.http import (
     HTTPRequestDiverged,
     RecordedHTTP,
     _body_field,
-    _comparable_body,
-    _first_difference,
     _sse_chunks,
     transport_type,
 )
@@ -112,7 +111,7 @@ def test_a_multipart_body_compares_without_its_random_boundary():
         return data, [{"name": "content-type", "value": f"multipart/form-data; boundary={boundary}"}]
 
     (a, ha), (b, hb) = body("0f1e2d3c4b5a"), body("99887766aabb")
-    assert a != b and _comparable_body(a, ha) == _comparable_body(b, hb)
+    assert a != b and comparable_body(a, ha) == comparable_body(b, hb)
 
 
 def test_a_recorded_event_stream_is_served_one_event_per_chunk():
@@ -311,6 +310,56 @@ def test_a_body_that_cannot_be_decoded_is_recorded_as_a_failure_and_replayed_as_
     ({"messages": [{"role": "user", "content": "q"}]}, "body.messages[0].content", None),
 ])
 def test_a_differing_tool_result_in_a_model_request_is_named_by_its_tool(body, part, named):
-    from swarmlog.llm.http import _tool_result_named
 
-    assert _tool_result_named(body, part) == named
+    assert tool_result_named(body, part) == named
+
+
+# --- where a request goes: an LLM SDK's host is the deployment's, a tool's is the program's --------------
+
+
+def test_an_llm_sdks_request_replays_at_another_host_but_not_at_another_path():
+    import anthropic
+
+    ask = [{"role": "user", "content": "hi"}]
+    with StubServer() as server:
+        recorder = ListRecorder()
+        http, _ = client(recorder)
+        openai.OpenAI(api_key=KEY, base_url=server.base_url, http_client=http).chat.completions.create(
+            model="m", messages=ask)
+        anthropic.Anthropic(api_key=KEY, base_url=server.anthropic_base_url, http_client=http).messages.create(
+            model="m", max_tokens=8, messages=ask)
+    assert [r["url"] for r in recorder.records] == [f"{server.base_url}/chat/completions",
+                                                    f"{server.anthropic_base_url}/v1/messages"]
+    # Replayed where each SDK goes by default (no OPENAI_BASE_URL, no ANTHROPIC_BASE_URL): served.
+    recorder.replay = list(recorder.records)
+    http, core = client(recorder)
+    gpt = openai.OpenAI(api_key="placeholder-key", http_client=http).chat.completions.create(model="m", messages=ask)
+    claude = anthropic.Anthropic(api_key="placeholder-key", http_client=http).messages.create(
+        model="m", max_tokens=8, messages=ask)
+    assert (gpt.choices[0].message.content, claude.content[0].text) == ("echo: hi", "echo: hi")
+    assert core.live_requests == 0
+    # Another path is another API, whatever the host: a divergence, saying what may differ and what not.
+    recorder.replay = list(recorder.records)
+    with pytest.raises(HTTPRequestDiverged) as caught:
+        openai.OpenAI(api_key="placeholder-key", base_url="https://gateway.example/openai/v1", http_client=http,
+                      max_retries=0).chat.completions.create(model="m", messages=ask)
+    err = caught.value
+    assert (err.part, err.recorded_value, err.replayed_value) == (
+        "url", f"{server.base_url}/chat/completions", "https://gateway.example/openai/v1/chat/completions")
+    assert "host may differ on replay, not its path" in str(err) and "OPENAI_BASE_URL" in str(err)
+
+
+def test_a_tools_request_at_another_host_is_a_divergence_even_beside_an_sdk():
+    with StubServer(routes={"/pages/kafka": lambda request: "a log"}) as server:
+        recorder = ListRecorder()
+        http, _ = client(recorder, lib=httpx)
+        assert http.get(f"http://127.0.0.1:{server.port}/pages/kafka").json() == "a log"
+    recorder.replay = list(recorder.records)
+    http, _ = client(recorder, lib=httpx)
+    with pytest.raises(HTTPRequestDiverged, match="at url") as caught:
+        http.get("http://localhost:9/pages/kafka")
+    assert caught.value.about is None
+    # A tool that dresses as an SDK on one side only is still compared whole.
+    recorder.replay = list(recorder.records)
+    with pytest.raises(HTTPRequestDiverged, match="at url"):
+        http.get("http://localhost:9/pages/kafka", headers={"User-Agent": "OpenAI/Python 3.63.0"})

@@ -111,13 +111,13 @@ def test_only_the_command_line_process_may_reexecute(monkeypatch):
 
 
 def test_a_snapshot_of_a_pinned_run_is_not_resumed_under_another_seed(registry):
-    from swarmlog.runtime._checkpoint import capture, restore
-    from swarmlog.runtime._core import AgentCore
-    from swarmlog.runtime._index import OwnIndex
+    from swarmlog.runtime.checkpoint import capture, restore
+    from swarmlog.runtime.engine import AgentCore
+    from swarmlog.runtime.history import NoHistory
     from swarmlog.schema.codec import Decoder
 
     def core() -> AgentCore:
-        return AgentCore(agent=swarms.Gather("gather"), decoder=Decoder(registry), index=OwnIndex(), live_sink=None)
+        return AgentCore(agent=swarms.Gather("gather"), decoder=Decoder(registry), history=NoHistory(), live_sink=None)
 
     other = 7 if interpreter.current().seed != 7 else 8
     folded = core()

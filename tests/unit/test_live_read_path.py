@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from swarmlog import Agent, on_message
 from swarmlog.log.memory import MemoryMessage
 from swarmlog.log.protocol import H_STEP, H_TO, MESSAGE, Route
-from swarmlog.runtime._core import AgentCore
-from swarmlog.runtime._index import OwnIndex
-from swarmlog.runtime._worker import _LiveSink
+from swarmlog.runtime.engine import AgentCore
+from swarmlog.runtime.history import NoHistory
+from swarmlog.runtime.sink import LiveSink
 from swarmlog.schema.codec import Decoder, Encoder
 
 from ..conftest import examples
@@ -62,9 +62,10 @@ class _Relay(Agent):
 def _live_core(registry: Any, *, last_step: int = -1) -> tuple[AgentCore, _Channel, _CountingDecoder]:
     channel = _Channel()
     decoder = _CountingDecoder(registry)
-    sink = _LiveSink(channel=channel, registry=registry, agent="a")  # type: ignore[arg-type]
-    core = AgentCore(agent=_Relay("a"), decoder=decoder, index=OwnIndex(last_step=last_step), live_sink=sink,
-                     digest_every=1)
+    sink = LiveSink(channel=channel, registry=registry, agent="a")  # type: ignore[arg-type]
+    history = NoHistory()
+    history.last_step = last_step  # a rebuilding agent's: steps up to it are history
+    core = AgentCore(agent=_Relay("a"), decoder=decoder, history=history, live_sink=sink, digest_every=1)
     sink.core = core
     core.ctx.set_run(run_id="r", seed=1)
     return core, channel, decoder

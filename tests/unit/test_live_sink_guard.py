@@ -11,7 +11,7 @@ import pytest
 from swarmlog.context import Output
 from swarmlog.guard import ForbiddenCall, guarded
 from swarmlog.log.protocol import MESSAGE
-from swarmlog.runtime._worker import _LiveSink
+from swarmlog.runtime.sink import LiveSink
 from swarmlog.schema.registry import SchemaRegistry
 
 # Every test here runs under each of the guard's profile hooks, the C one and the Python one.
@@ -38,7 +38,7 @@ class _ClockReadingChannel:
 
 def test_a_located_send_is_not_charged_with_the_clock_reads_of_the_log_client(registry: SchemaRegistry) -> None:
     channel = _ClockReadingChannel()
-    sink = _LiveSink(channel=channel, registry=registry, agent="a")  # type: ignore[arg-type]
+    sink = LiveSink(channel=channel, registry=registry, agent="a")  # type: ignore[arg-type]
     out = Output("a@7.0", MESSAGE, {"kind": "hop", "body": "x"}, "b", [7])
     with guarded(agent="a", offset=7):
         assert sink.write(out, locate=True) == 42

@@ -19,9 +19,9 @@ from swarmlog import Agent, on_message
 from swarmlog.guard import ForbiddenCall, _hook
 from swarmlog.log.memory import MemoryMessage
 from swarmlog.log.protocol import H_TO, H_TYPE, MESSAGE
-from swarmlog.runtime._core import AgentCore
-from swarmlog.runtime._index import OwnIndex
-from swarmlog.runtime._worker import _LiveSink
+from swarmlog.runtime.engine import AgentCore
+from swarmlog.runtime.history import NoHistory
+from swarmlog.runtime.sink import LiveSink
 from swarmlog.schema.codec import Decoder, Encoder
 
 # Every test here runs under each of the guard's profile hooks, the C one and the Python one.
@@ -74,8 +74,8 @@ def _step(registry: Any, body: str, channel: _Channel | None = None,
           agent: type[Agent] = _Sender) -> tuple[_Channel, Decoder]:
     channel = channel or _Channel()
     decoder = Decoder(registry)
-    sink = _LiveSink(channel=channel, registry=registry, agent="a")  # type: ignore[arg-type]
-    core = AgentCore(agent=agent("a"), decoder=decoder, index=OwnIndex(), live_sink=sink)
+    sink = LiveSink(channel=channel, registry=registry, agent="a")  # type: ignore[arg-type]
+    core = AgentCore(agent=agent("a"), decoder=decoder, history=NoHistory(), live_sink=sink)
     sink.core = core
     core.ctx.set_run(run_id="r", seed=1)
     enc = Encoder(registry.latest(MESSAGE))

@@ -14,9 +14,9 @@ from swarmlog.log.memory import InMemoryLog
 from swarmlog.log.protocol import route
 from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
-from swarmlog.runtime._core import AgentCore
 from swarmlog.runtime._dispatch import Dispatcher
-from swarmlog.runtime._index import index_log
+from swarmlog.runtime.engine import AgentCore
+from swarmlog.runtime.history import LogHistory
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -27,8 +27,10 @@ from .. import swarms
 def _cores(backend: InMemoryLog, topic: str, registry: SchemaRegistry, swarm: Swarm) -> list[AgentCore]:
     decoder = Decoder(registry)
     agents = swarm.agents()
-    indexes, _ = index_log(backend=backend, topic=topic, decoder=decoder, agents=[a.name for a in agents])
-    return [AgentCore(agent=a, decoder=decoder, index=indexes[a.name], live_sink=None, strict=False) for a in agents]
+    history = LogHistory(backend=backend, topic=topic, decoder=decoder, agents=[a.name for a in agents])
+    history.read_to_end()
+    return [AgentCore(agent=a, decoder=decoder, history=history.agent(a.name), live_sink=None, strict=False)
+            for a in agents]
 
 
 def _fold_state(core: AgentCore) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """A swarm replay reads its log once, ahead of its fold only as far as a step needs (in memory).
 
-``runtime._lookahead``: effects and state digests are found by reading on from the fold, not
+``runtime.history``: effects and state digests are found by reading on from the fold, not
 by a pass over the whole log first. What a replay reports must not depend on how far it read
 ahead, nor on whether it read ahead with the fold's reader or with a reader of its own.
 """
@@ -14,7 +14,7 @@ import pytest
 from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.log.memory import InMemoryLog
 from swarmlog.replaying import replay_swarm
-from swarmlog.runtime import _lookahead, run_agents, start_run
+from swarmlog.runtime import _replayer, history, run_agents, start_run
 
 JOBS = 40
 
@@ -88,7 +88,7 @@ def _report(result: Any) -> dict[str, Any]:
 
 READS = [(1, 0, 1), (3, 2, 1), (7, 50_000, 500)]
 """(the fold's batch, messages kept ahead, the lookahead's own batch): every way of reading ahead —
-message by message with nothing kept (the lookahead's own reader does all of it), a little kept, all kept."""
+message by message with nothing kept (the history's own reader does all of it), a little kept, all kept."""
 
 
 def _replays(backend: InMemoryLog, run_settings: Any, registry: Any, monkeypatch: pytest.MonkeyPatch,
@@ -97,9 +97,9 @@ def _replays(backend: InMemoryLog, run_settings: Any, registry: Any, monkeypatch
     whole = _report(replay_swarm(settings=run_settings, swarm=swarm, registry=registry, backend=backend, **kw))
     others = []
     for read, kept, alone in READS:
-        monkeypatch.setattr(_lookahead, "READ_BATCH", read)
-        monkeypatch.setattr(_lookahead, "AHEAD_KEPT", kept)
-        monkeypatch.setattr(_lookahead, "AHEAD_BATCH", alone)
+        monkeypatch.setattr(_replayer, "READ_BATCH", read)
+        monkeypatch.setattr(history, "AHEAD_KEPT", kept)
+        monkeypatch.setattr(history, "AHEAD_BATCH", alone)
         others.append(_report(replay_swarm(settings=run_settings, swarm=swarm, registry=registry, backend=backend,
                                            **kw)))
     monkeypatch.undo()

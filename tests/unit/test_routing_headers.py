@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarmlog import Agent, Swarm, on, on_message
+from swarmlog.debug import Session
 from swarmlog.errors import RoutingHeaderMismatch
 from swarmlog.log.append import EventLog
 from swarmlog.log.memory import MemoryMessage
@@ -153,6 +154,16 @@ def test_replaying_a_log_with_a_lying_header_stops_with_the_named_error(backend,
     with pytest.raises(RoutingHeaderMismatch) as err:
         replay_swarm(settings=run_settings, swarm=_swarm, registry=registry, backend=backend, workers=workers)
     assert err.value.offset == lie
+
+
+def test_the_debugger_opens_a_log_with_a_lying_header_routing_every_message_by_its_envelope(backend, run_settings,
+                                                                                          registry):
+    # A replay refuses the log, naming the lie; the debugger, there to look at such a log, reads it, and
+    # the header steers nothing: the message goes where its envelope says.
+    lie = _lying_log(backend, run_settings, registry)
+    session = Session(settings=run_settings, swarm=_swarm, registry=registry, backend=backend, snapshots=False)
+    states = session.states(at=lie + 2)
+    assert states["bob"].state == {"pings": 1} and states["carol"].state == {"pings": 0}
 
 
 def test_check_causality_names_lying_headers_and_unreadable_messages(backend, run_settings, registry):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from swarmlog.context import Output
 from swarmlog.log.protocol import H_AGENT, H_STEP, H_TO, H_TYPE, H_VERSION, MESSAGE, STATE_DIGEST
-from swarmlog.runtime._digests import DigestRecord
-from swarmlog.runtime._worker import _LiveSink
+from swarmlog.runtime.digests import DigestRecord
+from swarmlog.runtime.sink import LiveSink
 from swarmlog.schema.codec import Encoder
 from swarmlog.schema.registry import SchemaRegistry
 
@@ -38,7 +38,7 @@ def test_the_same_pair_gets_the_same_headers_and_other_pairs_their_own(registry:
 def test_the_runtimes_step_header_never_changes_the_encoders_shared_headers(registry: SchemaRegistry) -> None:
     channel = _RecordingChannel()
     encoders: dict[str, Encoder] = {}
-    sink = _LiveSink(channel=channel, registry=registry, agent="a", encoders=encoders)  # type: ignore[arg-type]
+    sink = LiveSink(channel=channel, registry=registry, agent="a", encoders=encoders)  # type: ignore[arg-type]
     sink.write(Output("a@7#0", MESSAGE, {"kind": "hop", "body": "x"}, "b", [7]), locate=False)
     sink.write(Output("a@8#0", MESSAGE, {"kind": "hop", "body": "y"}, "b", [8]), locate=True)
     sink.write(Output("op-1", MESSAGE, {"kind": "hop", "body": "z"}, "b", []), locate=False)  # no step

@@ -17,7 +17,7 @@ from swarmlog import Agent, Swarm, on, on_message, on_timer
 from swarmlog.errors import EffectFailed, ScheduleMismatch, UnmodelledEffect
 from swarmlog.examples import case_study, claims
 from swarmlog.log.memory import InMemoryLog
-from swarmlog.log.protocol import MESSAGE, TIMER_CANCELLED, TIMER_FIRED
+from swarmlog.log.protocol import MESSAGE, STATE_DIGEST, TIMER_CANCELLED, TIMER_FIRED, route
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.testing import (
     Fail,
@@ -70,20 +70,32 @@ class _Ping(Agent):
 PING = Swarm(name="ping", agents=lambda: [_Ping("p"), _Ping("q")], code_version="1")
 
 
-def test_a_simulated_run_writes_the_log_live_workers_write_for_the_same_interleaving(run_settings):
+def test_a_simulated_run_writes_the_log_live_workers_write_for_the_same_interleaving(run_settings, monkeypatch):
     # One ball in flight: live workers have one possible order. The model of the effect is the
     # function itself, so the simulated log must be the live log, byte for byte, offset for offset.
     live = InMemoryLog()
     live.create_topic(run_settings.topic)
     start_run(settings=run_settings, swarm=PING, run_id="r", seed=5, backend=live)
-    # Live without state digests: the simulator records none (a digest record's `position` is
-    # how far a live agent happened to have read, timing a simulated run has none of).
+    # Both without state digests: a digest record's `position` is how far a live agent happened to
+    # have read (timing, which a simulated run has none of). With them: the next test.
     run_agents(settings=run_settings.model_copy(update={"state_digest_every": 0}), swarm=PING, until_quiet=0.3,
                backend=live)
+    monkeypatch.setenv("SWARMLOG_STATE_DIGEST_EVERY", "0")
     run = Simulator(PING, effects={"double": _double}, seed=5, run_id="r").run()
     assert run.ok and run.at_rest
     shape = [(m.offset(), m.value(), m.headers()) for m in run.log.messages(run.topic)]
     assert shape == [(m.offset(), m.value(), m.headers()) for m in live.messages(run_settings.topic)]
+
+
+def test_a_simulated_run_records_every_steps_state_and_its_replay_checks_each():
+    # As the worker does: the digest of the state each live step left, last in its transaction, so that
+    # a restarted agent (a crash's next life) and every replay compare states as well as outputs.
+    run = Simulator(PING, effects={"double": _double}, seed=5, run_id="r").run()
+    digests = [m for m in run.log.messages(run.topic) if route(m.headers()).event_type == STATE_DIGEST]
+    replayed = run.replay()
+    assert replayed.divergences == [] and len(digests) == sum(replayed.steps.values())
+    assert replayed.states_checked == replayed.states_recorded == replayed.steps
+    assert all(e.event_type != STATE_DIGEST for e in run.events())  # bookkeeping, not events of the swarm
 
 
 def test_every_simulated_run_replays_with_no_divergence_to_the_same_states():

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from swarmlog.log.hashing import _reference_encode, canonical, sha256_digest, short_sha256, state_hash
 from swarmlog.log.protocol import STATE_DIGEST, parse_step, state_digest_id, stop_digest_id
 from swarmlog.runtime import diff_states
-from swarmlog.runtime._digests import DigestRecord, DigestRecorder, RecordedDigests, state_digest
+from swarmlog.runtime.digests import DigestRecord, DigestRecorder, RecordedDigests, state_digest
 
 from ..conftest import examples
 

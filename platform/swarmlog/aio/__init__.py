@@ -8,7 +8,7 @@
     class Researcher(Agent):
         @on_message("question")
         async def ask(self, ctx, event):
-            client = openai.AsyncOpenAI(http_client=ctx.async_http())
+            client = openai.AsyncOpenAI(api_key=ctx.credential("OPENAI_API_KEY"), http_client=ctx.async_http())
             weather, news = await asyncio.gather(ctx.async_http().get(WEATHER), ctx.async_http().get(NEWS))
             reply = await client.chat.completions.create(model="gpt-4o-mini", messages=[...])
             ctx.send(event.agent_id, "answer", reply.choices[0].message.content)

@@ -6,7 +6,7 @@ The public face (``tests/unit/test_layout.py`` pins it):
 * :class:`LogView` — the log's events decoded (:class:`LoggedEvent`), filtered, followed,
   with causes resolved both ways (:meth:`LogView.explain`, :meth:`LogView.graph`).
 * :class:`Session` — the swarm's code over its log: :meth:`~Session.state` just before any
-  offset, :meth:`~Session.diff`, :meth:`~Session.steps` (:class:`Step`: input, handler, state
+  offset, :meth:`~Session.diff`, :meth:`~Session.steps` (:class:`AgentStep`: input, handler, state
   before and after, outputs, divergences), a :class:`Cursor` stepping forward and back,
   :meth:`~Session.first_divergence`, :meth:`~Session.debug` (a step's handler under pdb or
   ``breakpoint()``'s debugger), :meth:`~Session.snapshot`.
@@ -20,8 +20,9 @@ The public face (``tests/unit/test_layout.py`` pins it):
 What a stepping view or a timeline needs is all here: the events of a range with their causes
 (``graph``), every agent's state before and after each step (``steps``, ``Cursor``), moving
 forward and back (``Cursor.forward/back/next_step/prev_step``), and the first divergence.
-The machinery is private: ``_fold`` (the fold, from zero or a snapshot, effects looked up
-ahead), ``_debugger`` (the handler trap and the debugger hook).
+The machinery is private: ``_rebuild`` (agents folded from zero or a snapshot, their recorded
+history read ahead through the runtime's one seam), ``_debugger`` (the handler trap and the
+debugger hook).
 """
 
 from typing import TYPE_CHECKING
@@ -35,7 +36,7 @@ from .fork import Forked, fork
 if TYPE_CHECKING:
     from ..errors import SnapshotStale
     from ._debugger import Stop
-    from ._fold import Step
+    from ._rebuild import AgentStep
     from .breakpoints import Breakpoint
     from .diff import Change, StateDiff
     from .logview import CausalGraph, Explained, LoggedEvent, LogView
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 __getattr__ = exports(globals(), {
     "Stop": "._debugger",
     "SnapshotStale": "..errors",
-    "Step": "._fold",
+    "AgentStep": "._rebuild",
     "Breakpoint": ".breakpoints",
     "Change": ".diff",
     "StateDiff": ".diff",
@@ -71,6 +72,7 @@ __getattr__ = exports(globals(), {
 
 __all__ = [
     "AgentState",
+    "AgentStep",
     "Breakpoint",
     "CausalGraph",
     "Change",
@@ -88,7 +90,6 @@ __all__ = [
     "SnapshotStore",
     "SnapshotsTaken",
     "StateDiff",
-    "Step",
     "Stepper",
     "Stop",
     "fork",

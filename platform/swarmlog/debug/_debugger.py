@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..events import Event
-from ..runtime._checkpoint import copy_state
-from ..runtime._core import AgentCore
+from ..runtime.checkpoint import copy_state
+from ..runtime.engine import AgentCore
 
 logger = logging.getLogger(__name__)
 

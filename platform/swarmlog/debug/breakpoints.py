@@ -1,6 +1,6 @@
 """Breakpoints on steps: an agent, an event type, or any Python predicate (``swarmlog step``).
 
-A breakpoint matches a :class:`~swarmlog.debug.Step` — one agent handling one offset —
+A breakpoint matches a :class:`~swarmlog.debug.AgentStep` — one agent handling one offset —
 never a bare message: what a breakpoint stops at is always an agent about to have done
 something, with a state before and after.
 
@@ -27,7 +27,7 @@ from types import CodeType
 from typing import Any
 
 from ..errors import UsageError
-from ._fold import Step
+from ._rebuild import AgentStep
 
 __all__ = ["AGENT", "Breakpoint", "IF", "TYPE", "first_match", "names", "parse"]
 
@@ -64,7 +64,7 @@ class Breakpoint:
             raise UsageError(f"breakpoint condition {expression!r} is not a Python expression: {exc.msg}") from exc
         return cls(IF, expression, code)
 
-    def matches(self, step: Step) -> bool:
+    def matches(self, step: AgentStep) -> bool:
         if self.kind == AGENT:
             return step.agent == self.value
         e = step.event
@@ -85,7 +85,7 @@ class Breakpoint:
         return f"{self.kind} {self.value}"
 
 
-def names(step: Step) -> dict[str, Any]:
+def names(step: AgentStep) -> dict[str, Any]:
     """What a predicate sees of a step."""
     e = step.event
     return {"step": step, "event": e, "agent": step.agent, "handler": step.handler, "offset": step.offset,
@@ -106,7 +106,7 @@ def parse(text: str) -> Breakpoint:
     raise UsageError(f"a breakpoint is `agent NAME`, `type TYPE[:KIND]` or `if EXPRESSION`, not {text!r}")
 
 
-def first_match(breakpoints: Iterable[Breakpoint], step: Step) -> Breakpoint | None:
+def first_match(breakpoints: Iterable[Breakpoint], step: AgentStep) -> Breakpoint | None:
     """The first of ``breakpoints`` that ``step`` matches."""
     for b in breakpoints:
         if b.matches(step):

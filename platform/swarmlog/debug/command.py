@@ -184,7 +184,7 @@ def cmd_debug(args: argparse.Namespace) -> int:
     if first is None:
         print("no divergence: the code does exactly what the log recorded")
         return 0
-    print(f"DIVERGED first at offset {first.offset} (agent {first.agent}): {first.detail}")
+    print(f"DIVERGED first at offset {first.offset} (agent {first.agent}, {first.kind}): {first.detail}")
     return 4
 
 

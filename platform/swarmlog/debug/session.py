@@ -34,13 +34,13 @@ from ..errors import ConfigurationError, SnapshotStale, UsageError
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
 from ..runtime import code_version
-from ..runtime._checkpoint import StateNotCapturable, capture, clean, restore
-from ..runtime._core import Divergence
+from ..runtime.checkpoint import StateNotCapturable, capture, clean, restore
+from ..runtime.engine import Divergence
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
 from ._debugger import HandlerTrap, Stop
-from ._fold import Step, SwarmFold
+from ._rebuild import AgentStep, Rebuild
 from .diff import StateDiff, diff
 from .logview import LoggedEvent, LogView
 from .snapshots import DEFAULT_EVERY, Chosen, Ignored, SnapshotStore
@@ -144,29 +144,33 @@ class Session:
         return chosen
 
     @contextmanager
-    def _fold(self, agents: list[str], before: int | None,
-              fits: Callable[[dict[str, dict[str, Any]]], bool] | None = None) -> Iterator[SwarmFold]:
-        """A fold of ``agents`` started at the latest usable snapshot at or before ``before``."""
+    def _rebuild(self, agents: list[str], before: int | None,
+                 fits: Callable[[dict[str, dict[str, Any]]], bool] | None = None, *,
+                 check_states: bool = True) -> Iterator[Rebuild]:
+        """``agents`` rebuilt from the latest usable snapshot at or before ``before``."""
         chosen = self._choose(agents, before, fits)
-        fold = SwarmFold(backend=self.backend, topic=self.topic, swarm=self.swarm, decoder=self.decoder,
-                         agents=agents, starts=chosen.folds, last=chosen.last)
-        fold.chosen = chosen  # type: ignore[attr-defined]
+        rebuild = Rebuild(backend=self.backend, topic=self.topic, swarm=self.swarm, decoder=self.decoder,
+                          agents=agents, starts=chosen.folds, last=chosen.last, check_states=check_states)
+        rebuild.chosen = chosen  # type: ignore[attr-defined]
         try:
-            yield fold
+            yield rebuild
         finally:
-            fold.close()
+            rebuild.close()
 
-    def _run(self, agents: list[str], before: int | None, body: Callable[[SwarmFold], Any],
-             fits: Callable[[dict[str, dict[str, Any]]], bool] | None = None) -> Any:
+    def _run(self, agents: list[str], before: int | None, body: Callable[[Rebuild], Any],
+             fits: Callable[[dict[str, dict[str, Any]]], bool] | None = None, *, check_states: bool = True) -> Any:
+        """``body`` of a rebuild of ``agents``; ``check_states=False`` for the queries that return states
+        and never divergences (``state``, ``states``, ``diff``): what a state is does not depend on
+        comparing it with its recorded digest, and not comparing spares reading ahead to the digests."""
         try:
-            with self._fold(agents, before, fits) as fold:
-                return body(fold)
+            with self._rebuild(agents, before, fits, check_states=check_states) as rebuild:
+                return body(rebuild)
         except SnapshotStale as exc:
             logger.warning("%s; folding %s from offset zero instead", exc, ", ".join(agents))
             previous, self.use_snapshots = self.use_snapshots, False
             try:
-                with self._fold(agents, before, fits) as fold:
-                    return body(fold)
+                with self._rebuild(agents, before, fits, check_states=check_states) as rebuild:
+                    return body(rebuild)
             finally:
                 self.use_snapshots = previous
 
@@ -176,24 +180,24 @@ class Session:
         """``agent``'s state just before offset ``at`` (past the end: at the end of the log)."""
         self._check_agent(agent)
 
-        def body(fold: SwarmFold) -> AgentState:
-            fold.run_to(at)
-            chosen: Chosen = fold.chosen  # type: ignore[attr-defined]
-            return AgentState(agent=agent, at=at, state=fold.state(agent), steps=fold.cores[agent].steps,
+        def body(rebuild: Rebuild) -> AgentState:
+            rebuild.run_to(at)
+            chosen: Chosen = rebuild.chosen  # type: ignore[attr-defined]
+            return AgentState(agent=agent, at=at, state=rebuild.state(agent), steps=rebuild.cores[agent].steps,
                               from_snapshot=chosen.at, ignored=chosen.ignored)
 
-        return self._run([agent], at, body)
+        return self._run([agent], at, body, check_states=False)
 
     def states(self, *, at: int) -> dict[str, AgentState]:
         """Every agent's state just before ``at``."""
 
-        def body(fold: SwarmFold) -> dict[str, AgentState]:
-            fold.run_to(at)
-            chosen: Chosen = fold.chosen  # type: ignore[attr-defined]
-            return {a: AgentState(agent=a, at=at, state=fold.state(a), steps=fold.cores[a].steps,
-                                  from_snapshot=chosen.at, ignored=chosen.ignored) for a in fold.names}
+        def body(rebuild: Rebuild) -> dict[str, AgentState]:
+            rebuild.run_to(at)
+            chosen: Chosen = rebuild.chosen  # type: ignore[attr-defined]
+            return {a: AgentState(agent=a, at=at, state=rebuild.state(a), steps=rebuild.cores[a].steps,
+                                  from_snapshot=chosen.at, ignored=chosen.ignored) for a in rebuild.names}
 
-        return self._run(self.agents, at, body)
+        return self._run(self.agents, at, body, check_states=False)
 
     def diff(self, agent: str, start: int, end: int) -> StateDiff:
         """What changed in ``agent``'s state from just before ``start`` to just before ``end``."""
@@ -201,42 +205,42 @@ class Session:
         if end < start:
             raise UsageError(f"--diff {start} {end}: the second offset must not be before the first")
 
-        def body(fold: SwarmFold) -> StateDiff:
-            fold.run_to(start)
-            before, steps0 = fold.state(agent), fold.cores[agent].steps
-            fold.run_to(end)
-            after = fold.state(agent)
+        def body(rebuild: Rebuild) -> StateDiff:
+            rebuild.run_to(start)
+            before, steps0 = rebuild.state(agent), rebuild.cores[agent].steps
+            rebuild.run_to(end)
+            after = rebuild.state(agent)
             return StateDiff(agent=agent, start=start, end=end, before=before, after=after,
-                             changes=diff(before, after), steps=fold.cores[agent].steps - steps0)
+                             changes=diff(before, after), steps=rebuild.cores[agent].steps - steps0)
 
-        return self._run([agent], start, body)
+        return self._run([agent], start, body, check_states=False)
 
-    def steps(self, *, start: int = 0, end: int | None = None, agent: str | None = None) -> list[Step]:
+    def steps(self, *, start: int = 0, end: int | None = None, agent: str | None = None) -> list[AgentStep]:
         """Every step of ``[start, end)`` (of one agent, or all), in offset order."""
         agents = [agent] if agent is not None else self.agents
         if agent is not None:
             self._check_agent(agent)
 
-        def body(fold: SwarmFold) -> list[Step]:
-            fold.run_to(start)
-            out: list[Step] = []
-            fold.run_to(end, observe=out.extend)
+        def body(rebuild: Rebuild) -> list[AgentStep]:
+            rebuild.run_to(start)
+            out: list[AgentStep] = []
+            rebuild.run_to(end, observe=out.extend)
             return out
 
         return self._run(agents, start, body)
 
-    def step(self, agent: str, number: int) -> Step:
+    def step(self, agent: str, number: int) -> AgentStep:
         """``agent``'s ``number``-th handler run (1 = its first)."""
         self._check_agent(agent)
         if number < 1:
             raise UsageError("steps are counted from 1")
 
-        def body(fold: SwarmFold) -> Step:
-            for m in fold.messages():
-                for s in fold.apply(m, observe=fold.cores[agent].steps == number - 1):
+        def body(rebuild: Rebuild) -> AgentStep:
+            for m in rebuild.messages():
+                for s in rebuild.apply(m, observe=rebuild.cores[agent].steps == number - 1):
                     if s.agent == agent and s.number == number:
                         return s
-            raise UsageError(f"agent {agent!r} ran {fold.cores[agent].steps} handler(s) in this log, "
+            raise UsageError(f"agent {agent!r} ran {rebuild.cores[agent].steps} handler(s) in this log, "
                              f"not {number}")
 
         return self._run([agent], None, body, fits=lambda folds: folds[agent]["steps"] < number)
@@ -255,18 +259,18 @@ class Session:
         """Where this code first departs from what the log recorded (None: nowhere)."""
         return self.replay().first_divergence
 
-    def _replay(self, *, to: int | None, before: int | None, traps: Callable[[SwarmFold], list[HandlerTrap]]
+    def _replay(self, *, to: int | None, before: int | None, traps: Callable[[Rebuild], list[HandlerTrap]]
                 | None = None, fits: Callable[[dict[str, dict[str, Any]]], bool] | None = None) -> Replayed:
-        def body(fold: SwarmFold) -> Replayed:
-            armed = traps(fold) if traps is not None else []
-            fold.run_to(to)
-            if fold.ended:
-                fold.finish()
-            chosen: Chosen = fold.chosen  # type: ignore[attr-defined]
-            return Replayed(end=fold.position, states={a: fold.state(a) for a in fold.names},
-                            steps={a: c.steps for a, c in fold.cores.items()}, divergences=fold.divergences(),
+        def body(rebuild: Rebuild) -> Replayed:
+            armed = traps(rebuild) if traps is not None else []
+            rebuild.run_to(to)
+            if rebuild.ended:
+                rebuild.finish()
+            chosen: Chosen = rebuild.chosen  # type: ignore[attr-defined]
+            return Replayed(end=rebuild.position, states={a: rebuild.state(a) for a in rebuild.names},
+                            steps={a: c.steps for a, c in rebuild.cores.items()}, divergences=rebuild.divergences(),
                             from_snapshot=chosen.at, stops=[s for t in armed for s in t.stops],
-                            unverified_from={a: c.unverified for a, c in fold.cores.items()
+                            unverified_from={a: c.unverified for a, c in rebuild.cores.items()
                                              if c.unverified is not None})
 
         return self._run(self.agents, before, body, fits)
@@ -298,15 +302,15 @@ class Session:
                 raise UsageError("--step K counts one agent's handler runs: give --agent too")
             k, who = step, agent
 
-            def traps(fold: SwarmFold) -> list[HandlerTrap]:
-                return [HandlerTrap(fold.cores[who], when=lambda _off, n: n == k, on_stop=on_stop)]
+            def traps(rebuild: Rebuild) -> list[HandlerTrap]:
+                return [HandlerTrap(rebuild.cores[who], when=lambda _off, n: n == k, on_stop=on_stop)]
 
             return self._replay(to=to, before=None, traps=traps, fits=lambda folds: folds[who]["steps"] < k)
         target = at
         names = [agent] if agent is not None else self.agents
 
-        def traps_at(fold: SwarmFold) -> list[HandlerTrap]:
-            return [HandlerTrap(fold.cores[n], when=lambda off, _n: off == target, on_stop=on_stop) for n in names]
+        def traps_at(rebuild: Rebuild) -> list[HandlerTrap]:
+            return [HandlerTrap(rebuild.cores[n], when=lambda off, _n: off == target, on_stop=on_stop) for n in names]
 
         return self._replay(to=to, before=at, traps=traps_at)
 
@@ -318,17 +322,17 @@ class Session:
         if every < 1:
             raise UsageError("--every must be at least 1")
 
-        def body(fold: SwarmFold) -> SnapshotsTaken:
-            chosen: Chosen = fold.chosen  # type: ignore[attr-defined]
+        def body(rebuild: Rebuild) -> SnapshotsTaken:
+            chosen: Chosen = rebuild.chosen  # type: ignore[attr-defined]
             last_at = chosen.at if chosen.at is not None else 0
             offsets: list[int] = []
             records = 0
             skipped: dict[str, str] = {}
-            for m in fold.messages(to):
+            for m in rebuild.messages(to):
                 boundary = (m.offset() // every) * every
-                if boundary > last_at and fold.last_message is not None:
+                if boundary > last_at and rebuild.last_message is not None:
                     docs = {}
-                    for name, core in fold.cores.items():
+                    for name, core in rebuild.cores.items():
                         if not clean(core):
                             skipped[name] = "its fold diverged from the log or could not be checked"
                             continue
@@ -337,12 +341,12 @@ class Session:
                         except StateNotCapturable as exc:
                             skipped[name] = str(exc)
                     if docs:
-                        records += self.store.write(at=boundary, folds=docs, last=fold.last_message)
+                        records += self.store.write(at=boundary, folds=docs, last=rebuild.last_message)
                         offsets.append(boundary)
                     last_at = boundary
-                fold.apply(m)
+                rebuild.apply(m)
             return SnapshotsTaken(offsets=offsets, records=records, skipped=skipped, from_snapshot=chosen.at,
-                                  end=fold.position)
+                                  end=rebuild.position)
 
         return self._run(self.agents, to, body)
 
@@ -359,19 +363,19 @@ class Cursor:
     def __init__(self, session: Session, *, at: int, checkpoint_every: int) -> None:
         self.session = session
         self._every = max(1, checkpoint_every)
-        self._ctx = session._fold(session.agents, at)
-        self._fold = self._ctx.__enter__()
-        self._fold.run_to(at)
+        self._ctx = session._rebuild(session.agents, at)
+        self._rebuild = self._ctx.__enter__()
+        self._rebuild.run_to(at)
         self._origin = at
-        self._history: list[tuple[Any, list[Step]]] = []
+        self._history: list[tuple[Any, list[AgentStep]]] = []
         """Every message folded since the start, with the steps it made."""
         self._index = 0
         """How many of ``_history`` are folded now."""
         self._checkpoints: dict[int, dict[str, dict[str, Any]]] = {0: self._capture()}
-        self._messages = self._fold.messages()
+        self._messages = self._rebuild.messages()
 
     def _capture(self) -> dict[str, dict[str, Any]]:
-        return {name: capture(core) for name, core in self._fold.cores.items()}
+        return {name: capture(core) for name, core in self._rebuild.cores.items()}
 
     @property
     def position(self) -> int:
@@ -381,7 +385,7 @@ class Cursor:
         return int(self._history[self._index - 1][0].offset()) + 1
 
     @property
-    def last_steps(self) -> list[Step]:
+    def last_steps(self) -> list[AgentStep]:
         """The steps the last message folded made."""
         return self._history[self._index - 1][1] if self._index else []
 
@@ -398,24 +402,24 @@ class Cursor:
         return self._origin
 
     def state(self, agent: str) -> dict[str, Any]:
-        return self._fold.state(agent)
+        return self._rebuild.state(agent)
 
     def states(self) -> dict[str, dict[str, Any]]:
-        return {a: self._fold.state(a) for a in self._fold.names}
+        return {a: self._rebuild.state(a) for a in self._rebuild.names}
 
     def divergences(self) -> list[Divergence]:
-        return self._fold.divergences()
+        return self._rebuild.divergences()
 
-    def forward(self) -> list[Step] | None:
+    def forward(self) -> list[AgentStep] | None:
         """Fold the next message; its steps (possibly none). None at the end of the log."""
         if self._index < len(self._history):
             m, steps = self._history[self._index]
-            self._fold.apply(m)
+            self._rebuild.apply(m)
         else:
             m = next(self._messages, None)
             if m is None:
                 return None
-            steps = self._fold.apply(m, observe=True)
+            steps = self._rebuild.apply(m, observe=True)
             self._history.append((m, steps))
         self._index += 1
         if self._index % self._every == 0 and self._index not in self._checkpoints:
@@ -423,7 +427,7 @@ class Cursor:
         return steps
 
     def back(self) -> bool:
-        """Un-fold the last message folded; False at the start."""
+        """Un-rebuild the last message folded; False at the start."""
         if self._index == 0:
             return False
         self._rewind(self._index - 1)
@@ -433,18 +437,18 @@ class Cursor:
         """Back to ``target`` messages of the history folded: one checkpoint restored, at most
         ``checkpoint_every`` messages folded again, however far back ``target`` is."""
         base = max(k for k in self._checkpoints if k <= target)
-        fold = self._fold
+        rebuild = self._rebuild
         for name, doc in self._checkpoints[base].items():
-            core = fold._core(next(a for a in self.session.swarm.agents() if a.name == name))
+            core = rebuild._core(next(a for a in self.session.swarm.agents() if a.name == name))
             restore(core, doc)
-            fold.cores[name] = core
-        fold._last_json.clear()
+            rebuild.cores[name] = core
+        rebuild._last_json.clear()
         for m, _ in self._history[base:target]:
-            fold.apply(m)
+            rebuild.apply(m)
         self._index = target
 
     @property
-    def folded(self) -> list[tuple[int, list[Step]]]:
+    def folded(self) -> list[tuple[int, list[AgentStep]]]:
         """Every message this cursor has folded up to its position: (offset, the steps it made), in order."""
         return [(int(m.offset()), steps) for m, steps in self._history[: self._index]]
 
@@ -460,13 +464,13 @@ class Cursor:
             if self._index < len(self._history):
                 nxt: int | None = self._history[self._index][0].offset()
             else:
-                nxt = self._fold.next_offset()
+                nxt = self._rebuild.next_offset()
             if nxt is None or nxt >= offset:
                 break
             if self.forward() is None:
                 break
 
-    def next_step(self, where: Callable[[Step], bool] | None = None) -> Step | None:
+    def next_step(self, where: Callable[[AgentStep], bool] | None = None) -> AgentStep | None:
         """Fold forward to the next step matching ``where`` (any step when None); None at the end."""
         while True:
             steps = self.forward()
@@ -476,7 +480,7 @@ class Cursor:
                 if where is None or where(s):
                     return s
 
-    def prev_step(self, where: Callable[[Step], bool] | None = None) -> Step | None:
+    def prev_step(self, where: Callable[[AgentStep], bool] | None = None) -> AgentStep | None:
         """Move back to just before the previous step matching ``where``; None if there is none."""
         for i in range(self._index - 1, -1, -1):  # the steps are kept: look first, then move once
             for s in reversed(self._history[i][1]):

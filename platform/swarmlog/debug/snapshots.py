@@ -1,6 +1,6 @@
 """Per-agent state snapshots: where a replay to offset N starts instead of offset zero.
 
-A snapshot is one agent's whole fold (:mod:`swarmlog.runtime._checkpoint`: its state,
+A snapshot is one agent's whole fold (:mod:`swarmlog.runtime.checkpoint`: its state,
 timers, outputs awaiting their record, counters, the run's seed) just before an offset,
 tagged with what made it: the **code version** of the swarm
 (:func:`swarmlog.runtime.code_version`), a digest of the **schema versions** events were

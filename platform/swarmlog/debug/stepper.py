@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..log.protocol import STATE_DIGEST
-from ..runtime._core import Divergence
-from ._fold import Step
+from ..runtime.engine import Divergence
+from ._rebuild import AgentStep
 from .breakpoints import Breakpoint, first_match
 from .logview import LoggedEvent
 from .session import Cursor, Session
@@ -45,7 +45,7 @@ costs no new fold."""
 class Hit:
     """A breakpoint reached: the step it matched."""
 
-    step: Step
+    step: AgentStep
     breakpoint: Breakpoint
 
 
@@ -79,7 +79,7 @@ class Stepper:
         return self.cursor.last_event
 
     @property
-    def steps(self) -> list[Step]:
+    def steps(self) -> list[AgentStep]:
         """What the current event made agents do (none: no agent handled it)."""
         return self.cursor.last_steps
 

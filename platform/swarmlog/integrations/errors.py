@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import EffectDiverged
-from ..llm.http import first_difference
+from ..llm.compare import first_difference
 
 __all__ = ["ModelRequestDiverged", "ToolResultDiverged"]
 

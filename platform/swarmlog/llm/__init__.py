@@ -10,6 +10,8 @@ import httpx):
   :class:`LLMResponseInvalid`, :class:`ScriptExhausted`;
 * the official SDKs as that client (``sdk``): :class:`SDKChat`, :func:`llm_client`;
 * recorded HTTP, ``ctx.http()`` (``http``): :class:`RecordedHTTP`, and its replay's :class:`HTTPRequestDiverged`;
+* an SDK's key, ``ctx.credential()`` (``credentials``): the environment's live, a placeholder on
+  replay; :class:`CredentialMissing`;
 * what both do alike: :class:`RetryPolicy` (``retry``), the one retry policy of live calls, and
   :class:`Redaction`, which header and query-parameter names carry credentials (re-exported from
   :mod:`swarmlog.redaction`, swarmlog's one home of redaction).
@@ -26,6 +28,7 @@ from .._lazy import exports
 if TYPE_CHECKING:
     from ..redaction import Redaction
     from .clients import LLMClient, OpenAIChat, ScriptedLLM, completion, content
+    from .credentials import CredentialMissing
     from .errors import (
         HTTPRequestDiverged,
         LLMError,
@@ -42,12 +45,14 @@ __getattr__ = exports(globals(), {
     **dict.fromkeys(["LLMClient", "OpenAIChat", "ScriptedLLM", "completion", "content"], ".clients"),
     **dict.fromkeys(["HTTPRequestDiverged", "LLMError", "LLMRequestFailed", "LLMResponseInvalid", "LLMUnavailable",
                      "ScriptExhausted"], ".errors"),
+    "CredentialMissing": ".credentials",
     "RecordedHTTP": ".http",
     "Redaction": "..redaction",
     "RetryPolicy": ".retry",
     **dict.fromkeys(["SDKChat", "llm_client"], ".sdk"),
 })
 
-__all__ = ["HTTPRequestDiverged", "LLMClient", "LLMError", "LLMRequestFailed", "LLMResponseInvalid", "LLMUnavailable",
-           "OpenAIChat", "RecordedHTTP", "Redaction", "RetryPolicy", "SDKChat", "ScriptExhausted", "ScriptedLLM",
+__all__ = ["CredentialMissing", "HTTPRequestDiverged", "LLMClient", "LLMError", "LLMRequestFailed",
+           "LLMResponseInvalid", "LLMUnavailable", "OpenAIChat",
+           "RecordedHTTP", "Redaction", "RetryPolicy", "SDKChat", "ScriptExhausted", "ScriptedLLM",
            "completion", "content", "llm_client"]

@@ -9,18 +9,16 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..errors import EffectDiverged, Retriable, SwarmlogError
 from ..log.hashing import canonical
+from .compare import show
 
 __all__ = ["HTTPRequestDiverged", "LLMError", "LLMRequestFailed", "LLMResponseInvalid", "LLMUnavailable",
            "ScriptExhausted"]
 
 _MAX_BODY_IN_MESSAGE = 2000
-MAX_SHOWN = 200
-"""Characters of a differing value quoted in a divergence."""
 
 
 class LLMError(SwarmlogError):
@@ -121,8 +119,3 @@ class HTTPRequestDiverged(EffectDiverged):
                     f"or replay with the code that made the log"),
             recorded={"method": method, "url": url, "part": part, "value": recorded_value},
             replayed={"part": part, "value": replayed_value})
-
-
-def show(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "..."

@@ -4,7 +4,8 @@
 ``httpx.Client``) built on a :class:`RecordedTransport`, so any code or SDK
 that takes an httpx client talks to the world through the log, unchanged::
 
-    client = openai.OpenAI(http_client=ctx.http())            # or anthropic.Anthropic(...)
+    client = openai.OpenAI(api_key=ctx.credential("OPENAI_API_KEY"),  # or anthropic.Anthropic(...)
+                           http_client=ctx.http())
     reply = client.chat.completions.create(model=..., messages=[...])
 
 **Live**, each request goes to the network once (inside
@@ -16,18 +17,22 @@ response is served and the network is never touched. A request whose method,
 URL or body differs from the recorded one is a :class:`HTTPRequestDiverged`
 naming the method, the URL and the first differing part of the body.
 
-Why headers are recorded but not compared: SDKs put per-attempt values in them
-(retry counts, read timeouts, idempotency keys drawn from OS entropy), which
-do not change what is asked. The body (JSON compared as JSON, a multipart
-body with its random boundary masked), the method and the URL do.
+What is compared, and why (:mod:`swarmlog.llm.compare`): the method, the URL and
+the body (JSON compared as JSON, a multipart body with its random boundary
+masked). Headers are recorded, not compared: SDKs put per-attempt values in them
+(retry counts, read timeouts, idempotency keys drawn from OS entropy) and the
+deployment's credentials. Nor is the scheme, host and port of a request the
+official openai or anthropic SDK made: where the model runs is the deployment's
+(``OPENAI_BASE_URL``), as its key is; a tool's host stays compared.
 
 **Credentials** never reach the log: the values of credential headers
 (``Authorization``, ``x-api-key``, ``api-key``, cookies, anything whose name
 says auth/key/token/secret/password/session, and any names you add) and query
 parameters (``key``, ``api_key``, ``access_token``, ...) become ``<redacted>``,
-and those values are scrubbed from everything else recorded (URL, bodies,
-response headers, error text): a server that echoes the key it rejected does
-not put it in the log, the mirror, a replay token or an error.
+and those values — and every key ``ctx.credential()`` handed out — are scrubbed
+from everything else recorded (URL, bodies, response headers, error text): a
+server that echoes the key it rejected does not put it in the log, the mirror,
+a replay token or an error.
 
 **Streams.** A streamed response (server-sent events) is read whole live,
 recorded whole, and served as a stream of one chunk per event, live and on
@@ -47,7 +52,6 @@ with the clock) is not recorded; a handler must not put it in its state.
 
 from __future__ import annotations
 
-import json
 import logging
 import platform
 import random
@@ -62,7 +66,8 @@ from ..errors import ConfigurationError
 from ..guard import allowed
 from ..log.protocol import HTTP_EXCHANGE
 from ..redaction import REDACTED, Redaction, Scrubber, redact_headers, redact_url
-from .errors import MAX_SHOWN, HTTPRequestDiverged
+from .compare import field_bytes, request_difference
+from .errors import HTTPRequestDiverged
 from .retry import RetryPolicy, retry_after
 
 __all__ = ["EVENT_TYPE", "RecordedHTTP", "httpx_library", "transport_type"]
@@ -85,122 +90,6 @@ def _body_field(data: bytes) -> str | bytes | None:
         except UnicodeDecodeError:
             pass
     return data
-
-
-def _field_bytes(value: str | bytes | None) -> bytes:
-    if value is None:
-        return b""
-    return value.encode("utf-8") if isinstance(value, str) else value
-
-
-# --- comparing a replayed request with the record ---------------------------------------------
-
-
-_BOUNDARY = re.compile(r"boundary=\"?([^\";,]+)")
-
-
-def _comparable_body(body: str | bytes | None, headers: list[dict[str, str]]) -> Any:
-    """The body as compared: parsed JSON if it is JSON, the multipart boundary masked."""
-    data = _field_bytes(body)
-    for h in headers:
-        if h["name"] == "content-type":
-            m = _BOUNDARY.search(h["value"])
-            if m is not None:  # random per request (OS entropy): not part of what was asked
-                data = data.replace(m.group(1).encode(), b"<boundary>")
-    if data[:1] in (b"{", b"["):
-        try:
-            return json.loads(data)
-        except ValueError:
-            pass
-    return data.decode("utf-8", "replace")
-
-
-def _first_difference(a: Any, b: Any, path: str) -> tuple[str, Any, Any] | None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(a.keys() | b.keys(), key=str):
-            if k not in b:
-                return f"{path}.{k}", a[k], "<absent>"
-            if k not in a:
-                return f"{path}.{k}", "<absent>", b[k]
-            d = _first_difference(a[k], b[k], f"{path}.{k}")
-            if d is not None:
-                return d
-        return None
-    if isinstance(a, list) and isinstance(b, list):
-        for i, (x, y) in enumerate(zip(a, b, strict=False)):
-            d = _first_difference(x, y, f"{path}[{i}]")
-            if d is not None:
-                return d
-        if len(a) != len(b):
-            return f"{path}.length", len(a), len(b)
-        return None
-    if isinstance(a, str) and isinstance(b, str) and a != b and (len(a) > MAX_SHOWN or len(b) > MAX_SHOWN):
-        i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-        start = max(0, i - 40)
-        return f"{path}[{i}:]", a[start:start + MAX_SHOWN], b[start:start + MAX_SHOWN]
-    if a != b or type(a) is not type(b):
-        return path, a, b
-    return None
-
-
-_ITEM = re.compile(r"^(?:body|request)\.(messages|input)\[(\d+)\](?:\.(?:content|parts)\[(\d+)\])?")
-
-
-def first_difference(recorded: Any, replayed: Any, *, root: str) -> tuple[str, Any, Any, str | None] | None:
-    """Where two JSON requests first differ: ``(path, recorded value, replayed value, what it is)``, the path
-    from ``root`` (``body.messages[0].content``), what it is when the request says (the result of a tool), or
-    None when they are equal. The one comparison of model requests: recorded HTTP bodies here, and the
-    framework integrations' model calls (:mod:`swarmlog.integrations`)."""
-    d = _first_difference(recorded, replayed, root)
-    if d is None:
-        return None
-    return d[0], d[1], d[2], _tool_result_named(replayed, d[0])
-
-
-def _tool_result_named(body: Any, part: str) -> str | None:
-    """Which tool's result a differing part of a model request is, when it is one: the tool's name is
-    in the call the model made earlier in the same conversation. OpenAI's chat completions (a ``tool``
-    message), its Responses API (a ``function_call_output`` item), Anthropic's messages (a
-    ``tool_result`` block) and pydantic-ai's messages (a ``tool-return`` part): a changed tool is then
-    named, not only a path."""
-    m = _ITEM.match(part)
-    if m is None or not isinstance(body, dict) or not isinstance(body.get(m.group(1)), list):
-        return None
-    items, i = body[m.group(1)], int(m.group(2))
-    item = items[i] if i < len(items) else None
-    if not isinstance(item, dict):
-        return None
-    call_id = None
-    parts = item.get("parts")
-    if m.group(3) is not None and isinstance(parts, list) and int(m.group(3)) < len(parts):
-        part_of = parts[int(m.group(3))]  # pydantic-ai's messages: a tool's return carries its tool's name
-        if isinstance(part_of, dict) and part_of.get("part_kind") in ("tool-return", "retry-prompt") \
-                and part_of.get("tool_name"):
-            return f"the result of tool {part_of['tool_name']!r} (call {part_of.get('tool_call_id')})"
-    if item.get("role") == "tool":
-        call_id = item.get("tool_call_id")
-    elif item.get("type") == "function_call_output":
-        call_id = item.get("call_id")
-    elif m.group(3) is not None and isinstance(item.get("content"), list):
-        blocks = item["content"]
-        j = int(m.group(3))
-        if j < len(blocks) and isinstance(blocks[j], dict) and blocks[j].get("type") == "tool_result":
-            call_id = blocks[j].get("tool_use_id")
-    if call_id is None:
-        return None
-    for earlier in reversed(items[:i]):
-        if not isinstance(earlier, dict):
-            continue
-        content = earlier.get("content")
-        calls = [*(earlier.get("tool_calls") or ()), earlier, *(content if isinstance(content, list) else ())]
-        for call in calls:
-            if not isinstance(call, dict):
-                continue
-            if call.get("id") == call_id and isinstance(call.get("function"), dict):
-                return f"the result of tool {call['function'].get('name')!r} (call {call_id})"
-            if call.get("type") in ("function_call", "tool_use") and call_id in (call.get("call_id"), call.get("id")):
-                return f"the result of tool {call.get('name')!r} (call {call_id})"
-    return f"the result of tool call {call_id}"
 
 
 _host_known = False
@@ -286,23 +175,18 @@ class RecordedHTTP:
     def sent(self, request: Any, body: bytes) -> _Sent:
         """The request as it is recorded and compared: credentials redacted and scrubbed."""
         scrub = Scrubber()
+        for secret in getattr(self.ctx, "_secrets", ()):  # what ctx.credential handed out (swarmlog.llm.credentials)
+            scrub.keep(secret)
         headers = redact_headers(request.headers.multi_items(), self.redaction, scrub)
         url = redact_url(str(request.url), self.redaction, scrub)
         return _Sent(method=request.method, url=scrub.text(url), headers=headers,
                      body=_body_field(scrub.data(body)), scrub=scrub)
 
     def _check(self, recorded: dict[str, Any], sent: _Sent) -> None:
-        difference: tuple[str, Any, Any] | None
-        if recorded["method"] != sent.method:
-            difference = ("method", recorded["method"], sent.method)
-        elif recorded["url"] != sent.url:
-            difference = ("url", recorded["url"], sent.url)
-        else:
-            difference = _first_difference(_comparable_body(recorded["request_body"], recorded["request_headers"]),
-                                           _comparable_body(sent.body, sent.headers), "body")
+        difference = request_difference(recorded, method=sent.method, url=sent.url, headers=sent.headers,
+                                        body=sent.body)
         if difference is not None:
-            part, was, now = difference
-            about = _tool_result_named(_comparable_body(sent.body, sent.headers), part)
+            part, was, now, about = difference
             raise HTTPRequestDiverged(offset=self.ctx.now(), agent=self.ctx.agent, method=sent.method, url=sent.url,
                                       part=part, recorded_value=was, replayed_value=now, about=about)
 
@@ -386,7 +270,7 @@ class RecordedHTTP:
             if not (isinstance(cls, type) and issubclass(cls, lib.RequestError)):
                 cls = lib.TransportError
             raise cls(message, request=request)
-        data = _field_bytes(payload["response_body"])
+        data = field_bytes(payload["response_body"])
         headers = [(h["name"], h["value"]) for h in payload["response_headers"]
                    if not (secret_headers and h["value"] == REDACTED)]
         headers += secret_headers

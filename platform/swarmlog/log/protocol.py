@@ -53,7 +53,7 @@ HANDLER_FAILED = "handler.failed"
 RUN_FORKED = "run.forked"
 """Appended to a fork right after the prefix it copied: where the fork came from."""
 STATE_DIGEST = "state.digest"
-"""An agent's state after its steps, as digests (:mod:`swarmlog.runtime._digests`): written in
+"""An agent's state after its steps, as digests (:mod:`swarmlog.runtime.digests`): written in
 the same transaction as those steps' outputs, and at every clean stop."""
 LANGGRAPH_CHECKPOINT = "langgraph.checkpoint"
 LANGGRAPH_WRITES = "langgraph.writes"

@@ -1,13 +1,20 @@
 """The agent runtime: agents as exactly-once consumers and producers of the log, and replay of their code.
 
 Public face: :func:`start_run`, :func:`run_agents`, :func:`load_swarm`,
-:func:`replay_swarm_log` and their results. The machinery is private:
-``_core`` (one agent's deterministic fold, no I/O), ``_index`` (an agent's first pass
-over a log), ``_digests`` (state digests in the record), ``_statediff`` (what a
-state divergence shows; :class:`LiveStates` is the seam for live states),
-``_worker`` (a live agent on a channel of the log), ``_replayer`` (a whole swarm's
-code against its log), ``_lookahead`` (the replay's one read of the log, ahead of its fold
-as far as a step needs), ``_processes`` (a replay's agents split across forked processes).
+:func:`replay_swarm_log` and their results.
+
+The engine, public inside the package (the debugger, the simulator and the token drive it;
+``tests/unit/test_layout.py`` holds that no module outside ``runtime/`` imports an underscored
+one): ``engine`` (one agent's deterministic fold, no I/O: :class:`AgentCore`), ``history``
+(the one seam through which every fold reads what an agent recorded: by a first pass, or ahead
+of the fold, from offset zero or a checkpoint's position), ``digests`` (state digests in the
+record), ``checkpoint`` (a fold captured and restored), ``sink`` (a live step's outputs into its
+transaction), ``driven`` (an agent driven a step at a time: the simulator's).
+
+The machinery, private: ``_statediff`` (what a state divergence shows; :class:`LiveStates` is the
+seam for live states), ``_worker`` (a live agent on a channel of the log), ``_replayer`` (a whole
+swarm's code against its log), ``_dispatch`` (its messages routed to the agents they concern),
+``_processes`` (a replay's agents split across forked processes).
 """
 
 from typing import TYPE_CHECKING
@@ -15,10 +22,10 @@ from typing import TYPE_CHECKING
 from .._lazy import exports
 
 if TYPE_CHECKING:
-    from ._core import Divergence
     from ._replayer import SwarmReplayResult, replay_swarm_log
     from ._statediff import LiveStates, diff_states
     from ._worker import AgentWorker, WorkerResult
+    from .engine import Divergence
     from .runner import (
         RunInfo,
         code_version,
@@ -35,7 +42,7 @@ if TYPE_CHECKING:
 # pinning (runtime/interpreter.py) live in this wing, and neither may import the engine and the
 # determinism guard for a command that runs no agent code (swarmlog --help, swarmlog token create).
 __getattr__ = exports(globals(), {
-    "Divergence": "._core",
+    "Divergence": ".engine",
     "SwarmReplayResult": "._replayer",
     "replay_swarm_log": "._replayer",
     "LiveStates": "._statediff",

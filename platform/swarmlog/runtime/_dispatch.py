@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..log.protocol import RUN_STARTED, SELF_RECORDS, STATE_DIGEST, TIMER_FIRED, Route
-from ._core import UNDECODED, AgentCore
+from .engine import UNDECODED, AgentCore
 
 logger = logging.getLogger(__name__)
 

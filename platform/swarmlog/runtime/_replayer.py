@@ -5,7 +5,7 @@ Internal; the public entry point is :func:`swarmlog.replay_swarm`.
 Every agent's handlers re-run, in offset order, on the inputs the log recorded;
 effects and LLM calls are served from the log; every output is compared with the
 one the log recorded for that step, and every step's resulting state with the
-digest the live agent recorded for it (``_digests``). Nothing is written. With the
+digest the live agent recorded for it (``digests``). Nothing is written. With the
 code that made the log, the result is the live state hashes and no divergence. With
 changed code, it says where the changed program first diverges, and the state it
 would have reached on the same inputs: a "what if" on a production failure.
@@ -28,23 +28,25 @@ from typing import Any
 
 from ..agent import Agent, Swarm
 from ..errors import UsageError
-from ..log.base import LogBackend, read_from_log_start
+from ..log.base import BATCH, LogBackend, read_from_log_start
 from ..log.hashing import StreamHasher
 from ..log.hotloop import fewer_collections
 from ..log.protocol import agent_group
 from ..observe import tracing
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
-from . import _lookahead, _processes
-from ._core import AgentCore, Divergence
+from . import _processes
 from ._dispatch import Dispatcher
-from ._index import steps_past
-from ._lookahead import Lookahead
 from ._statediff import LiveStates
+from .engine import AgentCore, Divergence
+from .history import LogHistory, steps_past
 
 logger = logging.getLogger(__name__)
 
 _PROGRESS_EVERY_S = 10.0
+
+READ_BATCH = BATCH
+"""Messages the fold's reader reads at a time (the replay's batch)."""
 
 
 @dataclass(slots=True)
@@ -140,7 +142,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
     committed: dict[str, int] = {}
     for name in names:
         # How far each live agent got: its committed position, or past its last recorded step (known
-        # as the lookahead scans).
+        # as the history scans).
         at = backend.committed(agent_group(topic, name), topic)
         committed[name] = at if at is not None else -1
     total = (min(high, to) if to is not None else high) - low
@@ -206,22 +208,12 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
     # Each process checks the routing headers of its share of the messages against their envelopes
     # and routes the rest by their headers: every header is checked once, and one that lies fails
     # the replay (a process's error is the replay's), so none can steer a fold.
-    ahead = Lookahead(backend=backend, topic=topic, decoder=decoder, agents=names, start=low, end=cut,
-                      check=(part.index, part.count))
-    cores = [AgentCore(agent=a, decoder=decoder, index=ahead.indexes[a.name], live_sink=None, strict=strict,
+    # The agents' recorded history, read ahead of the fold through the fold's own reader; how far each
+    # live agent got (its group's committed position, or past its last recorded step) is known as it scans.
+    history = LogHistory(backend=backend, topic=topic, decoder=decoder, agents=names, start=low, end=cut,
+                         check=(part.index, part.count), past=past, committed=committed)
+    cores = [AgentCore(agent=a, decoder=decoder, history=history.agent(a.name), live_sink=None, strict=strict,
                        live_states=live_states) for a in agents]
-    by_name = {core.name: core for core in cores}
-    for core in cores:
-        core.past_cut = past.get(core.name, set())
-
-    def learn_reach(name: str) -> None:
-        core = by_name[name]
-        last_step = max(ahead.max_step[name], max(core.past_cut, default=-1))
-        core.reach = max(committed[name], last_step + 1)
-
-    for name in names:
-        learn_reach(name)
-    ahead.on_miss = learn_reach
     replay = traced.start_replay() if traced is not None else None
     if traced is not None:
         for core in cores:
@@ -230,15 +222,15 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
     events = 0
     last_report = time.monotonic()
     try:
-        # Every message decoded, states and the lookahead's index alive: see swarmlog.log.hotloop.
+        # Every message decoded, states and the recorded history alive: see swarmlog.log.hotloop.
         with backend.reader(topic, group=group) as reader, fewer_collections():
             read_from_log_start(backend, reader, topic=topic, group=group, low=low, reset=reset)
             dispatch = Dispatcher(cores=cores)
             apply = dispatch.apply
             position = reader.position
             # Every message is routed once, by its envelope, its headers checked against it as the
-            # lookahead scans its batch (a lying one is refused there): no header can steer the fold.
-            for batch, routes in ahead.batches(reader.batches(end=to, batch_size=_lookahead.READ_BATCH)):
+            # history scans its batch (a lying one is refused there): no header can steer the fold.
+            for batch, routes in history.batches(reader.batches(end=to, batch_size=READ_BATCH)):
                 if hasher is not None:
                     hasher.update_batch(batch)
                 for m, r in zip(batch, routes, strict=True):
@@ -256,16 +248,16 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
             if group is not None:
                 reader.commit(end)
     finally:
-        ahead.close()
+        history.close()
     for core in cores:
-        learn_reach(core.name)  # everything up to the end (or the cut) has been scanned
-        core.finish()
+        core.finish()  # everything up to the end (or the cut) has been scanned: how far each agent got is known
     if traced is not None and replay is not None:
         traced.end_replay(replay, swarm=swarm,
                           divergences=sorted((d for c in cores for d in c.divergences), key=Divergence.sort_key))
     return _PartOutcome(end=end, events=events, stream_hash=hasher.hexdigest() if hasher is not None else None,
                         agents={c.name: _AgentOutcome(hash=c.state_hash(), steps=c.steps, state=c.agent.state,
                                                       states_checked=c.states_checked,
-                                                      states_recorded=len(c.index.digests), unverified=c.unverified,
+                                                      states_recorded=c.history.digests_recorded,
+                                                      unverified=c.unverified,
                                                       divergences=c.divergences)
                                 for c in cores})

@@ -6,10 +6,10 @@ group consumer, :mod:`swarmlog.kafka.channel`):
 
 1. **Fence.** Opening the agent's channel aborts whatever a previous life left open
    and fences it off: a zombie of this agent can no longer commit anything.
-2. **Index.** One pass over the log (``_index``): the highest step that has recorded
-   outputs, and the recorded effects.
+2. **History.** A first pass over the log (:func:`.history.first_pass`): the highest step
+   that has recorded outputs, the recorded effects and state digests.
 3. **Rebuild, then live.** The agent always reads from offset zero (whatever its
-   group's committed offset says: restart *is* rebuild). Steps up to the indexed one
+   group's committed offset says: restart *is* rebuild). Steps up to its last recorded one
    are replayed and checked against the log; later steps run live. Nothing an earlier
    life wrote is written again.
 4. **One batch, one transaction.** Live outputs, recorded effects and LLM calls, and
@@ -20,7 +20,7 @@ group consumer, :mod:`swarmlog.kafka.channel`):
 5. **Timeouts** fire only once the agent has caught up with the log it found at
    start, so history is never pre-empted by a firing that already happened.
 6. **State in the record.** The digests of a batch's live steps are written last in
-   its transaction (:mod:`._digests`); the rebuild of step 3 checks every recorded one.
+   its transaction (:mod:`.digests`); the rebuild of step 3 checks every recorded one.
    A clean stop, once caught up, records the final state's digest.
 7. **Reading everything, acting on little.** Every agent reads every message of the topic;
    live, each is routed by its envelope alone (``Decoder.envelope_route``: no header is read,
@@ -45,29 +45,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Agent, Swarm
-from ..context import Output
 from ..errors import AgentFenced, TransactionAborted
-from ..events import Event
-from ..guard import allowed
 from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend, require_complete_history
 from ..log.hotloop import fewer_collections
-from ..log.protocol import (
-    H_STEP,
-    STATE_DIGEST,
-    TIMER_FIRED,
-    parse_step,
-    state_digest_id,
-    stop_digest_id,
-    wall_timer_id,
-)
 from ..observe import Family, LatencyHistogram, tracing
-from ..schema.codec import Decoder, Encoder
+from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
-from ._core import AgentCore, Timer
-from ._digests import DigestRecord
-from ._index import index_log
+from .engine import AgentCore
+from .history import first_pass
+from .sink import LiveSink
 
 logger = logging.getLogger(__name__)
 
@@ -81,74 +69,6 @@ _PROGRESS_EVERY_S = 30.0
 _MAX_ABORTED_LIVES = 5
 """Lives in a row that end in an aborted transaction without committing anything before the
 agent gives up (and its process exits, for its supervisor to restart)."""
-
-
-class _LiveSink:
-    """Live steps: outputs go into the agent's open transaction."""
-
-    __slots__ = ("channel", "registry", "agent", "agent_b", "core", "in_txn", "_encoders")
-
-    def __init__(self, *, channel: AgentChannel, registry: SchemaRegistry, agent: str,
-                 encoders: dict[str, Encoder] | None = None) -> None:
-        self.channel = channel
-        self.registry = registry
-        self.agent = agent
-        self.agent_b = agent.encode()
-        self.core: AgentCore | None = None
-        self.in_txn = False
-        self._encoders: dict[str, Encoder] = {} if encoders is None else encoders
-        """Event type -> its newest version's encoder; a caller that makes many sinks in one
-        thread (the simulator) shares one cache between them."""
-
-    def write(self, out: Output, *, locate: bool) -> int | None:
-        if not self.in_txn:
-            self.channel.begin()
-            self.in_txn = True
-        enc = self._encoders.get(out.event_type)
-        if enc is None:
-            enc = self._encoders[out.event_type] = Encoder(self.registry.latest(out.event_type))
-        run_id = self.core.ctx.run_id if self.core is not None else ""
-        value = enc.encode_event(out.event_id, run_id, self.agent, out.to, out.causes, out.payload)
-        headers = enc.headers(self.agent_b, None if out.to is None else out.to.encode())
-        step = parse_step(out.event_id)
-        if step is not None:
-            headers = [*headers, (H_STEP, str(step[0]).encode())]  # a new list: the encoder's is shared
-        if locate:
-            # Swarmlog's own I/O, inside the handler's guard: waiting for the offset serves the
-            # client's callbacks on this thread (librdkafka's error and log events, which read the
-            # clock to say when; they come when a broker is down), and those are not the handler's.
-            with allowed():
-                return self.channel.send_located(value, self.agent_b, headers)
-        self.channel.send(value, self.agent_b, headers)
-        return None
-
-    def write_digests(self, record: DigestRecord) -> None:
-        """The ``state.digest`` record, into the open transaction after the batch's outputs."""
-        enc = self._encoders.get(STATE_DIGEST)
-        if enc is None:
-            enc = self._encoders[STATE_DIGEST] = Encoder(self.registry.latest(STATE_DIGEST))
-        if record.steps:
-            event_id = state_digest_id(self.agent, record.steps[-1])
-        else:
-            event_id = stop_digest_id(self.agent, record.position)
-        run_id = self.core.ctx.run_id if self.core is not None else ""
-        value = enc.encode_event(event_id, run_id, self.agent, self.agent, (), record.payload())
-        headers = enc.headers(self.agent_b, self.agent_b)
-        if record.steps:
-            # The next life's first pass counts these steps as history: checked, never recorded twice.
-            headers = [*headers, (H_STEP, str(record.steps[-1]).encode())]  # the encoder's list is shared
-        self.channel.send(value, self.agent_b, headers)
-
-    def recorded(self, event_id: str) -> Event | None:
-        return None
-
-    def fire(self, timer: Timer) -> None:
-        """Write a due wall-clock timeout's firing (read back, it runs the handler at its place in
-        the log). Its id names the ``timer.set``, so whichever life fires it, it is written once."""
-        timer.firing = True
-        self.write(Output(wall_timer_id(self.agent, timer.set_offset), TIMER_FIRED,
-                          {"name": timer.name, "set_offset": timer.set_offset, "clock": "wallclock"},
-                          self.agent, [timer.set_offset]), locate=False)
 
 
 @dataclass(slots=True)
@@ -179,7 +99,7 @@ class AgentWorker:
         self.caught_up = threading.Event()
         """Set once the agent has rebuilt up to the end of the log it found at start."""
         self.core: AgentCore | None = None
-        self._sink: _LiveSink | None = None
+        self._sink: LiveSink | None = None
         self.eof_at = -1
         """The log end (exclusive) the agent last read up to; transaction markers make it differ
         from the last event's offset + 1."""
@@ -260,13 +180,14 @@ class AgentWorker:
         # another state than the run's, silently. Refuse before anything is written.
         require_complete_history(self.backend, self.topic)
         channel.fence()
-        indexes, start_end = index_log(backend=self.backend, topic=self.topic, decoder=self.decoder, agents=[name])
-        index = indexes[name]
+        histories, start_end = first_pass(backend=self.backend, topic=self.topic, decoder=self.decoder,
+                                          agents=[name])
+        history = histories[name]
         self.start_end = start_end
         logger.info("agent %s: rebuild started from offset 0 up to the log end %d (its last recorded step: %d)",
-                    name, start_end, index.last_step)
-        sink = self._sink = _LiveSink(channel=channel, registry=self.registry, agent=name)
-        core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, index=index, live_sink=sink,
+                    name, start_end, history.last_step)
+        sink = self._sink = LiveSink(channel=channel, registry=self.registry, agent=name)
+        core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, history=history, live_sink=sink,
                                      llm_client=self.swarm.llm, strict=True,
                                      digest_every=self.settings.state_digest_every)
         core.step_latency = self.step_latency
@@ -279,7 +200,7 @@ class AgentWorker:
         self._reported_steps = 0
         self._committed_to = -1
         try:
-            with fewer_collections():  # a state, an index and batches alive, garbage acyclic: see _hotloop
+            with fewer_collections():  # a state, its history and batches alive, garbage acyclic: see log.hotloop
                 while not self.stop_event.is_set():
                     self._turn(channel, sink, core, start_end)
             self._stop_cleanly(channel, sink, core, start_end)
@@ -298,7 +219,7 @@ class AgentWorker:
         return WorkerResult(agent=name, state_hash=core.state_hash(), position=core.position, steps=core.steps,
                             state=self.agent.state, states_checked=core.states_checked)
 
-    def _turn(self, channel: AgentChannel, sink: _LiveSink, core: AgentCore, start_end: int) -> None:
+    def _turn(self, channel: AgentChannel, sink: LiveSink, core: AgentCore, start_end: int) -> None:
         """One poll: fold what arrived, fire due timeouts, commit."""
         name = self.agent.name
         self.heartbeat = now = time.monotonic()
@@ -324,7 +245,7 @@ class AgentWorker:
             self._at_end = True
         # By the envelope alone: a live agent routes by no header, so none can steer it, and it
         # pays for each of the many messages that are not its business the least it can. (Its
-        # first pass, _index, routes by the headers, and checks every one against the envelope.)
+        # first pass, .history, routes by the headers, and checks every one against the envelope.)
         route = self.decoder.envelope_route
         for m in msgs:
             core.process(m, route(m))
@@ -351,7 +272,7 @@ class AgentWorker:
             self._committed_to = read_to
             self._last_commit = now
 
-    def _stop_cleanly(self, channel: AgentChannel, sink: _LiveSink, core: AgentCore, start_end: int) -> None:
+    def _stop_cleanly(self, channel: AgentChannel, sink: LiveSink, core: AgentCore, start_end: int) -> None:
         """Commit how far this life read, past the marker of its own last transaction.
 
         A transaction that committed outputs ends in a marker after them, so the log's end is
@@ -382,7 +303,7 @@ class AgentWorker:
             self._commit(channel, sink, read_to)  # offsets only: no marker in the topic
             self._committed_to = read_to
 
-    def _commit(self, channel: AgentChannel, sink: _LiveSink, position: int, *, final: bool = False) -> None:
+    def _commit(self, channel: AgentChannel, sink: LiveSink, position: int, *, final: bool = False) -> None:
         started = time.perf_counter()
         core = self.core
         record = core.digest_record(position=position, final=final) if core is not None else None

@@ -10,6 +10,7 @@ from ..agent import Swarm
 from ..errors import NondeterminismError, SwarmlogError
 from ..events import Event
 from ..log.memory import InMemoryLog
+from ..log.protocol import STATE_DIGEST
 from ..schema.codec import Decoder
 from ._schedule import Schedule
 
@@ -108,7 +109,8 @@ class SimRun:
             raise SimulationFailed(self)
 
     def events(self) -> list[Event]:
-        """Every event of the run's log, decoded, in offset order (what a replay reads)."""
+        """Every event of the run's log, decoded, in offset order (what a replay reads), without the
+        ``state.digest`` records: what the agents' states were is bookkeeping, not an event of the swarm."""
         if self._events is None:
             out = []
             for m in self.log.messages(self.topic):
@@ -116,7 +118,8 @@ class SimRun:
                     writer, rec = self.decoder.decode(m.value(), m.offset())
                 except SwarmlogError:
                     continue
-                out.append(Event.from_message(m, writer, rec))
+                if writer.event_type != STATE_DIGEST:
+                    out.append(Event.from_message(m, writer, rec))
             self._events = out
         return self._events
 

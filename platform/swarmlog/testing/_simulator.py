@@ -1,9 +1,9 @@
 """The simulator: a swarm's unchanged agents in one thread on the in-memory log, one chosen step at a time.
 
-Each agent is the runtime's own: an :class:`~swarmlog.runtime._core.AgentCore` (the same
+Each agent is the runtime's own: an :class:`~swarmlog.runtime.engine.AgentCore` (the same
 ``ctx``, the same determinism guard, the same timers) on a transactional channel of an
 :class:`~swarmlog.log.InMemoryLog`, its outputs encoded by the live worker's sink, one
-transaction per step — driven by :class:`~swarmlog.runtime._stepper.AgentStepper`. So
+transaction per step — driven by :class:`~swarmlog.runtime.driven.DrivenAgent`. So
 the log a simulated run leaves has the bytes, headers, ids and offsets the real runtime
 would have written for the same interleaving: it replays with ``replay_swarm`` and,
 copied to Kafka (:mod:`swarmlog.testing._export`), with ``swarmlog replay --swarm``.
@@ -55,9 +55,9 @@ from ..log.hashing import canonical
 from ..log.memory import InMemoryLog
 from ..log.protocol import HTTP_EXCHANGE, TIMER_CANCELLED
 from ..runtime import start_run
-from ..runtime._core import Timer
-from ..runtime._index import OwnIndex
-from ..runtime._stepper import AgentStepper
+from ..runtime.driven import DrivenAgent
+from ..runtime.engine import Timer
+from ..runtime.history import NoHistory
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
@@ -231,8 +231,8 @@ class Simulator:
         self._check(run)
         return run
 
-    def _stepper(self, log: InMemoryLog, agent: Agent, chooser: _Recording, *, fresh: bool) -> AgentStepper:
-        cell: list[AgentStepper] = []
+    def _stepper(self, log: InMemoryLog, agent: Agent, chooser: _Recording, *, fresh: bool) -> DrivenAgent:
+        cell: list[DrivenAgent] = []
 
         def now() -> int:
             return cell[0].core.ctx.now()
@@ -249,10 +249,11 @@ class Simulator:
             return answer(model, args, chooser, f"effect {effect!r} of {name} at {now()}")
 
         # A new run's log holds its start and nothing else: nothing for a first pass to find. A later
-        # life (after a crash) indexes the log and rebuilds from offset zero, as the worker does.
-        stepper = AgentStepper(backend=log, topic=SIM_TOPIC, agent=agent, decoder=self.decoder,
+        # life (after a crash) reads its history first and rebuilds from offset zero, as the worker does.
+        stepper = DrivenAgent(backend=log, topic=SIM_TOPIC, agent=agent, decoder=self.decoder,
                                llm_client=_ModelLLM(self.llm, chooser, name, now), run_effect=run_effect,
-                               encoders=self.encoders, index=OwnIndex() if fresh else None)
+                               encoders=self.encoders, history=NoHistory() if fresh else None,
+                               digest_every=self.settings.state_digest_every)
         cell.append(stepper)
 
         def choose_completion(options: list[str]) -> int:
@@ -267,7 +268,7 @@ class Simulator:
         return stepper
 
     @staticmethod
-    def _hold(stepper: AgentStepper) -> Callable[[Any], bool]:
+    def _hold(stepper: DrivenAgent) -> Callable[[Any], bool]:
         name = stepper.name
 
         def hold(r: Any) -> bool:
@@ -275,7 +276,7 @@ class Simulator:
 
         return hold
 
-    def _perform(self, log: InMemoryLog, clock: list[int], steppers: list[AgentStepper], chooser: _Recording,
+    def _perform(self, log: InMemoryLog, clock: list[int], steppers: list[DrivenAgent], chooser: _Recording,
                  crashes_left: list[int], snapshots: list[str], options: list[_Option], c: int, number: int) -> Step:
         o = options[c]
         s = steppers[o.agent]
@@ -357,7 +358,7 @@ class Simulator:
         return exhaust(self, limit=limit)
 
 
-def _options(steppers: list[AgentStepper], crashes: bool) -> list[_Option]:
+def _options(steppers: list[DrivenAgent], crashes: bool) -> list[_Option]:
     """What can happen next, the default first (see the module)."""
     opts: list[_Option] = []
     for i, s in enumerate(steppers):
@@ -379,7 +380,7 @@ def _options(steppers: list[AgentStepper], crashes: bool) -> list[_Option]:
     return opts
 
 
-def _label(steppers: list[AgentStepper], o: _Option) -> str:
+def _label(steppers: list[DrivenAgent], o: _Option) -> str:
     """A short description of an option (what a chosen step was chosen over)."""
     s = steppers[o.agent]
     if o.kind == "fire":

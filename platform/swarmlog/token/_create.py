@@ -2,7 +2,7 @@
 
 The pass reads ``[start, end)`` once: the chain over every message, the writer
 fingerprints in use, the run's ``run.started``, and each agent's latest state digest
-record (:mod:`swarmlog.runtime._digests`). The agents' states therefore come from the
+record (:mod:`swarmlog.runtime.digests`). The agents' states therefore come from the
 log alone: a run that ended recorded every agent's final digest, so a token can be made
 afterwards by anyone who can read the topic, without the swarm's code. With the code
 (``swarm=``), the states come from a replay instead, and a replay that diverges from
@@ -18,7 +18,7 @@ from ..errors import NondeterminismError, SwarmlogError
 from ..log.base import LogBackend
 from ..log.protocol import H_TYPE, RUN_STARTED_HEADER, STATE_DIGEST_TYPE
 from ..runtime import SwarmReplayResult, interpreter, replay_swarm_log
-from ..runtime._digests import DigestRecord
+from ..runtime.digests import DigestRecord
 from ..schema.codec import FINGERPRINT_LEN, MAGIC, Decoder
 from ..schema.registry import SchemaRegistry
 from ._chain import DEFAULT_EVERY, ChainBuilder

@@ -27,7 +27,7 @@ from ..errors import SwarmlogError, TopicNotFound
 from ..log.base import LogBackend
 from ..log.protocol import RUN_STARTED, STATE_DIGEST, parse_step
 from ..runtime import interpreter, replay_swarm_log
-from ..runtime._digests import DigestRecord
+from ..runtime.digests import DigestRecord
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ._chain import ChainChecker, SegmentResult, genesis, segment_link

@@ -1,13 +1,13 @@
 """An agent's fold, captured at an offset and restored later: the ground snapshots stand on.
 
-Internal. An :class:`~swarmlog.runtime._core.AgentCore` that has read the log up to
-offset N is more than ``agent.state``: its timers (a logical timer counts events
-seen, a wall-clock one carries its due time), the outputs of replayed steps still
-waiting for their recorded counterparts, how many events and steps it has seen, the
-run's seed. :func:`capture` writes all of that as plain JSON-able data and
-:func:`restore` puts it back into a fresh core, so that folding the rest of the log
-from there gives exactly what folding the whole log gives (``tests/unit/
-test_debug_engine.py::test_snapshot_plus_tail_equals_full_replay``).
+Public inside the package (the debugger's snapshots and cursors). An
+:class:`~swarmlog.runtime.engine.AgentCore` that has read the log up to offset N is more
+than ``agent.state``: its timers (a logical timer counts events seen, a wall-clock one
+carries its due time), the outputs of replayed steps still waiting for their recorded
+counterparts, how many events and steps it has seen, the run's seed. :func:`capture` writes
+all of that as plain JSON-able data and :func:`restore` puts it back into a fresh core, so
+that folding the rest of the log from there gives exactly what folding the whole log gives
+(``tests/unit/ test_debug_engine.py::test_snapshot_plus_tail_equals_full_replay``).
 
 ``FOLD_FIELDS`` and ``WIRING_FIELDS`` together name every attribute of an
 ``AgentCore``; a unit test fails when the core gains one that neither names, so a new
@@ -26,7 +26,21 @@ from ..context import Output
 from ..errors import CheckpointUnreadable, StateNotCapturable
 from ..log.hashing import state_hash
 from . import interpreter
-from ._core import AgentCore, Divergence, Timer
+from .engine import AgentCore, Divergence, Timer
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "FOLD_FIELDS",
+    "WIRING_FIELDS",
+    "CheckpointUnreadable",
+    "StateNotCapturable",
+    "capture",
+    "clean",
+    "copy_state",
+    "decode_value",
+    "encode_value",
+    "restore",
+]
 
 CHECKPOINT_FORMAT = 1
 """Bump when what :func:`capture` writes changes meaning; older captures are then refused."""
@@ -37,15 +51,15 @@ FOLD_FIELDS = frozenset({
 })
 """Core attributes that are the fold's state (beside ``agent.state`` and the ``ctx``'s run)."""
 WIRING_FIELDS = frozenset({
-    "agent", "name", "decoder", "index", "ctx", "live_sink", "verify_sink", "strict", "on_divergence", "reach",
-    "past_cut", "_handled", "_raised", "step_latency", "tracer", "recorder", "live_states",
+    "agent", "name", "decoder", "history", "ctx", "live_sink", "verify_sink", "strict", "on_divergence",
+    "_handled", "_raised", "_held", "step_latency", "tracer", "recorder", "live_states",
 })
 """Core attributes that are how it is wired (or derived from the wiring), set up anew by whoever builds it.
-``reach`` is how far the live agent got, asked of its group; ``past_cut`` what a replay's cut leaves out;
-``_raised`` is only ever set by a strict replay; ``step_latency`` is the live worker's histogram and ``tracer``
-its spans (what the process observes, not what the fold is); ``recorder`` holds a live agent's digests until
-its transaction commits (None in a replay, which snapshots are of); ``live_states`` is where a replay may ask
-for the live run's states."""
+``history`` is what the agent recorded, read from the log from the capture's position on (:mod:`.history`);
+``_raised`` and ``_held`` are only ever set by a strict fold; ``step_latency`` is the live worker's histogram
+and ``tracer`` its spans (what the process observes, not what the fold is); ``recorder`` holds a live agent's
+digests until its transaction commits (None in a replay, which snapshots are of); ``live_states`` is where a
+replay may ask for the live run's states."""
 
 
 # --- the tagged JSON codec -------------------------------------------------------------------

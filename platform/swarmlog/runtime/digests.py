@@ -1,11 +1,12 @@
 """State digests in the record: what an agent's state was after its steps, written beside its outputs.
 
-Internal. Nondeterminism that reaches an output is caught by comparing outputs; the
-kind that reaches only an agent's state (``id()`` ordering, a C extension's value, a
-set of objects iterated in address order) would be invisible. So the live agent
-records, for its steps, the sha256 of its state's canonical JSON (the same digest as
-:func:`swarmlog.log.hashing.state_hash`), and every replay and every restart recomputes it
-at the same step and compares (:class:`~swarmlog.errors.StateDiverged`).
+Public inside the package (the replay token reads the records too). Nondeterminism that
+reaches an output is caught by comparing outputs; the kind that reaches only an agent's
+state (``id()`` ordering, a C extension's value, a set of objects iterated in address order)
+would be invisible. So the live agent records, for its steps, the sha256 of its state's
+canonical JSON (the same digest as :func:`swarmlog.log.hashing.state_hash`), and every replay
+and every restart recomputes it at the same step and compares
+(:class:`~swarmlog.errors.StateDiverged`).
 
 **Where and when.** One ``state.digest`` record per transaction, written last in it,
 after the batch's outputs: the digests commit exactly when the steps they describe do
@@ -26,19 +27,28 @@ have no digests, replay as before: nothing to check).
 with the digest of its state as of its position, so a replay token can be made from the
 log alone afterwards, even for an agent that never stepped.
 
-A restart reads the digests in its first pass (``_index``), a swarm replay ahead of its fold
-(``_lookahead``), so each is compared right after its step's handler: a strict replay or a
-restart raises at the step itself.
+Every fold reads the digests through the agent's recorded history (:mod:`.history`: a restart
+by its first pass, a swarm replay and the debugger ahead of the fold), so each is compared right
+after its step's handler: a strict replay or a restart raises at the step itself.
 """
 
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StateNotSerialisable
 from ..log.hashing import canonical_json, sha256_digest
+
+__all__ = [
+    "DIGEST_SIZE",
+    "DigestRecord",
+    "DigestRecorder",
+    "RecordedDigests",
+    "state_digest",
+]
 
 DIGEST_SIZE = 32
 
@@ -107,13 +117,16 @@ class RecordedDigests:
         """The recorded digest of the state after ``step``, if the log has one.
 
         Steps are asked for in ascending order (the fold's): a cursor walks the
-        recorded steps once.
+        recorded steps once. A fold that starts again earlier (the debugger's cursor going
+        back) is looked up by bisection.
         """
         if not self._sorted:
             self._sort()
         steps = self._steps
         i = self._cursor
         n = len(steps)
+        if i and steps[i - 1] >= step:
+            i = bisect_left(steps, step)
         while i < n and steps[i] < step:
             i += 1
         self._cursor = i
@@ -127,17 +140,20 @@ class RecordedDigests:
         self._steps = array("q", (self._steps[i] for i in order))
         self._digests = bytearray(b"".join(d[i * DIGEST_SIZE:(i + 1) * DIGEST_SIZE] for i in order))
         self._sorted = True
-        self._cursor = 0  # records added while the fold reads (a replay's lookahead): walk again from the start
+        self._cursor = 0  # records added while the fold reads (read ahead of it): walk again from the start
 
 
 class DigestRecorder:
     """The live side: digests of the steps of the open transaction, until they are written."""
 
-    __slots__ = ("agent", "every", "steps", "digests", "last_step", "_digested_last")
+    __slots__ = ("agent", "every", "steps", "digests", "last_step", "last", "_digested_last")
 
-    def __init__(self, *, agent: str, every: int) -> None:
+    def __init__(self, *, agent: str, every: int, last: DigestRecord | None = None) -> None:
+        """``last``: the agent's latest record in the log when this life started (its history's)."""
         self.agent = agent
         self.every = every
+        self.last = last
+        """The agent's latest record: the log's, then the last one this life took to write."""
         self.steps: list[int] = []
         self.digests: list[bytes] = []
         self.last_step: int | None = None
@@ -171,4 +187,5 @@ class DigestRecorder:
         record = DigestRecord(steps=self.steps, digests=self.digests, position=position, state=digest,
                               final=final, every=self.every)
         self.steps, self.digests, self.last_step, self._digested_last = [], [], None, False
+        self.last = record
         return record

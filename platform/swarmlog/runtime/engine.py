@@ -1,8 +1,11 @@
 """One agent's fold over the log: routing, steps, timers, and checking against the record.
 
-Internal. Both the live worker (``_worker``) and the swarm replayer
-(``_replayer``) drive an :class:`AgentCore` message by message, in offset order;
-it knows nothing of Kafka (``tests/unit`` drive it over a recorded log).
+The engine of the runtime, public inside the package: every tool that runs an agent's
+code over a log drives an :class:`AgentCore` message by message, in offset order — the
+live worker (``_worker``), the swarm replayer (``_replayer``), the debugger
+(:mod:`swarmlog.debug`) and the simulator (through :mod:`.driven`). It knows nothing of
+Kafka (``tests/unit`` drive it over a recorded log), and what it needs of the recorded
+history it asks one seam (:mod:`.history`).
 
 **Live or replayed.** Every step is either *live* (its outputs go into the
 agent's Kafka transaction) or *replayed* (its outputs are checked against what
@@ -18,8 +21,8 @@ match one for one. Because an agent's transactions commit in order, a recorded
 output of a later step proves every earlier step's outputs have all arrived, so
 whatever is still pending for an earlier step was never written: a divergence.
 Effects and LLM calls cannot wait (the handler needs their result at once); they
-come from an index built by a first pass over the log (``_index``: a live agent's start) or
-read ahead of the fold as far as the step needs (``_lookahead``: a swarm replay).
+come from the agent's recorded history (:mod:`.history`: read by a first pass at a live
+agent's start, or ahead of the fold as far as the step needs in a replay or the debugger).
 
 **Timers.** A timer counts from its ``timer.set`` *as read from the log*, so the
 counting is the same in every replay. A logical timer fires as an output of the
@@ -30,10 +33,14 @@ the handler runs when the ``timer.fired`` event is read back from the log, at
 its fixed place in the total order.
 
 **State.** After each step the agent's state is digested: a live step's digest goes
-into the record (:mod:`._digests`), a replayed step's is compared with the recorded
+into the record (:mod:`.digests`), a replayed step's is compared with the recorded
 one right away, so a state that departs without any output departing is a
-:class:`~swarmlog.errors.StateDiverged` at the step where it first departs. Digest
-records are bookkeeping, not events of the swarm: logical timers do not count them.
+:class:`~swarmlog.errors.StateDiverged` at the step where it first departs. At one
+offset an output divergence is reported before a state one (:data:`KINDS`), by every
+fold: a strict one, which raises the first it finds, holds a state divergence until the
+step's outputs have all been checked — its transaction's digest record, the last record
+of the transaction, proves they have all been read, as a record of a later step does.
+Digest records are bookkeeping, not events of the swarm: logical timers do not count them.
 """
 
 from __future__ import annotations
@@ -66,11 +73,19 @@ from ..log.protocol import (
 )
 from ..schema.codec import Decoder
 from . import interpreter
-from ._digests import DigestRecord, DigestRecorder, state_digest
-from ._index import OwnIndex
 from ._statediff import LiveStates, diff_states
+from .digests import DigestRecord, DigestRecorder, state_digest
+from .history import RecordedHistory
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "KINDS",
+    "UNDECODED",
+    "AgentCore",
+    "Divergence",
+    "Timer",
+]
 
 
 _TIMER_TYPES = frozenset({TIMER_SET, TIMER_CANCELLED, TIMER_FIRED})
@@ -130,7 +145,7 @@ class _Unreached(Exception):
 
 
 class _VerifySink:
-    """Replayed steps: outputs wait for their recorded counterparts; effects come from the index."""
+    """Replayed steps: outputs wait for their recorded counterparts; effects come from the history."""
 
     __slots__ = ("core",)
 
@@ -139,7 +154,7 @@ class _VerifySink:
 
     def write(self, out: Output, *, locate: bool) -> int | None:
         core = self.core
-        rec = core.index.effects.get(out.event_id) if locate else None
+        rec = core.history.effect(out.event_id) if locate else None
         if locate:
             if rec is None:
                 raise EffectDiverged(offset=core.ctx.now(), agent=core.name,
@@ -151,10 +166,11 @@ class _VerifySink:
         return None
 
     def recorded(self, event_id: str) -> Event | None:
-        rec = self.core.index.effects.get(event_id)
+        history = self.core.history
+        rec = history.effect(event_id)
         if rec is None:
             step = self.core.ctx.now()
-            if step in self.core.past_cut or (self.core.reach is not None and step >= self.core.reach):
+            if history.past_cut(step) or step >= history.reach():
                 raise _Unreached(step)  # the record lies past the cut, or the live agent never got here
             raise EffectDiverged(offset=self.core.ctx.now(), agent=self.core.name,
                                  detail="the step now calls an effect or LLM the log has no record of")
@@ -164,7 +180,7 @@ class _VerifySink:
 class AgentCore:
     """The deterministic part of an agent: everything but Kafka."""
 
-    def __init__(self, *, agent: Agent, decoder: Decoder, index: OwnIndex, live_sink: OutputSink | None,
+    def __init__(self, *, agent: Agent, decoder: Decoder, history: RecordedHistory, live_sink: OutputSink | None,
                  llm_client: Any = None, strict: bool = True,
                  on_divergence: Callable[[Divergence], None] | None = None,
                  run_effect: EffectRunner | None = None, digest_every: int = 0,
@@ -172,7 +188,8 @@ class AgentCore:
         self.agent = agent
         self.name = agent.name
         self.decoder = decoder
-        self.index = index
+        self.history = history
+        """What the agent recorded (:mod:`.history`): effects, digests, where its history ends."""
         self.ctx = Context(agent=agent.name, registry=decoder.registry, llm_client=llm_client,
                            run_effect=run_effect)
         self.live_sink = live_sink
@@ -187,13 +204,8 @@ class AgentCore:
         self.steps = 0
         self.last_recorded_step = -1
         self.unverified: int | None = None  # first step past what the live agent ever reached
-        self.reach: int | None = None
-        """Replay only: the live agent is known to have got to here (exclusive); see finish()."""
         self.run_pin: tuple[int | None, str | None] | None = None
         """The string-hash seed and algorithm ``run.started`` recorded (None: not read yet)."""
-        self.past_cut: set[int] = set()
-        """Replay cut at an offset (``--to``): the steps with outputs past the cut. What they wrote
-        there is not read, so what they write now cannot be checked: unverified, not divergent."""
         self.stopped = False  # a non-strict replay that could not go on (an effect it cannot serve)
         self.step_latency: Any = None
         """A :class:`~swarmlog.observe.LatencyHistogram` the live worker gives; None in replay."""
@@ -202,7 +214,9 @@ class AgentCore:
         step begin and end (and what it writes), nothing else."""
         self._handled = agent.handled_types()
         self._raised: NondeterminismError | None = None  # recorded and raised already (strict)
-        self.recorder = DigestRecorder(agent=agent.name, every=digest_every) \
+        self._held: tuple[int, StateDiverged] | None = None
+        """A strict fold's state divergence (and its step), raised once the step's outputs have all been checked."""
+        self.recorder = DigestRecorder(agent=agent.name, every=digest_every, last=history.last_digest) \
             if live_sink is not None and digest_every > 0 else None
         """Live steps' digests until the worker writes them (None: this agent records none)."""
         self.live_states = live_states
@@ -236,7 +250,7 @@ class AgentCore:
         """Fold one message up to its step: the step it makes due, as ``(offset, input)``, or None.
 
         :meth:`process` runs the step at once; a single-threaded driver that chooses when
-        each agent's step happens (the simulator, :mod:`swarmlog.runtime._stepper`) calls
+        each agent's step happens (the simulator, :mod:`swarmlog.runtime.driven`) calls
         :meth:`step` later, and reads nothing more for this agent until it has. ``input`` is
         None for a step that only fires logical timers.
         """
@@ -249,7 +263,14 @@ class AgentCore:
         off = msg.offset()
         self.position = off + 1
         if etype == STATE_DIGEST:
-            return None, decoded  # bookkeeping, read by the first pass (_index); not an event timers count
+            # Bookkeeping, read by the history (.history); not an event timers count. But an agent's
+            # digest record is the last record of its transaction: every output of the steps up to
+            # the record's last step has been read by now.
+            if writer == self.name and (self.pending or self._held is not None):
+                last = self.decoder.step(msg)
+                if last is not None:
+                    self._unwritten_before(last + 1)
+            return None, decoded
         self.events_seen += 1
         if self.stopped:
             return None, decoded
@@ -259,7 +280,7 @@ class AgentCore:
             if decoded is UNDECODED and etype not in _TIMER_TYPES and not self.pending \
                     and self.live_sink is not None:
                 step = self.decoder.step(msg)
-                if step is not None and step > self.index.last_step:
+                if step is not None and step > self.history.last_step:
                     # A live step's own output read back: there is nothing to check it against
                     # and nothing it changes but how far this agent has recorded, which its id
                     # says. Not decoded: this is a fifth of what a ring agent reads.
@@ -292,12 +313,12 @@ class AgentCore:
         return None, decoded
 
     def live(self, offset: int) -> bool:
-        return self.live_sink is not None and offset > self.index.last_step
+        return self.live_sink is not None and offset > self.history.last_step
 
     def step(self, off: int, event: Event | None) -> None:
         """Run the step at ``off`` (its handler, then the logical timers it makes fire)."""
         live_sink = self.live_sink
-        live = live_sink is not None and off > self.index.last_step
+        live = live_sink is not None and off > self.history.last_step
         sink = live_sink if live_sink is not None and live else self.verify_sink
         tracer = self.tracer
         if tracer is not None:
@@ -349,7 +370,7 @@ class AgentCore:
             if self.recorder is not None:
                 self.recorder.stepped(off, self.agent.state, self.steps)
             return
-        expected = self.index.digests.at(off)
+        expected = self.history.digest_at(off)
         if expected is None:
             return  # not digested live (an old log, K > 1, a step the live agent never reached)
         actual = state_digest(self.agent.state, agent=self.name, offset=off)
@@ -365,8 +386,15 @@ class AgentCore:
             live = self.live_states.state_at(self.name, off)
             if live is not None:
                 diff = diff_states(live, self.agent.state)
-        self._diverge(StateDiverged(offset=off, agent=self.name, recorded_digest=expected.hex(),
-                                    replayed_digest=actual.hex(), diff=diff))
+        exc = StateDiverged(offset=off, agent=self.name, recorded_digest=expected.hex(),
+                            replayed_digest=actual.hex(), diff=diff)
+        if self.strict:
+            # Held until the step's outputs have all been checked (its transaction's digest record, a
+            # record of a later step, or the end): at one offset an output divergence is reported
+            # before a state one, and a strict fold, which raises the first it finds, must find it first.
+            self._held = (off, exc)
+            return
+        self._diverge(exc)
 
     def digest_due(self, *, final: bool) -> bool:
         """A ``state.digest`` record is due: live steps ran since the last one; at a stop
@@ -383,7 +411,7 @@ class AgentCore:
             return True
         if not final:
             return False
-        last = self.index.digests.last
+        last = rec.last
         return not (last is not None
                     and last.state == state_digest(self.agent.state, agent=self.name, offset=self.position))
 
@@ -391,9 +419,7 @@ class AgentCore:
         """The record the worker writes now, into the open transaction, if one is due."""
         if self.recorder is None or not self.digest_due(final=final):
             return None
-        record = self.recorder.take(self.agent.state, position=position, final=final)
-        self.index.digests.last = record
-        return record
+        return self.recorder.take(self.agent.state, position=position, final=final)
 
     # -- own events: timers, and checking replayed outputs ----------------------------------
 
@@ -418,21 +444,14 @@ class AgentCore:
         step = parsed[0]
         if step > self.last_recorded_step:
             self.last_recorded_step = step
+        if self._held is not None and step > self._held[0]:
+            self._unwritten_before(step)  # and the held state divergence, in its place among them
         if not self.pending:
-            if step <= self.index.last_step and not self.live(step) and event.event_type not in RECORDED_EFFECTS:
+            if step <= self.history.last_step and not self.live(step) and event.event_type not in RECORDED_EFFECTS:
                 self._diverge(NondeterminismError(offset=step, agent=self.name, recorded=_brief(event),
                                                   detail="the log has an output this step no longer writes"))
             return
-        # Everything still pending for an earlier step was never written. Steps run in offset
-        # order, so ``pending`` holds them in increasing order: the earliest is the first key.
-        pending = self.pending
-        while pending:
-            earlier = next(iter(pending))
-            if earlier >= step:
-                break
-            for unwritten in pending.pop(earlier).values():
-                self._diverge(NondeterminismError(offset=earlier, agent=self.name, replayed=_brief_out(unwritten),
-                                                  detail="the step now writes an event the log does not have"))
+        self._unwritten_before(step)
         outs = self.pending.get(step)
         out = outs.pop(event.event_id, None) if outs is not None else None
         if outs is not None and not outs:
@@ -444,6 +463,29 @@ class AgentCore:
             return
         self.check(out, event)
 
+    def _unwritten_before(self, step: int) -> None:
+        """Everything still pending for a step before ``step`` was never written: a record of ``step``
+        or later has been read, and an agent's records come in step order. A held state divergence
+        is reported in its place among them (after the outputs of its own step)."""
+        # Steps run in offset order, so ``pending`` holds them in increasing order: the earliest is the first key.
+        pending = self.pending
+        while pending:
+            earlier = next(iter(pending))
+            if earlier >= step:
+                break
+            if self._held is not None and earlier > self._held[0]:
+                self._release_held()
+            for unwritten in pending.pop(earlier).values():
+                self._diverge(NondeterminismError(offset=earlier, agent=self.name, replayed=_brief_out(unwritten),
+                                                  detail="the step now writes an event the log does not have"))
+        if self._held is not None and self._held[0] < step:
+            self._release_held()
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            self._diverge(held[1])
+
     def check(self, out: Output, rec: Event) -> None:
         if (out.event_type, out.to, out.payload, out.causes) != (rec.event_type, rec.to, rec.payload, rec.causes):
             step = parse_step(out.event_id)
@@ -451,24 +493,28 @@ class AgentCore:
                                               detail=f"output {out.event_id} differs from the log",
                                               recorded=_brief(rec), replayed=_brief_out(out)))
 
-    def finish(self, *, reached: int | None = None) -> None:
+    def finish(self) -> None:
         """End of a replay: outputs still pending were never written.
 
-        ``reached`` is how far the live agent is known to have got (its group's committed
-        offset). A step past both that and its last recorded output may simply never have
-        run live (an unfinished run, a stopped agent), and a step whose outputs lie past a
-        replay's cut (``past_cut``) cannot be compared with them: neither's outputs are
+        A step past both how far the live agent is known to have got (its group's committed
+        offset, its last recorded step: the history's ``reach``) and its last recorded output
+        may simply never have run live (an unfinished run, a stopped agent), and a step whose
+        outputs lie past a replay's cut cannot be compared with them: neither's outputs are
         divergences, and ``unverified`` says from where on nothing could be checked.
         """
-        bound = max(reached if reached is not None else -1, self.last_recorded_step + 1, self.reach or -1)
+        history = self.history
+        bound = max(self.last_recorded_step + 1, history.reach())
         for step, outs in sorted(self.pending.items()):
-            if step >= bound or step in self.past_cut:
+            if self._held is not None and step > self._held[0]:
+                self._release_held()
+            if step >= bound or history.past_cut(step):
                 self.unverified = step if self.unverified is None else min(self.unverified, step)
                 continue
             for out in outs.values():
                 self._diverge(NondeterminismError(offset=step, agent=self.name, replayed=_brief_out(out),
                                                   detail="the step now writes an event the log does not have"))
         self.pending.clear()
+        self._release_held()
 
     # -- timers ---------------------------------------------------------------------------
 
@@ -512,6 +558,9 @@ class AgentCore:
     def _diverge(self, exc: NondeterminismError) -> None:
         if exc is self._raised:  # recorded where it was detected, and on its way out (strict)
             raise exc
+        held = self._held
+        if held is not None and exc is not held[1] and (exc.offset is None or exc.offset > held[0]):
+            self._release_held()  # a later step's divergence: the held state one is the first (strict: raised)
         kind = "state" if isinstance(exc, StateDiverged) else "effect" if isinstance(exc, EffectDiverged) else "output"
         d = Divergence(offset=exc.offset if exc.offset is not None else -1, agent=self.name, detail=exc.detail,
                        recorded=exc.recorded, replayed=exc.replayed, kind=kind)

@@ -1,17 +1,20 @@
 """One agent driven a step at a time, in one thread: the seam a simulator drives a swarm through.
 
-Internal. The live worker (``_worker``) reads batches and runs each step as soon as it
-has read its input; what happens *between* agents is up to the machine. An
-:class:`AgentStepper` runs the same agent on the same machinery — an :class:`AgentCore`
-on an :class:`~swarmlog.log.base.AgentChannel`, its outputs encoded and written by the
-worker's own live sink, one transaction per step committed with the agent's position —
-and leaves the *when* to its caller:
+Public inside the package (the simulator, :mod:`swarmlog.testing`). The live worker
+(``_worker``) reads batches and runs each step as soon as it has read its input; what
+happens *between* agents is up to the machine. A :class:`DrivenAgent` runs the same agent on
+the same machinery — an :class:`AgentCore` on an :class:`~swarmlog.log.base.AgentChannel`,
+its outputs encoded and written by the worker's own live sink, one transaction per step
+committed with the agent's position and, last in it, the digest of the state the step left
+(:mod:`.digests`, as the worker records it), its recorded history read by the same first pass
+(:mod:`.history`) — and leaves the *when* to its caller:
 
 * :meth:`advance` reads the agent's next messages until one makes a live step due
   (:attr:`due`, not yet run) or the committed end of the log. Messages that make no
   step are folded at once: nobody else can observe when an agent read past them. Nor
   steps of history (a restarted agent rebuilding from offset zero): they write nothing.
-* :meth:`step` runs the due step and commits its outputs with the agent's position;
+* :meth:`step` runs the due step and commits its outputs and its state's digest with the
+  agent's position;
   :meth:`step_and_die` runs it and stops as a process killed before its commit: the
   transaction stays open until the agent's next life fences it off and aborts it.
 * :meth:`fire` writes the firings of the wall-clock timeouts due at a given time, as the
@@ -19,7 +22,7 @@ and leaves the *when* to its caller:
   up with the log it found at start, so history is never pre-empted.
 * :meth:`stop` ends the life cleanly, committing how far it read, as the worker does.
 
-**Why this is the interleaving.** The stepper reads nothing more for an agent until its
+**Why this is the interleaving.** A driven agent reads nothing more for an agent until its
 due step has run, so the agent sees the log exactly as a live agent would whose step
 took that long (a slow effect, a slow model, a slow machine). Which agent's due step
 runs next, and when a timeout fires relative to them, is the whole of what can differ
@@ -40,37 +43,44 @@ from ..events import Event
 from ..log.base import BATCH, LogBackend
 from ..log.protocol import Route, route
 from ..schema.codec import Decoder, Encoder
-from ._core import AgentCore, Timer
-from ._index import OwnIndex, index_log
-from ._worker import _LiveSink
+from .engine import AgentCore, Timer
+from .history import RecordedHistory, first_pass
+from .sink import LiveSink
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DrivenAgent",
+]
 
 _FOREVER_MS = 1 << 62
 """A time past every timeout: what is armed is what would be due then."""
 
 
-class AgentStepper:
+class DrivenAgent:
     """One live agent of ``topic`` on ``backend``, stepped by its caller (see the module)."""
 
     def __init__(self, *, backend: LogBackend, topic: str, agent: Agent, decoder: Decoder, llm_client: Any = None,
                  run_effect: EffectRunner | None = None, encoders: dict[str, Encoder] | None = None,
-                 index: OwnIndex | None = None) -> None:
-        """``index``: the first pass's result when the caller already knows it (``OwnIndex()`` for a
-        log with no outputs of this agent yet); else the log is indexed here, as the worker does."""
+                 history: RecordedHistory | None = None, digest_every: int = 0) -> None:
+        """``history``: the agent's recorded history when the caller already knows it (a
+        :class:`~swarmlog.runtime.history.NoHistory` for a log with no outputs of this agent yet);
+        else a first pass reads it here, as the worker does. ``digest_every``: its live steps'
+        state digests recorded as the worker records them (``SWARMLOG_STATE_DIGEST_EVERY``; 0: none),
+        so that a later life checks the states as well as the outputs of its history."""
         name = agent.name
         self.name = name
         self.channel = backend.agent_channel(topic, name)
         self.channel.fence()
         start_end = 0
-        if index is None:
-            indexes, start_end = index_log(backend=backend, topic=topic, decoder=decoder, agents=[name])
-            index = indexes[name]
+        if history is None:
+            histories, start_end = first_pass(backend=backend, topic=topic, decoder=decoder, agents=[name])
+            history = histories[name]
         self.start_end = start_end
         """The log end this life found at start: it fires nothing before it has read that far."""
-        self.sink = _LiveSink(channel=self.channel, registry=decoder.registry, agent=name, encoders=encoders)
-        self.core = AgentCore(agent=agent, decoder=decoder, index=index, live_sink=self.sink, llm_client=llm_client,
-                              strict=True, run_effect=run_effect)
+        self.sink = LiveSink(channel=self.channel, registry=decoder.registry, agent=name, encoders=encoders)
+        self.core = AgentCore(agent=agent, decoder=decoder, history=history, live_sink=self.sink, llm_client=llm_client,
+                              strict=True, run_effect=run_effect, digest_every=digest_every)
         self.sink.core = self.core
         self.channel.start(lambda: self.core.position)
         self.due: tuple[int, Event | None] | None = None
@@ -161,12 +171,14 @@ class AgentStepper:
 
     def stop(self) -> None:
         """Stop cleanly, as the worker does: record how far this life read (an offsets-only
-        transaction), so that the group says how far the live agent got, then close."""
+        transaction, or the final state's digest record when one is due), so that the group says
+        how far the live agent got, then close."""
         read_to = max(self.core.position, self._eof)
-        if read_to > 0 and read_to != self._committed:
+        final = self.caught_up and read_to > 0 and self.core.digest_due(final=True)
+        if final or (read_to > 0 and read_to != self._committed):
             self.channel.begin()
             self.sink.in_txn = True
-            self._commit(read_to)
+            self._commit(read_to, final=final)
         self.close()
 
     def close(self) -> None:
@@ -185,10 +197,18 @@ class AgentStepper:
             raise
         return off, core.steps != before
 
-    def _commit(self, position: int | None = None) -> None:
+    def _commit(self, position: int | None = None, *, final: bool = False) -> None:
+        """Commit the open transaction with the agent's position, the digests of its live steps
+        last in it (as the worker does: a step that wrote nothing still records its state)."""
         sink = self.sink
+        at = self.core.position if position is None else position
+        record = self.core.digest_record(position=at, final=final)
+        if record is not None:
+            if not sink.in_txn:
+                self.channel.begin()
+                sink.in_txn = True
+            sink.write_digests(record)  # last in the transaction: after every output it accounts for
         if sink.in_txn:
-            at = self.core.position if position is None else position
             try:
                 self.channel.commit(at)
                 self._committed = at
