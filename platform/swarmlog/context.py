@@ -302,7 +302,7 @@ class Context:
         """The key in the environment variable ``name``, for an SDK the handler builds on a recorded client:
         ``openai.OpenAI(api_key=ctx.credential("OPENAI_API_KEY"), http_client=ctx.http())``.
 
-        Live, the variable's value (:class:`~swarmlog.llm.credentials.CredentialMissing` if it is unset);
+        Live, the variable's value (:class:`~swarmlog.llm.errors.CredentialMissing` if it is unset);
         on replay a placeholder, so that a replay needs no key (:mod:`swarmlog.llm.credentials` says why).
         Not recorded: keep it out of state and messages. Every value handed out is scrubbed from what
         ``ctx.http()`` records.

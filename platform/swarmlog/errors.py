@@ -29,7 +29,8 @@ drawing to them::
     │   ├── TracingExporterMissing
     │   ├── UnmodelledEffect
     │   ├── ScheduleMismatch
-    │   └── StateUnavailable
+    │   ├── StateUnavailable
+    │   └── CredentialMissing  [swarmlog.llm.errors]
     ├── MissingDependency
     ├── ServiceUnavailable
     ├── KafkaSideError

@@ -47,8 +47,8 @@ TAIL_BATCH = 100
 its timeout only once n messages are queued, and one fetch response of the debugger's readers
 (``SHORT_READ_TUNING``, 64 KiB) holds ~200: with the replay's 5,000 a fold's reads waited out their
 timeouts, tens of ms a query of ``state --at N`` (bench/README.md, "Time travel with snapshots").
-Small batches also leave unrouted what a fold that stops at N never takes; the fold spends ~30 µs
-a message, so a call's overhead is noise."""
+Small batches also leave unrouted what a fold that stops at N never takes; a call's overhead is noise
+beside the fold's own cost of a message."""
 
 
 @dataclass(frozen=True, slots=True)

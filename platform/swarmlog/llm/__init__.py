@@ -28,8 +28,8 @@ from .._lazy import exports
 if TYPE_CHECKING:
     from ..redaction import Redaction
     from .clients import LLMClient, OpenAIChat, ScriptedLLM, completion, content
-    from .credentials import CredentialMissing
     from .errors import (
+        CredentialMissing,
         HTTPRequestDiverged,
         LLMError,
         LLMRequestFailed,
@@ -43,9 +43,9 @@ if TYPE_CHECKING:
 
 __getattr__ = exports(globals(), {
     **dict.fromkeys(["LLMClient", "OpenAIChat", "ScriptedLLM", "completion", "content"], ".clients"),
-    **dict.fromkeys(["HTTPRequestDiverged", "LLMError", "LLMRequestFailed", "LLMResponseInvalid", "LLMUnavailable",
+    **dict.fromkeys(["CredentialMissing", "HTTPRequestDiverged", "LLMError", "LLMRequestFailed", "LLMResponseInvalid",
+                     "LLMUnavailable",
                      "ScriptExhausted"], ".errors"),
-    "CredentialMissing": ".credentials",
     "RecordedHTTP": ".http",
     "Redaction": "..redaction",
     "RetryPolicy": ".retry",

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import EffectDiverged, Retriable, SwarmlogError
+from ..errors import ConfigurationError, EffectDiverged, Retriable, SwarmlogError
 from ..log.hashing import canonical
 from .compare import show
 
-__all__ = ["HTTPRequestDiverged", "LLMError", "LLMRequestFailed", "LLMResponseInvalid", "LLMUnavailable",
+__all__ = ["CredentialMissing", "HTTPRequestDiverged", "LLMError", "LLMRequestFailed", "LLMResponseInvalid",
+           "LLMUnavailable",
            "ScriptExhausted"]
 
 _MAX_BODY_IN_MESSAGE = 2000
@@ -119,3 +120,15 @@ class HTTPRequestDiverged(EffectDiverged):
                     f"or replay with the code that made the log"),
             recorded={"method": method, "url": url, "part": part, "value": recorded_value},
             replayed={"part": part, "value": replayed_value})
+
+
+class CredentialMissing(ConfigurationError):
+    """``ctx.credential(variable)`` found the variable unset (or empty) in a live step's environment."""
+
+    def __init__(self, *, variable: str, agent: str) -> None:
+        self.variable = variable
+        self.agent = agent
+        super().__init__(
+            f"agent {agent!r}: {variable} is not set in this process's environment, so ctx.credential("
+            f"{variable!r}) has no key to give the SDK. Set it where the agent runs (`swarmlog run`'s "
+            f"environment; in the chart, the agents' extraEnv from a Secret). A replay does not need it")
