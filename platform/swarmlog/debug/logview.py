@@ -47,6 +47,8 @@ from ..settings import Settings
 from ..terminal import printable
 from .conversation import Conversation, conversation
 
+__all__ = ["BROADCAST", "CausalGraph", "Explained", "LogView", "LoggedEvent"]
+
 logger = logging.getLogger(__name__)
 
 BROADCAST = "*"

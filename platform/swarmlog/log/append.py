@@ -56,6 +56,8 @@ from .protocol import (
     name_problem,
 )
 
+__all__ = ["EventLog"]
+
 logger = logging.getLogger(__name__)
 
 _NOT_SEEN: Any = object()

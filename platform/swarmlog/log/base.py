@@ -38,6 +38,10 @@ from typing import Any, Protocol
 from ..errors import GroupNotAtStart, HistoryIncomplete, TopicNotFound
 from .protocol import Headers
 
+__all__ = ["AgentChannel", "Appender", "BATCH", "Delivered", "History", "LogBackend", "Message", "ReadPosition",
+           "Reader", "read_from_log_start", "require_complete_history", "warn_if_history_deletes",
+           "warn_if_history_is_finite"]
+
 logger = logging.getLogger(__name__)
 
 BATCH = 5000

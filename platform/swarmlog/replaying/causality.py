@@ -36,6 +36,8 @@ from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
 
+__all__ = ["SECTIONS", "CausalityViolation", "check_causality"]
+
 SECTIONS = (("history", "history problems"), ("unreadable", "unreadable messages"), ("duplicate", "repeated event ids"),
             ("causality", "causality violations"))
 """(section, what its findings are called), in the order ``swarmlog check`` prints them."""

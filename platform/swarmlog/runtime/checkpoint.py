@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import Output
-from ..errors import SwarmlogError
+from ..errors import CheckpointUnreadable, StateNotCapturable
 from ..log.hashing import state_hash
 from . import interpreter
 from .engine import AgentCore, Divergence, Timer
@@ -62,26 +62,6 @@ digests until its transaction commits (None in a replay, which snapshots are of)
 replay may ask for the live run's states; ``_marks`` says whether the core marks the offsets it reads itself, and
 ``_decode_error`` is the last message's reason not to decode, read at once. (Of ``watch``, the offsets read —
 its ``presence`` — are not kept: a fold from a snapshot knows holes only from the snapshot on.)"""
-
-
-class StateNotCapturable(SwarmlogError):
-    """An agent's state holds a value a snapshot cannot keep faithfully."""
-
-    def __init__(self, *, agent: str, path: str, type_name: str) -> None:
-        self.agent = agent
-        self.path = path
-        self.type_name = type_name
-        super().__init__(f"agent {agent!r}: state{path} is a {type_name}; snapshots keep plain data (dict, list, "
-                         f"tuple, set, str, int, float, bool, None, bytes) — keep {type_name} out of self.state")
-
-
-class CheckpointUnreadable(SwarmlogError):
-    """A captured fold this swarmlog cannot restore (another format, or damaged)."""
-
-    def __init__(self, *, agent: str, reason: str) -> None:
-        self.agent = agent
-        self.reason = reason
-        super().__init__(f"agent {agent!r}: cannot restore its captured fold: {reason}")
 
 
 # --- the tagged JSON codec -------------------------------------------------------------------
