@@ -272,3 +272,34 @@ def test_a_parked_agent_still_checks_the_outputs_of_its_steps_before_the_input_i
     replayed = Session(settings=settings, swarm=probes.probe_clean, backend=backend, registry=registry,
                        snapshots=False).replay()
     assert replayed.divergences == [] and [(a.offset, a.kind) for a in replayed.anomalies] == [(gap, NEWER_SCHEMA)]
+
+
+def test_a_parked_live_agent_says_so_and_commits_no_position_past_the_input(registry, tmp_path: Path):
+    """What an operator sees of a parked agent (its pod's /readyz and metrics serve these): readiness names
+    the offset and what to upgrade, swarmlog_agent_parked is 1, the anomaly is counted; its group's position
+    stays at the input, so its next life — upgraded — reads it again."""
+    from swarmlog.log.protocol import agent_group
+
+    backend = _ran()
+    newer = SchemaRegistry.load([newer_schemas(tmp_path)])
+    with EventLog(settings=SETTINGS, backend=backend, registry=newer, run_id="r") as log:
+        at = log.append(MESSAGE, {"kind": "hop", "body": json.dumps({"chain": 7, "ttl": 0}), "trace": "v4"},
+                        agent="writer-v4", to="r2")
+    started: list = []
+    run_agents(settings=SETTINGS, swarm=swarms.relay, agents=["r2"], until_quiet=0.3, backend=backend,
+               on_started=started.extend)
+    (worker,) = started
+    said = worker.readiness()
+    assert said is not None and f"parked at offset {at}" in said and "a newer agent.message (v4)" in said
+    families = {f.name: f.samples for f in worker.metric_families()}
+    assert families["swarmlog_agent_parked"] == [(("r2",), 1.0)]
+    assert (("r2", NEWER_SCHEMA), 1) in families["swarmlog_agent_anomalies"]
+    assert backend.committed(agent_group("t", "r2"), "t") == at
+    # Upgraded, it reads the input and is ready: nothing was lost.
+    started.clear()
+    run_agents(settings=SETTINGS, swarm=swarms.relay, agents=["r2"], until_quiet=0.3, backend=backend,
+               registry=newer, on_started=started.extend)
+    (worker,) = started
+    assert worker.readiness() is None
+    assert {f.name: f.samples for f in worker.metric_families()}["swarmlog_agent_parked"] == [(("r2",), 0.0)]
+    assert backend.committed(agent_group("t", "r2"), "t") > at

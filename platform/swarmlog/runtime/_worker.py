@@ -235,8 +235,7 @@ class AgentWorker:
             self._reported_steps = core.steps
         wait = 0.1
         due = core.next_wall_due_ms()
-        read_to = self._read_to(core)
-        if due is not None and read_to >= start_end:
+        if due is not None and max(core.position, self.eof_at) >= start_end:
             wait = max(0.0, min(wait, (due - time.time() * 1000) / 1000))
         msgs, eof = channel.poll(self.batch_size, wait)
         if msgs:
@@ -250,12 +249,15 @@ class AgentWorker:
         route = self.decoder.envelope_route
         for m in msgs:
             core.process(m, route(m))
+        # Caught up once it has read as far as the log reached at its start — a parked agent too: it reads
+        # on (and says it is parked), it only commits no position past its input (_read_to).
+        reached = max(core.position, self.eof_at)
         read_to = self._read_to(core)
-        if read_to >= start_end:
+        if reached >= start_end:
             if not self.caught_up.is_set():
                 self.rebuild_steps = self._reported_steps = core.steps
                 self.caught_up.set()
-                logger.info("agent %s: caught up at offset %d, live (%d steps replayed)", name, read_to, core.steps)
+                logger.info("agent %s: caught up at offset %d, live (%d steps replayed)", name, reached, core.steps)
             for timer in core.due_wall_timers(int(time.time() * 1000)) if core.watch.parked is None else ():
                 sink.fire(timer)
         if sink.in_txn:
