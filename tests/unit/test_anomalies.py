@@ -303,3 +303,38 @@ def test_a_parked_live_agent_says_so_and_commits_no_position_past_the_input(regi
     assert worker.readiness() is None
     assert {f.name: f.samples for f in worker.metric_families()}["swarmlog_agent_parked"] == [(("r2",), 0.0)]
     assert backend.committed(agent_group("t", "r2"), "t") > at
+
+
+def test_an_own_record_of_a_newer_schema_parks_the_fold_at_its_step_and_is_no_divergence(registry, tmp_path: Path):
+    """A replay on the old schemas of a run whose agents were upgraded meets an agent's own output written
+    by its newer version: what that step did cannot be checked — the fold parks at the step (named, the
+    agent unverified from there), never "the step now writes an event the log does not have"."""
+    from swarmlog.log.memory import MemoryMessage
+    from swarmlog.log.protocol import parse_step
+
+    from ..contract import probes
+
+    backend = InMemoryLog()
+    backend.create_topic("t")
+    start_run(settings=SETTINGS, swarm=probes.probe_clean, run_id="r", seed=3, backend=backend)
+    run_agents(settings=SETTINGS, swarm=probes.probe_clean, until_quiet=0.3, backend=backend)
+    decoded = {o: rec for o, _, rec in _decoded(backend, registry)}
+    (note,) = [o for o, rec in decoded.items() if rec["to"] == "q" and rec["payload"].get("body") == "1"]
+    (ack,) = [o for o, rec in decoded.items() if rec["agent_id"] == "q" and (parse_step(rec["event_id"]) or (-1,))[0]
+              == note]
+    rec = decoded[ack]
+    newer = SchemaRegistry.load([newer_schemas(tmp_path)])
+    value, key, headers = unchecked_event(newer, MESSAGE, {**rec["payload"], "trace": "v4"}, agent="q", to=rec["to"],
+                                          causes=rec["causes"], run_id="r", event_id=rec["event_id"])
+    upgraded = [MemoryMessage(ack, value, key, headers, 0) if m.offset() == ack else m for m in backend.messages("t")]
+    backend.create_copy("upgraded", upgraded, end=backend.watermarks("t")[1])
+    settings = SETTINGS.model_copy(update={"topic": "upgraded"})
+    for workers in (1, 2):
+        result = replay_swarm(settings=settings, swarm=probes.probe_clean, registry=registry, backend=backend,
+                              workers=workers)
+        assert result.divergences == [], result.divergences[:1]
+        # q at its step (its own record), p at its input (the same message: the ack is addressed to p).
+        assert [(a.offset, a.agent, a.kind) for a in result.anomalies] == [(note, "q", NEWER_SCHEMA),
+                                                                            (ack, "p", NEWER_SCHEMA)]
+        assert f"own record at offset {ack}" in result.anomalies[0].detail
+        assert result.unverified_from["q"] == note and result.unverified_from["p"] == ack

@@ -39,7 +39,7 @@ from ..log.base import History
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NEWER_SCHEMA", "REPEATED", "UNREADABLE", "Anomaly", "LogProbe", "Presence", "Watch"]
+__all__ = ["NEWER_SCHEMA", "REPEATED", "UNREADABLE", "Anomaly", "LogProbe", "Presence", "Watch", "is_newer_schema"]
 
 REPEATED = "repeated"
 """A second message with an event id the agent already took: a copy, not handled."""
@@ -50,6 +50,12 @@ NEWER_SCHEMA = "newer_schema"
 
 _LOGGED = 20
 """Anomalies an agent logs one a line; after that, every thousandth (a summary of how many)."""
+
+
+def is_newer_schema(error: SwarmlogError) -> bool:
+    """Whether ``error`` says a message was written with a newer version of a type this reader knows."""
+    return isinstance(error, SchemaNotFound) and error.version is not None \
+        and error.known_version is not None and error.version > error.known_version
 
 
 class Anomaly(NamedTuple):
@@ -192,20 +198,27 @@ class Watch:
             f"copy tool), not handled"), first))
         return True
 
-    def unreadable(self, offset: int, error: SwarmlogError) -> Anomaly:
-        """Name an input addressed to the agent that does not decode; a newer schema's parks the agent."""
-        newer = isinstance(error, SchemaNotFound) and error.version is not None \
-            and error.known_version is not None and error.version > error.known_version
-        if newer:
+    def unreadable(self, offset: int, error: SwarmlogError, *, record: int | None = None) -> Anomaly:
+        """Name an input addressed to the agent that does not decode; a newer schema's parks the agent.
+
+        ``record``: the offset of one of the agent's *own* records that does not decode, of the step at
+        ``offset`` — written by a newer version of this agent, before this reader was upgraded. Only a
+        newer schema's is named (it parks the fold at that step: what the step did cannot be checked);
+        anything else the agent's own headers claim is not its record, and is left alone."""
+        if is_newer_schema(error):
+            what = (f"an input it cannot read yet ({error})" if record is None else
+                    f"its own record at offset {record}, of this step, is of a schema it cannot read yet ({error}): "
+                    f"a newer version of this agent wrote it")
             anomaly = Anomaly(offset, self.agent, NEWER_SCHEMA, (
-                f"parked: an input it cannot read yet ({error}). Nothing after it is handled until this agent "
-                f"runs with the newer schema; it then rebuilds and goes on from here"))
+                f"parked: {what}. Nothing after it is handled until this agent runs with the newer schema; it "
+                f"then rebuilds and goes on from here"))
             self.parked = anomaly
             logger.error("agent %s: %s", self.agent, anomaly.detail)
             self.anomalies.append(anomaly)
             return anomaly
         anomaly = Anomaly(offset, self.agent, UNREADABLE, f"an input that is not a readable event, skipped: {error}")
-        self._name(anomaly)
+        if record is None:
+            self._name(anomaly)
         return anomaly
 
     def check_causes(self, event: Event) -> None:

@@ -74,7 +74,7 @@ from ..log.protocol import (
 from ..schema.codec import Decoder
 from . import interpreter
 from ._statediff import LiveStates, diff_states
-from .anomalies import Presence, Watch
+from .anomalies import Presence, Watch, is_newer_schema
 from .digests import DigestRecord, DigestRecorder, state_digest
 from .history import RecordedHistory
 
@@ -328,6 +328,8 @@ class AgentCore:
                         return (off, None), decoded
                     return None, decoded
             event = self._decode(msg) if decoded is UNDECODED else decoded  # type: ignore[assignment]
+            if event is None and parked is None:
+                self._own_unreadable(msg, route, decoded)
             # A copy of one of its own records (a repeated id) is named, never checked as an output
             # this step no longer writes; a cause the log lost stops the agent (.anomalies).
             if event is not None and self.watch.take(event):
@@ -360,6 +362,27 @@ class AgentCore:
         if self.timers and self.watch.parked is None and self._logical_due():
             return (off, None), decoded
         return None, decoded
+
+    def _own_unreadable(self, msg: Any, route: Route, decoded: Event | None | _Undecoded) -> None:
+        """One of its own records does not decode. Of a newer schema — a newer version of this agent wrote
+        it, this reader is older (a replay on the old schemas of a run whose agents were upgraded) — what
+        that step did cannot be checked: the fold parks at the step (.anomalies), and what the step wrote
+        waits unverified, not "never written"."""
+        if decoded is not UNDECODED:
+            self._decode(msg)  # the caller's decode failed: this one says why
+        error = self._decode_error
+        if error is None or not is_newer_schema(error):
+            return
+        step = route[3]
+        if step is None:
+            step = self.decoder.step(msg)
+        step = msg.offset() if step is None else step
+        self.watch.unreadable(step, error, record=msg.offset())
+        for s in [s for s in self.pending if s >= step]:
+            del self.pending[s]
+        if self._held is not None and self._held[0] >= step:
+            self._held = None
+        self.unverified = step if self.unverified is None else min(self.unverified, step)
 
     def _before(self, offset: int, msg: Any, route: Route) -> bool:
         """Whether one of this agent's records is of a step before ``offset`` (a wall-clock firing, which
