@@ -26,25 +26,26 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _swarm(args: argparse.Namespace, settings: Settings) -> Any:
-    from ..runtime import load_swarm
+    """The swarm's code, in a process that hashes strings as the run's did: every command that runs it
+    (``state``, ``debug``, ``step``, ``snapshot``, ``timeline --swarm``) comes through here."""
+    from ..runtime import load_swarm, pin_interpreter
 
     spec = args.swarm or settings.swarm
     if not spec:
         raise UsageError(f"`swarmlog {args.command}` runs the swarm's code: give --swarm module:swarm "
                          f"(or set SWARMLOG_SWARM)")
-    return load_swarm(spec)
+    swarm = load_swarm(spec)
+    # The swarm's handlers run here: under the run's string-hash seed (swarmlog.runtime.interpreter).
+    pin_interpreter(settings, may_reexec=getattr(args, "may_reexec", False))
+    return swarm
 
 
 def _session(args: argparse.Namespace) -> Any:
-    from ..runtime import pin_interpreter
     from . import Session
 
     _notes()
     settings = _settings(args)
-    swarm = _swarm(args, settings)
-    # The swarm's handlers run here: under the run's string-hash seed (swarmlog.runtime.interpreter).
-    pin_interpreter(settings, may_reexec=getattr(args, "may_reexec", False))
-    return Session(settings=settings, swarm=swarm, snapshots=not args.no_snapshots)
+    return Session(settings=settings, swarm=_swarm(args, settings), snapshots=not args.no_snapshots)
 
 
 def _notes() -> None:
