@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from functools import cache
@@ -29,6 +30,7 @@ from .errors import ConfigurationError, MissingDependency, SchemaError, ServiceU
 from .settings import Settings
 
 __all__ = ["COMMANDS", "EXIT_CODES", "EXIT_DIVERGED", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK",
+           "EXIT_READER_GONE",
            "EXIT_PROBLEMS_FOUND", "EXIT_TOKEN_MISMATCH", "EXIT_UNAVAILABLE", "EXIT_UNREADABLE", "EXIT_USAGE",
            "PLUGINS", "build_parser", "command_modules", "configure_logging", "exit_code", "from_the_mirror", "main",
            "metrics_port_arg", "settings_of"]
@@ -44,6 +46,7 @@ EXIT_TOKEN_MISMATCH = 5
 EXIT_UNAVAILABLE = 69  # sysexits.h EX_UNAVAILABLE
 EXIT_FAILED = 70  # sysexits.h EX_SOFTWARE
 EXIT_INTERRUPTED = 130
+EXIT_READER_GONE = 141  # 128 + SIGPIPE: what a shell reports of a writer its pipe's reader left
 
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
@@ -56,6 +59,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_UNAVAILABLE: "Kafka or Postgres could not be reached, or a TLS/SASL handshake failed",
     EXIT_FAILED: "any other error at run time (the message says what to do)",
     EXIT_INTERRUPTED: "interrupted (SIGINT)",
+    EXIT_READER_GONE: "the reader of stdout went away (`swarmlog log | head`): the output was cut short, quietly, "
+                      "as a shell reports a writer killed by SIGPIPE",
 }
 
 
@@ -215,6 +220,22 @@ def _freeze_what_the_imports_made() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        status = _main(argv)
+        if argv is None:
+            sys.stdout.flush()  # here, where a closed pipe is caught, not in the interpreter's last flush
+        return status
+    except BrokenPipeError:
+        # stdout's reader left (`swarmlog log | head -1`). CPython ignores SIGPIPE and raises this instead;
+        # a shell expects the writer to end quietly with SIGPIPE's status. What is still buffered can never
+        # be written, and the interpreter's last flush would print "Exception ignored": stdout goes to
+        # /dev/null first (the signal module's "Note on SIGPIPE"); only in the process, not main([...])'s caller.
+        if argv is None:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_READER_GONE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     if argv is None:
         _freeze_what_the_imports_made()
     verbosity, args_list = _leading_verbosity(list(sys.argv[1:] if argv is None else argv))

@@ -6,6 +6,8 @@
 * A TLS or SASL handshake that fails says which one, against the real (plaintext) broker.
 * A bad setting is one line and exit 2; a database whose mirror schema is not migrated names
   the command, and a Postgres role without the sink's group role is told what to grant.
+* A reader that closes the pipe (`swarmlog log | head -1`) ends the command quietly, with the
+  status a shell gives a writer killed by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -222,3 +224,33 @@ def test_a_role_that_may_not_create_the_mirrors_tables_is_told_what_to_grant(set
     finally:
         db.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         db.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def _many_events(settings: Settings, n: int) -> None:
+    from swarmlog.log.append import EventLog
+    from swarmlog.schema.registry import SchemaRegistry
+
+    with EventLog(settings=settings, registry=SchemaRegistry.load(settings.schema_dirs()), run_id="r") as log:
+        log.append_many([("agent.message", {"kind": "k", "body": f"line {i} " + "x" * 60}, {"agent": "op", "to": "a"})
+                         for i in range(n)])
+
+
+@pytest.mark.parametrize("argv", [["log"], ["log", "--json"], ["timeline"], ["timeline", "--json"],
+                                  ["show", "0"], ["check", "causality"], ["replay", "--json"]],
+                         ids=["log", "log-json", "timeline", "timeline-json", "show", "check", "replay-json"])
+def test_a_reader_closing_the_pipe_ends_the_command_quietly_with_sigpipes_status(settings, argv):
+    _many_events(settings, 3000)  # some 300 KB of `log`: far more than a pipe holds, so the reader leaves mid-way
+    env = subprocess_env(settings)
+    cli = subprocess.Popen([sys.executable, "-m", "swarmlog.cli", *argv], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    head = subprocess.run(["head", "-1"], stdin=cli.stdout, capture_output=True, timeout=120)
+    assert cli.stdout is not None and cli.stderr is not None
+    cli.stdout.close()  # head holds the only reading end, and it has exited
+    stderr = cli.stderr.read().decode()
+    status = cli.wait(timeout=120)
+    assert head.returncode == 0 and head.stdout.strip(), stderr
+    assert stderr == ""  # no BrokenPipeError traceback, no "Exception ignored" line
+    # 141 (128 + SIGPIPE) when the output outran the pipe; 0 when it all fitted before head left.
+    assert status in (0, 141), (status, stderr)
+    if argv[0] == "log":
+        assert status == 141
