@@ -26,7 +26,15 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from .errors import ConfigurationError, MissingDependency, SchemaError, ServiceUnavailable, SwarmlogError, TokenError
+from .errors import (
+    ConfigurationError,
+    MissingDependency,
+    SchemaError,
+    ServiceUnavailable,
+    SwarmImportFailed,
+    SwarmlogError,
+    TokenError,
+)
 from .settings import Settings
 
 __all__ = ["COMMANDS", "EXIT_CODES", "EXIT_DIVERGED", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK",
@@ -239,13 +247,15 @@ def _main(argv: Sequence[str] | None) -> int:
     if argv is None:
         _freeze_what_the_imports_made()
     verbosity, args_list = _leading_verbosity(list(sys.argv[1:] if argv is None else argv))
+    verbose = verbosity
     try:
         own = command_modules(args_list[0] if args_list else None)
         if len(own) == 1 and _parses_its_own(module := importlib.import_module(*own.values())):
             configure_logging(verbosity)
             return int(module.run(args_list[1:]))
         args = build_parser(args_list[0] if args_list else None).parse_args(args_list)
-        configure_logging(verbosity + getattr(args, "verbose", 0),
+        verbose = verbosity + getattr(args, "verbose", 0)
+        configure_logging(verbose,
                           service=getattr(args, "service", False) or bool(getattr(args, "publish", False)))
         # Only a process started as the command line may replace itself (swarmlog.runtime.interpreter).
         args.may_reexec = argv is None
@@ -259,7 +269,10 @@ def _main(argv: Sequence[str] | None) -> int:
             if argv is None:  # and what the command imported (its modules load lazily): the exit skips it too
                 _freeze_what_the_imports_made()
     except SwarmlogError as exc:
-        logger.debug("the error's traceback", exc_info=exc)
+        if isinstance(exc, SwarmImportFailed) and verbose:  # the swarm's own code: its traceback is the user's
+            logger.error("the traceback of the swarm's module %s", exc.module, exc_info=exc.__cause__)
+        else:
+            logger.debug("the error's traceback", exc_info=exc)
         print(f"swarmlog: error: {exc}", file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt:

@@ -47,7 +47,7 @@ PUBLIC = {
         "ReadFailed", "ReplayResult", "ReplayWorkerFailed", "ReplyTimeout", "Retriable", "RoutingHeaderMismatch",
         "RunAlreadyRecorded", "RunError", "RunNotStarted", "ScheduleMismatch", "SchemaClash", "SchemaError",
         "SchemaNotFound", "Sent", "ServiceUnavailable", "Settings", "SignatureUnchecked", "SnapshotStale",
-        "StateDiverged", "StateNotCapturable", "StateNotSerialisable", "StateUnavailable", "Swarm",
+        "StateDiverged", "StateNotCapturable", "StateNotSerialisable", "StateUnavailable", "Swarm", "SwarmImportFailed",
         "SwarmReplayResult", "SwarmlogError", "TokenError", "TopicCreateFailed", "TopicExists", "TopicNotFound",
         "TopicNotSinglePartition", "TracingExporterMissing", "TransactionAborted", "UndecodableMessage",
         "UnknownEventType", "UnmodelledEffect", "UsageError", "on", "on_message", "on_timer", "replay",

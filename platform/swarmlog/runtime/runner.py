@@ -19,14 +19,16 @@ import logging
 import os
 import signal
 import sys
+import sysconfig
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Swarm
-from ..errors import ConfigurationError, RunAlreadyRecorded, RunNotStarted, TransactionAborted
+from ..errors import ConfigurationError, RunAlreadyRecorded, RunNotStarted, SwarmImportFailed, TransactionAborted
 from ..guard import hook_in_use
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
@@ -47,8 +49,18 @@ def load_swarm(spec: str) -> Swarm:
     if not module_name or not attr:
         raise ConfigurationError(f"expected module:swarm, got {spec!r}")
     try:
-        obj = getattr(_import_here_too(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+        module = _import_here_too(module_name)
+    except ModuleNotFoundError as exc:
+        if not _names_the_module(exc, module_name):
+            raise SwarmImportFailed(spec=spec, module=module_name, error=_one_line(exc),
+                                    where=_where_it_raised(exc)) from exc
+        raise ConfigurationError(f"cannot load swarm {spec!r}: {exc}") from None
+    except Exception as exc:  # the module's own code raised (SyntaxError included): one line, not its traceback
+        raise SwarmImportFailed(spec=spec, module=module_name, error=_one_line(exc),
+                                where=_where_it_raised(exc)) from exc
+    try:
+        obj = getattr(module, attr)
+    except AttributeError as exc:
         raise ConfigurationError(f"cannot load swarm {spec!r}: {exc}") from None
     if callable(obj) and not isinstance(obj, Swarm):
         obj = obj()
@@ -65,14 +77,46 @@ def _import_here_too(module_name: str) -> Any:
     user stands. Only a module that cannot be found otherwise comes from there, so nothing that
     imported before changes.
     """
+    here = os.getcwd()
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        here = os.getcwd()
         if exc.name != module_name.partition(".")[0] or here in sys.path:
             raise
-        sys.path.insert(0, here)
-        return importlib.import_module(module_name)
+    sys.path.insert(0, here)  # outside the except: what the module raises is not chained to the first miss
+    return importlib.import_module(module_name)
+
+
+def _names_the_module(exc: ModuleNotFoundError, module_name: str) -> bool:
+    """Whether the module not found is the swarm's (or a package above it), not one its code imports."""
+    parts = module_name.split(".")
+    return exc.name in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError):
+        return f"{type(exc).__name__}: {exc.msg}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _where_it_raised(exc: BaseException) -> str:
+    """``path:line`` of the line that raised: the deepest frame of code outside Python's own library and
+    the installed packages (the swarm's), else the deepest one at all; the file's text itself for a
+    SyntaxError. Paths under the working directory are shown relative to it."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return _shown(exc.filename, exc.lineno)
+    libraries = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    own = [f for f in frames if not any(f.filename.startswith(lib + os.sep) for lib in libraries)]
+    nearest = own or frames
+    return _shown(nearest[-1].filename, nearest[-1].lineno) if nearest else ""
+
+
+def _shown(filename: str, lineno: int | None) -> str:
+    here = os.getcwd() + os.sep
+    path = filename[len(here):] if filename.startswith(here) else filename
+    return f"{path}:{lineno}" if lineno else path
 
 
 def code_version(swarm: Swarm) -> str:
