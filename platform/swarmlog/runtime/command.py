@@ -92,7 +92,9 @@ def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -
                          parents=parents)
     run.add_argument("swarm", help="module:swarm")
     run.add_argument("--run-id", help="recorded in run.started (a topic that holds a run goes on with its own)")
-    run.add_argument("--seed", type=int)
+    run.add_argument("--seed", type=int, help="the run's seed, recorded in run.started: every ctx.random() and "
+                                               "ctx.uuid() derives from it (a topic that holds a run goes on with "
+                                               "its own)")
     run.add_argument("--agent", help="run only this agent (one pod per agent)")
     run.add_argument("--start", action="store_true", help="write run.started (if missing); alone: only that")
     run.add_argument("--until-quiet", type=float, metavar="SECONDS",
@@ -102,6 +104,6 @@ def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -
                           "(default 300)")
     run.add_argument("--stall-timeout", type=float, default=900.0, metavar="SECONDS",
                      help="/livez fails when an agent's loop has not turned for SECONDS (default 900)")
-    run.add_argument("--topic")
+    run.add_argument("--topic", help="the topic (default: $SWARMLOG_TOPIC)")
     metrics_port_arg(run)
     run.set_defaults(func=cmd_run, service=True)
