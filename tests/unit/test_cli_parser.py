@@ -138,3 +138,17 @@ def test_every_option_and_argument_of_every_command_says_what_it_is_for_in_help(
 def test_run_help_describes_the_seed():
     text = WHOLE["run"].format_help()
     assert "--seed SEED" in text and "ctx.random()" in text
+
+
+def test_a_closed_stdout_ends_a_command_with_sigpipes_status_and_a_caller_of_main_keeps_its_stdout(monkeypatch):
+    class ClosedPipe:
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    closed = ClosedPipe()
+    monkeypatch.setattr(sys, "stdout", closed)
+    assert cli.main(["schema", "list"]) == cli.EXIT_READER_GONE == 141
+    assert sys.stdout is closed  # only the process (main() with no arguments) points its stdout at /dev/null
