@@ -38,10 +38,9 @@ from .errors import (
 from .settings import Settings
 
 __all__ = ["COMMANDS", "EXIT_CODES", "EXIT_DIVERGED", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK",
-           "EXIT_READER_GONE",
-           "EXIT_PROBLEMS_FOUND", "EXIT_TOKEN_MISMATCH", "EXIT_UNAVAILABLE", "EXIT_UNREADABLE", "EXIT_USAGE",
-           "PLUGINS", "build_parser", "command_modules", "configure_logging", "exit_code", "from_the_mirror", "main",
-           "metrics_port_arg", "settings_of"]
+           "EXIT_PROBLEMS_FOUND", "EXIT_READER_GONE", "EXIT_TOKEN_MISMATCH", "EXIT_UNAVAILABLE", "EXIT_UNREADABLE",
+           "EXIT_USAGE", "PLUGINS", "build_parser", "command_modules", "configure_logging", "exit_code",
+           "from_the_mirror", "main", "metrics_port_arg", "settings_of"]
 
 logger = logging.getLogger(__name__)
 
