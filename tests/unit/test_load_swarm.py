@@ -69,3 +69,23 @@ def test_a_swarm_module_that_raises_at_import_is_one_line_naming_the_module_the_
 def test_a_swarm_module_nowhere_is_a_configuration_error_naming_it(here) -> None:
     with pytest.raises(ConfigurationError, match="no_such_swarm_module"):
         load_swarm("no_such_swarm_module:swarm")
+
+
+def test_an_installed_swarm_package_that_raises_at_import_names_its_own_line_not_the_librarys(
+        here, monkeypatch) -> None:
+    import sysconfig
+
+    package = here / "installed_swarm"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "app.py").write_text("import json\n\nCONFIG = json.loads('{')\n" + SWARM)
+    paths = {**sysconfig.get_paths(), "purelib": str(here), "platlib": str(here)}
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: paths)  # as if pip had put it among the libraries
+    try:
+        with pytest.raises(SwarmImportFailed) as caught:
+            load_swarm("installed_swarm.app:swarm")
+    finally:
+        for name in ("installed_swarm", "installed_swarm.app"):
+            sys.modules.pop(name, None)
+    assert caught.value.where == "installed_swarm/app.py:3"
+    assert caught.value.error.startswith("JSONDecodeError")

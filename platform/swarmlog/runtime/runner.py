@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
@@ -53,11 +54,11 @@ def load_swarm(spec: str) -> Swarm:
     except ModuleNotFoundError as exc:
         if not _names_the_module(exc, module_name):
             raise SwarmImportFailed(spec=spec, module=module_name, error=_one_line(exc),
-                                    where=_where_it_raised(exc)) from exc
+                                    where=_where_it_raised(exc, module_name)) from exc
         raise ConfigurationError(f"cannot load swarm {spec!r}: {exc}") from None
     except Exception as exc:  # the module's own code raised (SyntaxError included): one line, not its traceback
         raise SwarmImportFailed(spec=spec, module=module_name, error=_one_line(exc),
-                                where=_where_it_raised(exc)) from exc
+                                where=_where_it_raised(exc, module_name)) from exc
     try:
         obj = getattr(module, attr)
     except AttributeError as exc:
@@ -100,17 +101,33 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def _where_it_raised(exc: BaseException) -> str:
-    """``path:line`` of the line that raised: the deepest frame of code outside Python's own library and
-    the installed packages (the swarm's), else the deepest one at all; the file's text itself for a
-    SyntaxError. Paths under the working directory are shown relative to it."""
+def _where_it_raised(exc: BaseException, module_name: str) -> str:
+    """``path:line`` of the line that raised, in the swarm's code: the deepest frame in the swarm's own
+    package (or file, installed or not) or anywhere outside Python's library and the installed packages,
+    else the deepest one at all; for a SyntaxError, the line it names. Paths under the working directory
+    are shown relative to it."""
     if isinstance(exc, SyntaxError) and exc.filename:
         return _shown(exc.filename, exc.lineno)
-    libraries = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
-    own = [f for f in frames if not any(f.filename.startswith(lib + os.sep) for lib in libraries)]
-    nearest = own or frames
+    files, dirs = _sources_of(module_name.partition(".")[0])
+    libraries = tuple({sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+    nearest = [f for f in frames if f.filename in files or f.filename.startswith(dirs)
+               or not f.filename.startswith(libraries)] or frames
     return _shown(nearest[-1].filename, nearest[-1].lineno) if nearest else ""
+
+
+def _sources_of(top: str) -> tuple[set[str], tuple[str, ...]]:
+    """The file of a top-level module, or the folders of a package: where the swarm's own code is (an
+    installed one too, among the libraries)."""
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return set(), ()
+    if spec.submodule_search_locations:
+        return set(), tuple(d + os.sep for d in spec.submodule_search_locations)
+    return ({spec.origin} if spec.origin else set()), ()
 
 
 def _shown(filename: str, lineno: int | None) -> str:
