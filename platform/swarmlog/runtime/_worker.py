@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Agent, Swarm
-from ..errors import AgentFenced, TransactionAborted
+from ..errors import AgentFenced, CodeVersionRefused, NondeterminismError, TransactionAborted
 from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend, require_complete_history
 from ..log.hotloop import fewer_collections
@@ -80,13 +80,19 @@ class WorkerResult:
     state: dict[str, Any]
     states_checked: int = 0
     """Steps of the rebuild whose state was compared with the recorded digest (all equal, or it raised)."""
+    refused: str | None = None
+    """Why the agent could not go on with the run (its code diverges from the log, or is not the run's
+    version); None: it ran."""
+    failures: tuple[str, ...] = ()
+    """The agent's steps that failed and were not retried, described (``swarmlog retry`` runs them again)."""
 
 
 class AgentWorker:
     """Runs one agent of a swarm live against the swarm's topic (on ``backend``; default Kafka)."""
 
     def __init__(self, *, settings: Settings, swarm: Swarm, agent: str | Agent, registry: SchemaRegistry | None = None,
-                 topic: str | None = None, batch_size: int = 500, backend: LogBackend | None = None) -> None:
+                 topic: str | None = None, batch_size: int = 500, backend: LogBackend | None = None,
+                 accept_versions: tuple[str, ...] = ()) -> None:
         self.settings = settings
         self.topic = topic or settings.topic
         self.swarm = swarm
@@ -117,6 +123,11 @@ class AgentWorker:
         self._reported_steps = 0
         self._at_end = False  # the last poll reached the log's end, and nothing was written since
         self._channel: AgentChannel | None = None  # this life's, while it runs
+        self.accept_versions = accept_versions
+        """Code versions whose runs this agent goes on with besides the swarm's ``compatible_with`` (an operator's
+        override: ``swarmlog run --accept-version``)."""
+        self.refused: str | None = None
+        """Why this agent does not go on with the run (see :meth:`_park`); None while it can."""
 
     @property
     def channel(self) -> AgentChannel | None:
@@ -155,10 +166,13 @@ class AgentWorker:
             channel = self._channel = self.backend.agent_channel(self.topic, name)
             if self.stop_event.is_set():
                 channel.wake()  # stopped before this life began: its polls wait for nothing
+            refused: NondeterminismError | CodeVersionRefused | None = None
             try:
                 return self._run(channel)
             except AgentFenced:
                 raise
+            except (NondeterminismError, CodeVersionRefused) as exc:
+                refused = exc  # parked below, once this life's channel is closed
             except TransactionAborted as exc:
                 # Lives in a row that committed nothing: a cause that a new life does not cure.
                 aborted = aborted + 1 if self.transactions == committed else 1
@@ -168,17 +182,55 @@ class AgentWorker:
                 last = exc
             finally:
                 channel.close()
+            if refused is not None:
+                return self._park(refused)
             self.agent = self.swarm.agent(name)  # its initial state
             self.caught_up.clear()
             self.eof_at = -1
             if self.stop_event.wait(min(aborted, 5)):
                 raise last  # stopped before the new life rebuilt anything: there is no state to report
 
+    def _park(self, exc: NondeterminismError | CodeVersionRefused) -> WorkerResult:
+        """This code cannot go on with the run: say so once, in the log and through readiness, and wait
+        to be stopped. Not an exit: a restarted process would refuse the same way, a crash loop that
+        says nothing more. Nothing was written (a divergence is found while rebuilding, before any live
+        step; a version is checked before the rebuild); the run waits for code that can go on with it."""
+        name = self.agent.name
+        core = self.core
+        run_id = core.ctx.run_id if core is not None and core.ctx.run_id else "?"
+        self.refused = f"agent {name} cannot go on with run {run_id!r} (topic {self.topic!r}): {exc}"
+        self._channel = None
+        logger.error("%s. It stays up, not ready (/readyz), and does not restart: deploy code that can go on with "
+                     "this run (docs/evolution.md)", self.refused)
+        self.stop_event.wait()
+        return WorkerResult(agent=name, state_hash=core.state_hash() if core is not None else "",
+                            position=core.position if core is not None else 0,
+                            steps=core.steps if core is not None else 0, state=self.agent.state,
+                            refused=self.refused)
+
+    def _check_code_version(self) -> None:
+        """A run pinned to its code (``Swarm(pin_runs=True)``): refuse one another code version started,
+        unless that version is declared compatible (:class:`~swarmlog.errors.CodeVersionRefused`)."""
+        swarm = self.swarm
+        if not swarm.pin_runs:
+            return
+        from .runner import code_version, find_run
+
+        run = find_run(self.settings, self.topic, self.registry, backend=self.backend)
+        if run is None:
+            return  # no run yet: the one this agent joins is started with its own version
+        current = code_version(swarm)
+        compatible = (*swarm.compatible_with, *self.accept_versions)
+        if run.code_version != current and run.code_version not in compatible:
+            raise CodeVersionRefused(topic=self.topic, run_id=run.run_id, agent=self.agent.name,
+                                     recorded=run.code_version, current=current, compatible=compatible)
+
     def _run(self, channel: AgentChannel) -> WorkerResult:
         name = self.agent.name
         # Restart is rebuild from offset 0: a log that lost its first offsets would rebuild
         # another state than the run's, silently. Refuse before anything is written.
         require_complete_history(self.backend, self.topic)
+        self._check_code_version()
         channel.fence()
         histories, start_end = first_pass(backend=self.backend, topic=self.topic, decoder=self.decoder,
                                           agents=[name])
@@ -217,7 +269,8 @@ class AgentWorker:
             raise
         logger.info("agent %s: stopped at offset %d after %d steps", name, core.position, core.steps)
         return WorkerResult(agent=name, state_hash=core.state_hash(), position=core.position, steps=core.steps,
-                            state=self.agent.state, states_checked=core.states_checked)
+                            state=self.agent.state, states_checked=core.states_checked,
+                            failures=tuple(f.describe() for f in core.failures.values()))
 
     def _turn(self, channel: AgentChannel, sink: LiveSink, core: AgentCore, start_end: int) -> None:
         """One poll: fold what arrived, fire due timeouts, commit."""
@@ -333,7 +386,9 @@ class AgentWorker:
     # -- what an operator sees -------------------------------------------------------------
 
     def readiness(self) -> str | None:
-        """None once the agent is live; else what it is doing."""
+        """None once the agent is live; else what it is doing (or why it does not go on with the run)."""
+        if self.refused is not None:
+            return self.refused
         if self.caught_up.is_set():
             return None
         core = self.core

@@ -296,7 +296,7 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
                registry: SchemaRegistry | None = None, until_quiet: float | None = None,
                stop: threading.Event | None = None,
                on_started: Callable[[list[AgentWorker]], None] | None = None,
-               backend: LogBackend | None = None) -> list[WorkerResult]:
+               backend: LogBackend | None = None, accept_versions: tuple[str, ...] = ()) -> list[WorkerResult]:
     """Run the named agents (default: all) live, one thread each, until ``stop`` is set,
     SIGTERM/SIGINT arrives (in the main thread), or — with ``until_quiet`` — the log has not
     grown for that many seconds and no agent has a timeout pending. On a log that knows when
@@ -307,7 +307,8 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
     registry = registry or SchemaRegistry.load(settings.schema_dirs())
     names = agents or swarm.agent_names
     backend = backend_for(settings, backend)
-    workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic, backend=backend)
+    workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic, backend=backend,
+                           accept_versions=accept_versions)
                for n in names]
     # What every handler of this process runs under: an operator comparing agents' CPU sees it here.
     logger.info("determinism guard: %s", hook_in_use())
@@ -391,6 +392,8 @@ class _QuietWatcher:
 
     def _idle(self, high: int) -> bool:
         for w in self._workers:
+            if w.refused is not None:
+                continue  # parked: it does nothing more until stopped (AgentWorker._park)
             core = w.core
             # An open transaction may hold outputs the broker has not seen yet (its
             # coordinator still loading, a commit in flight): the log end says nothing then.
@@ -400,8 +403,9 @@ class _QuietWatcher:
         return True
 
     def _settled(self, stop: threading.Event) -> bool:
-        channels = [c for w in self._workers for c in [w.channel] if c is not None]
-        if len(channels) < len(self._workers):  # an agent still starting
+        active = [w for w in self._workers if w.refused is None]
+        channels = [c for w in active for c in [w.channel] if c is not None]
+        if len(channels) < len(active):  # an agent still starting
             stop.wait(0.01)
             return False
         if not self._backend.settle(self._topic, channels, 0.05):  # briefly: a failed agent stops the run
