@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from swarmlog import Agent, Swarm, on, on_message
-from swarmlog.errors import UsageError
+from swarmlog.errors import CodeVersionRefused, FailedStepChanged, PatchUnknown, UsageError
 from swarmlog.log.append import EventLog
 from swarmlog.log.protocol import EFFECT_RECORDED, HANDLER_FAILED, MESSAGE, PATCH_MARKER, STEP_RETRIED, parse_step
 from swarmlog.replaying import replay_swarm
@@ -138,10 +138,16 @@ def test_an_agent_whose_code_cannot_go_on_parks_not_ready_instead_of_exiting(bac
     _run(backend, run_settings, registry, _swarm(Patched, code_version="2"))
     stop = threading.Event()
     started: list[Any] = []
-    results: list[Any] = []
-    runner = threading.Thread(target=lambda: results.extend(run_agents(
-        settings=run_settings, swarm=_swarm(Worker), backend=backend, registry=registry, stop=stop,
-        on_started=started.extend)))
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_agents(settings=run_settings, swarm=_swarm(Worker), backend=backend, registry=registry, stop=stop,
+                       on_started=started.extend)
+        except PatchUnknown as exc:
+            raised.append(exc)
+
+    runner = threading.Thread(target=run)
     runner.start()
     try:
         for _ in range(100):
@@ -155,7 +161,7 @@ def test_an_agent_whose_code_cannot_go_on_parks_not_ready_instead_of_exiting(bac
     finally:
         stop.set()
         runner.join(10)
-    assert results[0].refused is not None
+    assert raised and raised[0].patch_id == "new-path"  # once stopped, the caller learns why
 
 
 def test_deprecated_patch_replays_steps_recorded_with_and_without_the_marker(backend, run_settings, registry):
@@ -225,9 +231,10 @@ def test_a_fix_deployed_without_a_versioned_step_is_refused_saying_how_to_deploy
     _start(backend, run_settings, registry)
     _jobs(backend, run_settings, registry, "a")
     _run(backend, run_settings, registry, _swarm(Worker, fail_on="a"))
-    result = _run(backend, run_settings, registry, _swarm(Worker, code_version="2"))["w"]  # fixed, unversioned
-    assert result.refused is not None
-    assert "failed live (ZeroDivisionError: cannot do job a)" in result.refused and "ctx.patched" in result.refused
+    with pytest.raises(FailedStepChanged) as refused:
+        _run(backend, run_settings, registry, _swarm(Worker, code_version="2"))  # fixed, not versioned
+    assert "failed live (ZeroDivisionError: cannot do job a)" in str(refused.value)
+    assert "ctx.patched" in str(refused.value)
 
 
 def test_a_run_pinned_to_its_code_is_refused_by_another_version_unless_declared_compatible(
@@ -236,8 +243,9 @@ def test_a_run_pinned_to_its_code_is_refused_by_another_version_unless_declared_
               registry=registry)
     _jobs(backend, run_settings, registry, "a")
     assert _run(backend, run_settings, registry, _swarm(Worker, pin_runs=True))["w"].state == {"done": ["old:A"]}
-    refused = _run(backend, run_settings, registry, _swarm(Patched, pin_runs=True, code_version="2"))["w"]
-    assert refused.refused is not None and "pinned to '1'" in refused.refused and "version '2'" in refused.refused
+    with pytest.raises(CodeVersionRefused) as refused:
+        _run(backend, run_settings, registry, _swarm(Patched, pin_runs=True, code_version="2"))
+    assert refused.value.recorded == "1" and refused.value.current == "2" and "pinned to '1'" in str(refused.value)
     _jobs(backend, run_settings, registry, "b")
     declared = _swarm(Patched, pin_runs=True, code_version="2", compatible_with=["1"])
     assert _run(backend, run_settings, registry, declared)["w"].state == {"done": ["old:A", "new:B"]}

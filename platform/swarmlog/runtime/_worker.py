@@ -128,6 +128,8 @@ class AgentWorker:
         override: ``swarmlog run --accept-version``)."""
         self.refused: str | None = None
         """Why this agent does not go on with the run (see :meth:`_park`); None while it can."""
+        self.refusal: NondeterminismError | CodeVersionRefused | None = None
+        """The error it refused the run with (:func:`~swarmlog.runtime.run_agents` raises it once stopped)."""
 
     @property
     def channel(self) -> AgentChannel | None:
@@ -199,6 +201,7 @@ class AgentWorker:
         core = self.core
         run_id = core.ctx.run_id if core is not None and core.ctx.run_id else "?"
         self.refused = f"agent {name} cannot go on with run {run_id!r} (topic {self.topic!r}): {exc}"
+        self.refusal = exc
         self._channel = None
         logger.error("%s. It stays up, not ready (/readyz), and does not restart: deploy code that can go on with "
                      "this run (docs/evolution.md)", self.refused)

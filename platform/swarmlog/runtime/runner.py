@@ -302,7 +302,10 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
     grown for that many seconds and no agent has a timeout pending. On a log that knows when
     nothing is left to do (the in-memory log: :meth:`~swarmlog.log.base.LogBackend.settle`),
     ``until_quiet`` stops the run as soon as every agent waits at the log's end with nothing
-    pending, without waiting out the seconds."""
+    pending, without waiting out the seconds.
+
+    An agent whose code cannot go on with the run (it diverges from the log, or is not the run's code
+    version) parks, not ready, while the others run on; once the run stops, its error is raised."""
     topic = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dirs())
     names = agents or swarm.agent_names
@@ -351,6 +354,11 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
     if errors:
         name, exc = next(iter(errors.items()))
         raise exc
+    for w in workers:
+        # Parked until stopped (AgentWorker._park): not an exit that a supervisor would restart into
+        # the same refusal, but the caller learns of it once the run stops.
+        if w.refusal is not None:
+            raise w.refusal
     return [results[n] for n in names]
 
 
