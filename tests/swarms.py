@@ -327,3 +327,46 @@ class Back(Agent):
 
 
 DESK = Swarm(name="desk", agents=lambda: [Front("front"), Back("back")])
+
+
+# --- code that changes while a run is in flight (tests/integration/test_evolution.py) ---------------
+
+
+class Chain(Agent):
+    """Works through jobs 1..3, each one's step asking the relay for the next: a failed job stops the chain."""
+
+    def initial_state(self):
+        return {"done": []}
+
+    @on("run.started")
+    def start(self, ctx, event):
+        ctx.send("relay", "next", "1")
+
+    @on_message("job")
+    def job(self, ctx, event):
+        n = int(event.body)
+        self.state["done"].append(self.work(ctx, n))
+        if n < 3:
+            ctx.send("relay", "next", str(n + 1))
+
+    def work(self, ctx, n):
+        if n == 2:
+            raise ZeroDivisionError("job 2 divides by zero")
+        return n
+
+
+class Forwarder(Agent):
+    @on_message("next")
+    def next(self, ctx, event):
+        ctx.send("chain", "job", event.body)
+
+
+class FixedChain(Chain):
+    def work(self, ctx, n):
+        if ctx.patched("job-2-no-division"):
+            return n * 10
+        return super().work(ctx, n)
+
+
+chain_buggy = Swarm(name="chain", agents=lambda: [Chain("chain"), Forwarder("relay")], code_version="chain-1")
+chain_fixed = Swarm(name="chain", agents=lambda: [FixedChain("chain"), Forwarder("relay")], code_version="chain-2")

@@ -19,7 +19,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import ConfigurationError, InvalidToken, SchemaError, ServiceUnavailable, SwarmlogError, UsageError
+from .errors import (
+    ConfigurationError,
+    InvalidToken,
+    RunCannotGoOn,
+    SchemaError,
+    ServiceUnavailable,
+    SwarmlogError,
+    UsageError,
+)
 from .settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -419,13 +427,38 @@ def cmd_run(args: argparse.Namespace) -> int:
                             stop=stop) is None:
                 return 0  # asked to stop while waiting
             _pin_interpreter(args, settings, new_run=False)  # the run is there: its string-hash seed
+        if args.retry_failed:
+            _retry_failed(settings)
         results = run_agents(settings=settings, swarm=swarm, agents=[args.agent] if args.agent else None,
-                             until_quiet=args.until_quiet, stop=stop, on_started=workers.extend)
+                             until_quiet=args.until_quiet, stop=stop, on_started=workers.extend,
+                             accept_versions=tuple(args.accept_version))
     finally:
         if server is not None:
             server.close()
     print(json.dumps(result_json(results)))
+    failures = [f for r in results for f in r.failures]
+    if failures:
+        # Every failure was logged as it happened; the exit status says the run did not get to its end.
+        raise RunCannotGoOn(topic=settings.topic, problems=[
+            *failures, "fix the handler behind a versioned step (ctx.patched) and run `swarmlog run --retry-failed` "
+                       "or `swarmlog retry` (docs/evolution.md)"])
     return 0
+
+
+def _retry_failed(settings: Settings) -> None:
+    from .kafka.backend import backend_for
+    from .runtime import find_run
+    from .runtime.failures import append_retries
+    from .schema.registry import SchemaRegistry
+
+    registry = SchemaRegistry.load(settings.schema_dirs())
+    backend = backend_for(settings, None)
+    run = find_run(settings, settings.topic, registry, backend=backend)
+    if run is None:
+        return
+    for failure, at in append_retries(settings=settings, backend=backend, topic=settings.topic, registry=registry,
+                                      run_id=run.run_id):
+        print(f"retrying {failure.describe().replace('; not retried)', ')')} at offset {at}", file=sys.stderr)
 
 
 def _first_reason(reasons: list[str | None]) -> str | None:
@@ -557,6 +590,7 @@ class _OneCommand:
 _TOKEN_COMMANDS = frozenset({"token"})
 _DEBUG_COMMANDS = frozenset({"log", "show", "state", "debug", "snapshot", "step", "timeline", "fork"})
 _UI_COMMANDS = frozenset({"ui"})
+_EVOLVE_COMMANDS = frozenset({"retry", "patches"})
 """The commands whose parsers ``swarmlog.token.command``, ``swarmlog.debug.command`` and ``swarmlog.ui.command`` add
 (test_cli_parser.py holds these to what they add): those modules are imported to build the
 parser of one of their commands, or the whole parser, and not for another command's (a replay's
@@ -679,9 +713,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                           "(default 300)")
     run.add_argument("--stall-timeout", type=float, default=900.0, metavar="SECONDS",
                      help="/livez fails when an agent's loop has not turned for SECONDS (default 900)")
+    run.add_argument("--retry-failed", action="store_true",
+                     help="first append a step.retried for each failed step not retried yet (as `swarmlog retry`): "
+                          "with the fixed code, the run goes on from its failed steps")
+    run.add_argument("--accept-version", action="append", default=[], metavar="VERSION",
+                     help="go on with a run pinned (Swarm(pin_runs=True)) to this other code version (repeatable)")
     run.add_argument("--topic")
     _metrics_port_arg(run)
     run.set_defaults(func=cmd_run)
+    if command is None or command in _EVOLVE_COMMANDS:
+        from .runtime.evolve_command import add_parser as add_evolve_parser
+
+        for name in sorted(_EVOLVE_COMMANDS):
+            add_evolve_parser(sub, name, parents=[verbose])  # retry, patches
 
     if command is None or command in _TOKEN_COMMANDS:
         from .token.command import add_parsers as add_token_parsers

@@ -1,0 +1,178 @@
+"""Code that changes while runs are in flight, against the real broker, with the CLI as a process.
+
+Issue 31 items 1-2 and issue 29 item 4: a fix deployed into the case study's run behind a versioned
+step (old steps replay, new steps take the new path, nobody restarts in a loop, the replay is clean);
+older code started on that run refuses it through /readyz and its log, and stays up; a handler that
+fails makes ``swarmlog run`` exit non-zero, and after the fix ``swarmlog run --retry-failed`` takes
+the run to its end, the failed attempt still in ``swarmlog log``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from typing import Any
+
+from swarmlog.kafka.topic import create_topic
+from swarmlog.log.protocol import HANDLER_FAILED, MESSAGE, PATCH_MARKER, STEP_RETRIED
+
+from ..conftest import subprocess_env
+from .conftest import read_log
+from .dev_clusters import free_ports
+
+PATCH = "accept-late-task-complete"
+
+
+def _swarmlog(settings, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "swarmlog.cli", *argv], env=subprocess_env(settings),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _serve(settings, *argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "swarmlog.cli", *argv], env=subprocess_env(settings),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _probe(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:
+        return 0, str(exc)
+
+
+def _wait(what: str, check, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+def _messages(settings, registry, kind: str) -> list[Any]:
+    return [r for r in read_log(settings, registry)
+            if r.event_type == MESSAGE and r.record["payload"]["kind"] == kind]
+
+
+def _deadlocked_case_study(settings) -> Any:
+    """The buggy case study, live as a `swarmlog run` process, on fresh topics until a run deadlocks."""
+    for attempt in range(1, 16):
+        topic = f"{settings.topic}.case-{uuid.uuid4().hex[:8]}"
+        create_topic(settings, topic)
+        s = settings.model_copy(update={"topic": topic})
+        live = _swarmlog(s, "run", "examples.case_study:buggy", "--run-id", f"case-{attempt}", "--seed",
+                         str(attempt), "--until-quiet", "1")
+        assert live.returncode == 0, live.stderr
+        states = json.loads(live.stdout)
+        if states["steps"]["coordinator"] == 1:  # run.started only: the approval never came
+            return s
+    raise AssertionError("no deadlock in 15 live runs of the buggy case study")
+
+
+def test_a_fix_deployed_behind_a_versioned_step_into_the_running_case_study_unblocks_it_and_replays_clean(
+        settings, registry):
+    s = _deadlocked_case_study(settings)
+    late = _messages(s, registry, "task_complete")
+    assert len(late) == 1  # handled late by the buggy reviewer, and ignored
+    # The patched code deployed into that run, as a long-running process (a pod's `swarmlog run`).
+    (port,) = free_ports(1)
+    agents = _serve(s, "run", "examples.case_study:patched", "--metrics-port", str(port))
+    try:
+        # It rebuilds (the old steps replay on the old path, checked against the log) and is live.
+        _wait("the patched agents to be ready", lambda: _probe(port, "/readyz")[0] == 200)
+        # New work takes the new path: the task sent again, its late task_complete is accepted.
+        sent = _swarmlog(s, "append", MESSAGE, json.dumps({"kind": "task", "body": "summarise the incident"}),
+                         "--agent", "operator", "--to", "worker")
+        assert sent.returncode == 0, sent.stderr
+        _wait("the coordinator's approval", lambda: _messages(s, registry, "approved"))
+        assert agents.poll() is None and _probe(port, "/readyz")[0] == 200  # it kept running, never restarted
+    finally:
+        code, out, err = _stop(agents)
+    assert code == 0, err
+    assert json.loads(out)["steps"]["coordinator"] == 2  # run.started, then the approval
+    log = read_log(s, registry)
+    markers = [r for r in log if r.event_type == PATCH_MARKER]
+    assert [(m.record["agent_id"], m.record["payload"]["patch_id"]) for m in markers] == [("reviewer", PATCH)]
+    assert markers[0].offset > late[0].offset  # the old late message is not marked: it replays on the old path
+    # The new code replays the whole log clean; the old code fails on it naming the patch.
+    clean = _swarmlog(s, "replay", "--swarm", "examples.case_study:patched", "--json")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert json.loads(clean.stdout)["diverged"] is False
+    old = _swarmlog(s, "replay", "--swarm", "examples.case_study:buggy", "--json")
+    assert old.returncode == 4 and PATCH in old.stdout
+    # Which runs still need the old path: this one has steps recorded before the patch.
+    needed = _swarmlog(s, "patches", "--patch", PATCH)
+    assert needed.returncode == 1 and "still needed" in needed.stdout and s.topic in needed.stdout
+
+
+def test_old_code_started_on_a_run_recorded_with_a_newer_patch_refuses_not_ready_and_does_not_exit(
+        settings, registry):
+    s = _deadlocked_case_study(settings)
+    (port,) = free_ports(1)
+    patched = _swarmlog(s, "run", "examples.case_study:patched", "--until-quiet", "1")
+    assert patched.returncode == 0, patched.stderr
+    assert _swarmlog(s, "append", MESSAGE, json.dumps({"kind": "task", "body": "again"}), "--agent", "operator",
+                     "--to", "worker").returncode == 0
+    assert _swarmlog(s, "run", "examples.case_study:patched", "--until-quiet", "1").returncode == 0
+    assert any(r.event_type == PATCH_MARKER for r in read_log(s, registry))
+    # The old code, as a pod would run it: it refuses the run and stays up, not ready.
+    old = _serve(s, "run", "examples.case_study:buggy", "--metrics-port", str(port))
+    try:
+        status, body = _wait("the refusal on /readyz", lambda: (r := _probe(port, "/readyz"))[0] == 503
+                             and PATCH in r[1] and r)
+        assert "reviewer" in body and "cannot go on with run" in body
+        time.sleep(3)
+        assert old.poll() is None  # no exit, so nothing for a supervisor to restart into a loop
+        assert _probe(port, "/readyz")[0] == 503 and _probe(port, "/livez")[0] == 200
+    finally:
+        code, _, err = _stop(old)
+    assert code != 0  # stopped, it says the run could not go on
+    refusals = [line for line in err.splitlines() if "cannot go on with run" in line and "ERROR" in line]
+    assert len(refusals) == 1 and PATCH in refusals[0] and "case-" in refusals[0]  # once, naming run and patch
+
+
+def test_a_handler_failing_on_its_second_step_exits_non_zero_and_the_fixed_code_retries_it_to_the_end(
+        settings, registry):
+    failed = _swarmlog(settings, "run", "tests.swarms:chain_buggy", "--run-id", "chain", "--seed", "1",
+                       "--until-quiet", "1")
+    assert failed.returncode == 70, failed.stderr
+    assert "job 2 divides by zero" in failed.stderr and "ZeroDivisionError" in failed.stderr
+    step = next(r for r in read_log(settings, registry) if r.event_type == HANDLER_FAILED)
+    failed_step = int(step.record["event_id"].split("@")[1].split("#")[0])
+    assert f"step at offset {failed_step}" in failed.stderr.splitlines()[-1]  # the last line names the step
+    assert "--retry-failed" in failed.stderr.splitlines()[-1]  # and what to do
+    # The fixed code alone does not go on: the failed step is retried by the one documented command.
+    fixed = _swarmlog(settings, "run", "tests.swarms:chain_fixed", "--retry-failed", "--until-quiet", "1")
+    assert fixed.returncode == 0, fixed.stderr
+    assert json.loads(fixed.stdout)["steps"]["chain"] == 5  # run.started, jobs 1 and 2 (failed), retry, job 3
+    log = read_log(settings, registry)
+    (retry,) = [r for r in log if r.event_type == STEP_RETRIED]
+    assert retry.record["payload"]["failed_step"] == failed_step and retry.offset > step.offset
+    jobs = [r.record["payload"]["body"] for r in log if r.event_type == MESSAGE and r.record["to"] == "chain"]
+    assert jobs == ["1", "2", "3"]  # the chain went on from the failed step to its end
+    # The failed attempt stays in the history, where `swarmlog log` shows it.
+    shown = _swarmlog(settings, "log", "--json")
+    assert shown.returncode == 0, shown.stderr
+    types = [json.loads(line)["event_type"] for line in shown.stdout.splitlines() if line.strip()]
+    assert HANDLER_FAILED in types and STEP_RETRIED in types
+    replay = _swarmlog(settings, "replay", "--swarm", "tests.swarms:chain_fixed", "--json")
+    assert replay.returncode == 0 and json.loads(replay.stdout)["diverged"] is False
+    # Nothing left to retry: `swarmlog retry --list` says what happened.
+    listed = _swarmlog(settings, "retry", "--list")
+    assert f"retried at offset {retry.offset}" in listed.stdout
