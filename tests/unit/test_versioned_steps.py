@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from swarmlog import Agent, Swarm, on, on_message
+from swarmlog import Agent, Swarm, on_message
 from swarmlog.errors import CodeVersionRefused, FailedStepChanged, PatchUnknown, UsageError
 from swarmlog.log.append import EventLog
 from swarmlog.log.protocol import EFFECT_RECORDED, HANDLER_FAILED, MESSAGE, PATCH_MARKER, STEP_RETRIED, parse_step
@@ -129,7 +129,8 @@ def test_older_code_replaying_a_step_recorded_with_a_patch_fails_naming_the_patc
     _run(backend, run_settings, registry, _swarm(Patched, code_version="2"))
     replay = replay_swarm(settings=run_settings, swarm=_swarm(Worker), backend=backend, registry=registry)
     first = replay.first_divergence
-    assert first is not None and "'new-path'" in first.detail and "older than the code that wrote the log" in first.detail
+    assert first is not None and "'new-path'" in first.detail
+    assert "older than the code that wrote the log" in first.detail
 
 
 def test_an_agent_whose_code_cannot_go_on_parks_not_ready_instead_of_exiting(backend, run_settings, registry):
@@ -253,3 +254,28 @@ def test_a_run_pinned_to_its_code_is_refused_by_another_version_unless_declared_
     overridden = _run(backend, run_settings, registry, _swarm(Patched, pin_runs=True, code_version="3"),
                       accept_versions=("1",))["w"]
     assert overridden.refused is None and overridden.state == {"done": ["old:A", "new:B", "new:C"]}
+
+
+def test_a_checkpoint_keeps_the_failed_steps_a_later_retry_runs_again(backend, run_settings, registry):
+    import json
+
+    from swarmlog.runtime.checkpoint import capture, restore
+    from swarmlog.runtime.engine import AgentCore
+    from swarmlog.runtime.history import NoHistory
+    from swarmlog.schema.codec import Decoder
+
+    _start(backend, run_settings, registry)
+    _jobs(backend, run_settings, registry, "b")
+    _run(backend, run_settings, registry, _swarm(Worker, fail_on="b"))
+    decoder = Decoder(registry)
+    core = AgentCore(agent=_swarm(Worker, fail_on="b").agent("w"), decoder=decoder, history=NoHistory(),
+                     live_sink=None, strict=False)
+    with backend.reader(run_settings.topic) as reader:
+        reader.assign(0)
+        for batch in reader.batches():
+            for m in batch:
+                core.process(m, decoder.envelope_route(m))
+    (failed,) = core.failures.values()
+    fresh = AgentCore(agent=_swarm(Worker).agent("w"), decoder=decoder, history=NoHistory(), live_sink=None)
+    restore(fresh, json.loads(json.dumps(capture(core))))
+    assert fresh.failures == core.failures and fresh.failures[failed.offset].input.payload["body"] == "b"

@@ -209,7 +209,7 @@ def restore(core: AgentCore, doc: dict[str, Any]) -> None:
         # Captures made before state digests existed have no "states": nothing was checked then.
         core.states_checked, core.state_mismatches, core.state_diverged_at = doc.get("states", (0, 0, None))
         core.failures = {offset: FailedStep(offset=offset, agent=core.name, error_type=error_type, message=message,
-                                            input=Event(*event[:-2], decode_value(event[-2]), event[-1]))
+                                            input=Event._make([*event[:-2], decode_value(event[-2]), event[-1]]))
                          for offset, error_type, message, event in doc.get("failures", ())}
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointUnreadable(agent=core.name, reason=f"malformed ({exc!r})") from None
