@@ -92,7 +92,7 @@ class AgentWorker:
 
     def __init__(self, *, settings: Settings, swarm: Swarm, agent: str | Agent, registry: SchemaRegistry | None = None,
                  topic: str | None = None, batch_size: int = 500, backend: LogBackend | None = None,
-                 accept_versions: tuple[str, ...] = ()) -> None:
+                 version_refusal: CodeVersionRefused | None = None) -> None:
         self.settings = settings
         self.topic = topic or settings.topic
         self.swarm = swarm
@@ -123,9 +123,9 @@ class AgentWorker:
         self._reported_steps = 0
         self._at_end = False  # the last poll reached the log's end, and nothing was written since
         self._channel: AgentChannel | None = None  # this life's, while it runs
-        self.accept_versions = accept_versions
-        """Code versions whose runs this agent goes on with besides the swarm's ``compatible_with`` (an operator's
-        override: ``swarmlog run --accept-version``)."""
+        self.version_refusal = version_refusal
+        """The run is pinned to another code version than this agent's (``Swarm(pin_runs=True)``; found by
+        :func:`~swarmlog.runtime.run_agents`): the agent refuses it before its rebuild."""
         self.refused: str | None = None
         """Why this agent does not go on with the run (see :meth:`_park`); None while it can."""
         self.refusal: NondeterminismError | CodeVersionRefused | None = None
@@ -211,29 +211,13 @@ class AgentWorker:
                             steps=core.steps if core is not None else 0, state=self.agent.state,
                             refused=self.refused)
 
-    def _check_code_version(self) -> None:
-        """A run pinned to its code (``Swarm(pin_runs=True)``): refuse one another code version started,
-        unless that version is declared compatible (:class:`~swarmlog.errors.CodeVersionRefused`)."""
-        swarm = self.swarm
-        if not swarm.pin_runs:
-            return
-        from .runner import code_version, find_run
-
-        run = find_run(self.settings, self.topic, self.registry, backend=self.backend)
-        if run is None:
-            return  # no run yet: the one this agent joins is started with its own version
-        current = code_version(swarm)
-        compatible = (*swarm.compatible_with, *self.accept_versions)
-        if run.code_version != current and run.code_version not in compatible:
-            raise CodeVersionRefused(topic=self.topic, run_id=run.run_id, agent=self.agent.name,
-                                     recorded=run.code_version, current=current, compatible=compatible)
-
     def _run(self, channel: AgentChannel) -> WorkerResult:
         name = self.agent.name
         # Restart is rebuild from offset 0: a log that lost its first offsets would rebuild
         # another state than the run's, silently. Refuse before anything is written.
         require_complete_history(self.backend, self.topic)
-        self._check_code_version()
+        if self.version_refusal is not None:
+            raise self.version_refusal  # before anything is fenced or read: parked (run)
         channel.fence()
         histories, start_end = first_pass(backend=self.backend, topic=self.topic, decoder=self.decoder,
                                           agents=[name])

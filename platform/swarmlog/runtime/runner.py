@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Swarm
-from ..errors import ConfigurationError, RunAlreadyRecorded, RunNotStarted, TransactionAborted
+from ..errors import CodeVersionRefused, ConfigurationError, RunAlreadyRecorded, RunNotStarted, TransactionAborted
 from ..guard import hook_in_use
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
@@ -310,8 +310,10 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
     registry = registry or SchemaRegistry.load(settings.schema_dirs())
     names = agents or swarm.agent_names
     backend = backend_for(settings, backend)
+    pinned = _pinned_run(settings=settings, swarm=swarm, topic=topic, registry=registry, backend=backend,
+                         accept_versions=accept_versions)
     workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic, backend=backend,
-                           accept_versions=accept_versions)
+                           version_refusal=pinned(n) if pinned is not None else None)
                for n in names]
     # What every handler of this process runs under: an operator comparing agents' CPU sees it here.
     logger.info("determinism guard: %s", hook_in_use())
@@ -360,6 +362,23 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
         if w.refusal is not None:
             raise w.refusal
     return [results[n] for n in names]
+
+
+def _pinned_run(*, settings: Settings, swarm: Swarm, topic: str, registry: SchemaRegistry, backend: LogBackend,
+                accept_versions: tuple[str, ...]) -> Callable[[str], CodeVersionRefused] | None:
+    """A run pinned to its code (``Swarm(pin_runs=True)``) that another code version started, and that this
+    code is not declared compatible with: per agent, the error it refuses the run with (None: it goes on)."""
+    if not swarm.pin_runs:
+        return None
+    run = find_run(settings, topic, registry, backend=backend)
+    if run is None:
+        return None  # no run yet: the one the agents join is started with their own version
+    current = code_version(swarm)
+    compatible = (*swarm.compatible_with, *accept_versions)
+    if run.code_version == current or run.code_version in compatible:
+        return None
+    return lambda agent: CodeVersionRefused(topic=topic, run_id=run.run_id, agent=agent, recorded=run.code_version,
+                                            current=current, compatible=compatible)
 
 
 class _QuietWatcher:
