@@ -279,3 +279,35 @@ def test_a_checkpoint_keeps_the_failed_steps_a_later_retry_runs_again(backend, r
     fresh = AgentCore(agent=_swarm(Worker).agent("w"), decoder=decoder, history=NoHistory(), live_sink=None)
     restore(fresh, json.loads(json.dumps(capture(core))))
     assert fresh.failures == core.failures and fresh.failures[failed.offset].input.payload["body"] == "b"
+
+
+class Misaddressing(Worker):
+    @on_message("job")
+    def job(self, ctx: Any, event: Any) -> None:
+        ctx.send("ouput", "done", event.payload["body"])  # a misspelt recipient
+        ctx.send(event.agent_id, "ack", "")  # an answer to the input's writer: a client reads the log itself
+
+
+def test_messages_no_agent_handles_are_warned_about_live_and_listed(backend, run_settings, registry, caplog):
+    from swarmlog.runtime.unhandled import unhandled_messages
+
+    _start(backend, run_settings, registry)
+    with EventLog(settings=run_settings, registry=registry, backend=backend, run_id="r") as log:
+        log.produce(MESSAGE, {"kind": "jbo", "body": "x"}, agent="client", to="w")  # a misspelt kind
+        log.produce(MESSAGE, {"kind": "job", "body": "y"}, agent="client", to="w")
+        log.flush()
+    with caplog.at_level("WARNING", logger="swarmlog"):
+        _run(backend, run_settings, registry, _swarm(Misaddressing))
+    warned = [r.getMessage() for r in caplog.records if "no agent acts on it" in r.getMessage()
+              or "has no handler for that kind" in r.getMessage()]
+    assert len(warned) == 2
+    assert "'jbo'" in warned[0] and "'ouput'" in warned[1] and not any("'ack'" in w for w in warned)
+    found = unhandled_messages(backend=backend, topic=run_settings.topic, registry=registry,
+                               agents=_swarm(Misaddressing).agents())
+    assert [(u.kind, u.to) for u in found] == [("jbo", "w"), ("done", "ouput")]
+    assert "no handler for kind 'jbo'" in found[0].reason and "no agent of the swarm" in found[1].reason
+    # Replaying (a restart's rebuild) warns of nothing again.
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="swarmlog"):
+        _run(backend, run_settings, registry, _swarm(Misaddressing))
+    assert not [r for r in caplog.records if "acts on it" in r.getMessage()]

@@ -226,6 +226,7 @@ class AgentWorker:
         logger.info("agent %s: rebuild started from offset 0 up to the log end %d (its last recorded step: %d)",
                     name, start_end, history.last_step)
         sink = self._sink = LiveSink(channel=channel, registry=self.registry, agent=name)
+        sink.recipients = frozenset(self.swarm.agent_names)
         core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, history=history, live_sink=sink,
                                      llm_client=self.swarm.llm, strict=True,
                                      digest_every=self.settings.state_digest_every)

@@ -68,6 +68,7 @@ from ..guard import guarded
 from ..log.hashing import state_hash
 from ..log.protocol import (
     HANDLER_FAILED,
+    MESSAGE,
     PATCH_INDEX,
     PATCH_MARKER,
     RECORDED_EFFECTS,
@@ -346,6 +347,12 @@ class AgentCore:
                 if event.event_type == STEP_RETRIED and event.to == me:
                     return (off, event), event  # runs the failed step's input again (step())
             decoded = event
+        elif to == me and etype == MESSAGE and self.live_sink is not None and off > self.history.last_step:
+            # A message for this agent, which handles no message at all: said once, as it happens.
+            event = self._decode(msg) if decoded is UNDECODED else decoded  # type: ignore[assignment]
+            if event is not None:
+                self._unhandled(event)
+            decoded = event
         if self.timers and self._logical_due():
             return (off, None), decoded
         return None, decoded
@@ -395,6 +402,8 @@ class AgentCore:
                         self._fire_logical(off)
                     self._stepped(off)
                     return
+                if live and event.event_type == MESSAGE and event.to == self.name:
+                    self._unhandled(event)
             if self.timers:
                 self._fire_logical(off)
         except NondeterminismError as exc:
@@ -406,6 +415,12 @@ class AgentCore:
             ctx.end()
             if tracer is not None:
                 tracer.end(self, off, event)
+
+    def _unhandled(self, event: Event) -> None:
+        """A live message for this agent that no handler of it takes (:mod:`.unhandled`)."""
+        logger.warning("agent %s: the message at offset %d from %s (kind %r) is for it and it has no handler for "
+                       "that kind: nothing acts on it (a misspelt kind? `swarmlog check unhandled` lists them all)",
+                       self.name, event.offset, event.agent_id, event.kind)
 
     def _retried_input(self, off: int, retry: Event, *, live: bool) -> Event | None:
         """The input of the failed step a ``step.retried`` names (None: that step did not fail here, or was
