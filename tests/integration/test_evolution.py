@@ -176,3 +176,20 @@ def test_a_handler_failing_on_its_second_step_exits_non_zero_and_the_fixed_code_
     # Nothing left to retry: `swarmlog retry --list` says what happened.
     listed = _swarmlog(settings, "retry", "--list")
     assert f"retried at offset {retry.offset}" in listed.stdout
+
+
+def test_a_message_with_a_misspelt_kind_is_warned_about_live_and_listed_by_check(settings, registry):
+    started = _swarmlog(settings, "run", "tests.swarms:chain_fixed", "--start", "--run-id", "typo", "--seed", "1")
+    assert started.returncode == 0, started.stderr
+    sent = _swarmlog(settings, "append", MESSAGE, json.dumps({"kind": "jbo", "body": "1"}), "--agent", "operator",
+                     "--to", "chain")
+    assert sent.returncode == 0, sent.stderr
+    typo_at = int(sent.stdout.strip().split()[-1])
+    live = _swarmlog(settings, "run", "tests.swarms:chain_fixed", "--until-quiet", "1")
+    assert live.returncode == 0, live.stderr
+    warnings = [line for line in live.stderr.splitlines() if "WARNING" in line and "'jbo'" in line]
+    assert len(warnings) == 1 and f"offset {typo_at}" in warnings[0] and "no handler" in warnings[0]
+    listed = _swarmlog(settings, "check", "unhandled", "--swarm", "tests.swarms:chain_fixed")
+    assert listed.returncode == 1, listed.stderr
+    assert f"offset {typo_at}: 'jbo' from 'operator': agent 'chain' has no handler for kind 'jbo'" in listed.stdout
+    assert "1 message(s) no agent of chain handles" in listed.stdout
