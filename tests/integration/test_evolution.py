@@ -1,10 +1,12 @@
 """Code that changes while runs are in flight, against the real broker, with the CLI as a process.
 
-Issue 31 items 1-2 and issue 29 item 4: a fix deployed into the case study's run behind a versioned
-step (old steps replay, new steps take the new path, nobody restarts in a loop, the replay is clean);
+Issue 31 items 1-2 and issue 29 item 4: a fix deployed behind a versioned step into the case study's
+run while its agents run as one process each, as the chart's pods (the reviewer's process alone is
+replaced; old steps replay, new steps take the new path, nobody restarts, the replay is clean);
 older code started on that run refuses it through /readyz and its log, and stays up; a handler that
 fails makes ``swarmlog run`` exit non-zero, and after the fix ``swarmlog run --retry-failed`` takes
-the run to its end, the failed attempt still in ``swarmlog log``.
+the run to its end, the failed attempt still in ``swarmlog log``; a misspelt kind is warned about
+live and listed by ``swarmlog check unhandled``.
 """
 
 from __future__ import annotations
@@ -85,27 +87,79 @@ def _deadlocked_case_study(settings) -> Any:
     raise AssertionError("no deadlock in 15 live runs of the buggy case study")
 
 
+AGENTS = ("coordinator", "worker", "reviewer", "supervisor", "auditor")
+
+
+def _agent_pods(s, swarm: str, ports: dict[str, int], agents=AGENTS) -> dict[str, subprocess.Popen[str]]:
+    """One `swarmlog run --agent` process per agent, as the chart's Deployments run them."""
+    return {a: _serve(s, "run", swarm, "--agent", a, "--metrics-port", str(ports[a])) for a in agents}
+
+
+def _deadlocked_live(settings, registry, ports: dict[str, int]) -> tuple[Any, dict[str, subprocess.Popen[str]]]:
+    """The buggy case study, one process per agent, on fresh topics until its reviewer has ignored a late
+    task_complete (the timeout fired first): the run is in flight, deadlocked, its agents still running."""
+    for attempt in range(1, 9):
+        s, pods, deadlocked = _case_run(settings, registry, ports, attempt)
+        if deadlocked:
+            return s, pods
+        for proc in pods.values():
+            _stop(proc)
+    raise AssertionError("no deadlock in 8 live runs of the buggy case study")
+
+
+def _case_run(settings, registry, ports: dict[str, int], attempt: int) -> tuple[Any, dict[str, Any], bool]:
+    from swarmlog.kafka.backend import KafkaBackend
+    from swarmlog.log.protocol import TIMER_FIRED, agent_group
+
+    topic = f"{settings.topic}.case-{uuid.uuid4().hex[:8]}"
+    create_topic(settings, topic)
+    s = settings.model_copy(update={"topic": topic})
+    started = _swarmlog(s, "run", "examples.case_study:buggy", "--start", "--run-id", f"case-{attempt}", "--seed",
+                        str(attempt))
+    assert started.returncode == 0, started.stderr
+    pods = _agent_pods(s, "examples.case_study:buggy", ports)
+    (late,) = _wait("the race between the worker and the reviewer's timeout",
+                    lambda: _messages(s, registry, "task_complete"), timeout=120)
+    fired = [r for r in read_log(s, registry) if r.event_type == TIMER_FIRED and r.record["agent_id"] == "reviewer"]
+    if not fired or fired[0].offset > late.offset:
+        return s, pods, False  # in time: approved, no deadlock
+    backend = KafkaBackend(s)
+    # The buggy reviewer has read it (and ignored it): its group committed past it.
+    _wait("the reviewer to read the late task_complete", lambda: (
+        backend.committed(agent_group(s.topic, "reviewer"), s.topic) or 0) > late.offset, timeout=60)
+    assert not _messages(s, registry, "approved")
+    return s, pods, True
+
+
 def test_a_fix_deployed_behind_a_versioned_step_into_the_running_case_study_unblocks_it_and_replays_clean(
         settings, registry):
-    s = _deadlocked_case_study(settings)
+    ports = dict(zip(AGENTS, free_ports(len(AGENTS)), strict=True))
+    s, pods = _deadlocked_live(settings, registry, ports)
     late = _messages(s, registry, "task_complete")
-    assert len(late) == 1  # handled late by the buggy reviewer, and ignored
-    # The patched code deployed into that run, as a long-running process (a pod's `swarmlog run`).
-    (port,) = free_ports(1)
-    agents = _serve(s, "run", "examples.case_study:patched", "--metrics-port", str(port))
+    assert len(late) == 1
     try:
-        # It rebuilds (the old steps replay on the old path, checked against the log) and is live.
-        _wait("the patched agents to be ready", lambda: _probe(port, "/readyz")[0] == 200)
+        for agent in AGENTS:
+            _wait(f"{agent} to be ready", lambda a=agent: _probe(ports[a], "/readyz")[0] == 200)
+        # The deploy: the reviewer's pod alone is replaced by one running the patched code; every
+        # other agent keeps running as it was.
+        code, _, err = _stop(pods["reviewer"])
+        assert code == 0, err
+        pods["reviewer"] = _serve(s, "run", "examples.case_study:patched", "--agent", "reviewer", "--metrics-port",
+                                  str(ports["reviewer"]))
+        # It rebuilds (its old steps replay on the old path, checked against the log) and is live.
+        _wait("the patched reviewer to be ready", lambda: _probe(ports["reviewer"], "/readyz")[0] == 200)
         # New work takes the new path: the task sent again, its late task_complete is accepted.
         sent = _swarmlog(s, "append", MESSAGE, json.dumps({"kind": "task", "body": "summarise the incident"}),
                          "--agent", "operator", "--to", "worker")
         assert sent.returncode == 0, sent.stderr
         _wait("the coordinator's approval", lambda: _messages(s, registry, "approved"))
-        assert agents.poll() is None and _probe(port, "/readyz")[0] == 200  # it kept running, never restarted
+        for agent, proc in pods.items():  # every agent kept running: none exited, none was restarted
+            assert proc.poll() is None, agent
+            assert _probe(ports[agent], "/readyz")[0] == 200, agent
     finally:
-        code, out, err = _stop(agents)
-    assert code == 0, err
-    assert json.loads(out)["steps"]["coordinator"] == 2  # run.started, then the approval
+        outcomes = {agent: _stop(proc) for agent, proc in pods.items()}
+    assert all(code == 0 for code, _, _ in outcomes.values()), {a: o[2][-500:] for a, o in outcomes.items()}
+    assert json.loads(outcomes["coordinator"][1])["steps"]["coordinator"] == 2  # run.started, then the approval
     log = read_log(s, registry)
     markers = [r for r in log if r.event_type == PATCH_MARKER]
     assert [(m.record["agent_id"], m.record["payload"]["patch_id"]) for m in markers] == [("reviewer", PATCH)]
