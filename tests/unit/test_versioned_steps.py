@@ -311,3 +311,30 @@ def test_messages_no_agent_handles_are_warned_about_live_and_listed(backend, run
     with caplog.at_level("WARNING", logger="swarmlog"):
         _run(backend, run_settings, registry, _swarm(Misaddressing))
     assert not [r for r in caplog.records if "acts on it" in r.getMessage()]
+
+
+def test_patches_says_a_patch_is_needed_while_a_run_has_steps_recorded_before_it(backend, run_settings, registry):
+    from swarmlog.runtime.patches import patch_verdicts, patches_in_run
+
+    _start(backend, run_settings, registry)
+    _jobs(backend, run_settings, registry, "a")
+    _run(backend, run_settings, registry, _swarm(Worker))
+    _jobs(backend, run_settings, registry, "b")
+    _run(backend, run_settings, registry, _swarm(Patched, code_version="2"))
+    old_run = patches_in_run(backend=backend, topic=run_settings.topic, registry=registry)
+    assert old_run["new-path"].steps_before == 1 and old_run["new-path"].agents.keys() == {"w"}
+    # A run recorded with the patched code from its first step on.
+    fresh = run_settings.model_copy(update={"topic": run_settings.topic + ".fresh"})
+    backend.create_topic(fresh.topic)
+    start_run(settings=fresh, swarm=_swarm(Patched, code_version="2"), run_id="r", seed=1, backend=backend,
+              registry=registry)
+    _jobs(backend, fresh, registry, "c")
+    _run(backend, fresh, registry, _swarm(Patched, code_version="2"))
+    new_run = patches_in_run(backend=backend, topic=fresh.topic, registry=registry)
+    assert new_run["new-path"].steps_before == 0
+    (both,) = patch_verdicts({run_settings.topic: old_run, fresh.topic: new_run})
+    assert both.stage == "keep" and both.runs_before == [run_settings.topic]
+    (fresh_only,) = patch_verdicts({fresh.topic: new_run})
+    assert fresh_only.stage == "deprecate" and "ctx.deprecate_patch('new-path')" in fresh_only.describe()
+    (unknown,) = patch_verdicts({}, patch_ids=["gone"])
+    assert unknown.stage == "remove"
