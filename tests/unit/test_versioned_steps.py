@@ -158,6 +158,8 @@ def test_an_agent_whose_code_cannot_go_on_parks_not_ready_instead_of_exiting(bac
         worker = started[0]
         assert worker.refused is not None and "'new-path'" in worker.refused
         assert worker.readiness() == worker.refused  # /readyz says why
+        families = {f.name: f for f in worker.metric_families()}
+        assert families["swarmlog_agent_refused"].samples == [(("w",), 1.0)]
         assert runner.is_alive()  # parked: it waits to be stopped, it does not exit to be restarted
     finally:
         stop.set()
@@ -202,8 +204,11 @@ def test_a_patch_id_outside_the_grammar_is_refused(backend, run_settings, regist
 def test_a_failed_step_retried_after_a_versioned_fix_runs_again_with_the_fix(backend, run_settings, registry):
     _start(backend, run_settings, registry)
     _jobs(backend, run_settings, registry, "a", "b", "c")
-    result = _run(backend, run_settings, registry, _swarm(Worker, fail_on="b"))["w"]
+    workers: list[Any] = []
+    result = _run(backend, run_settings, registry, _swarm(Worker, fail_on="b"), on_started=workers.extend)["w"]
     assert result.state == {"done": ["old:A", "old:C"]}
+    families = {f.name: f for f in workers[0].metric_families()}
+    assert families["swarmlog_agent_failed_steps"].samples == [(("w",), 1)]
     assert len(result.failures) == 1 and "ZeroDivisionError: cannot do job b" in result.failures[0]
     (failure,) = recorded_failures(backend=backend, topic=run_settings.topic, registry=registry)
     assert failure.agent == "w" and failure.retried_at is None

@@ -422,4 +422,10 @@ class AgentWorker:
                    ("agent",), [(me, rebuilt)]),
             Family("swarmlog_agent_live", "gauge", "1 once the agent has caught up and runs live.", ("agent",),
                    [(me, 1.0 if self.caught_up.is_set() else 0.0)]),
+            Family("swarmlog_agent_failed_steps", "gauge",
+                   "Steps whose handler raised and that no step.retried has run again (swarmlog retry).", ("agent",),
+                   [(me, len(core.failures) if core is not None else 0)]),
+            Family("swarmlog_agent_refused", "gauge",
+                   "1 when the agent's code cannot go on with the run (see /readyz and its log).", ("agent",),
+                   [(me, 1.0 if self.refused is not None else 0.0)]),
         ]
