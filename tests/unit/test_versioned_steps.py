@@ -343,3 +343,14 @@ def test_patches_says_a_patch_is_needed_while_a_run_has_steps_recorded_before_it
     assert fresh_only.stage == "deprecate" and "ctx.deprecate_patch('new-path')" in fresh_only.describe()
     (unknown,) = patch_verdicts({}, patch_ids=["gone"])
     assert unknown.stage == "remove"
+
+
+def test_a_patch_markers_id_names_its_step_but_none_of_the_steps_numbered_outputs():
+    from swarmlog.log.protocol import PATCH_INDEX, output_id, patch_marker_id, step_of
+
+    marker = patch_marker_id("w", 42, "accept-late.v2")
+    assert marker == "w@42#patch:accept-late.v2"
+    assert parse_step(marker) == (42, PATCH_INDEX)
+    assert step_of(marker.encode()) == b"42"  # its sl.step header checks against the envelope like any output's
+    assert parse_step(output_id("w", 42, 0)) == (42, 0)
+    assert parse_step("w@42#other:thing") is None and step_of(b"w@42#other:thing") is None
