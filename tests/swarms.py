@@ -333,7 +333,8 @@ DESK = Swarm(name="desk", agents=lambda: [Front("front"), Back("back")])
 
 
 class Chain(Agent):
-    """Works through jobs 1..3, each one's step asking the relay for the next: a failed job stops the chain."""
+    """Works through jobs 1..3, each one's step asking the relay for the next: job 1, its second step, fails
+    and stops the chain."""
 
     def initial_state(self):
         return {"done": []}
@@ -350,8 +351,8 @@ class Chain(Agent):
             ctx.send("relay", "next", str(n + 1))
 
     def work(self, ctx, n):
-        if n == 2:
-            raise ZeroDivisionError("job 2 divides by zero")
+        if n == 1:
+            raise ZeroDivisionError("job 1 divides by zero")
         return n
 
 
@@ -363,7 +364,7 @@ class Forwarder(Agent):
 
 class FixedChain(Chain):
     def work(self, ctx, n):
-        if ctx.patched("job-2-no-division"):
+        if ctx.patched("job-1-no-division"):
             return n * 10
         return super().work(ctx, n)
 

@@ -206,7 +206,7 @@ def test_a_handler_failing_on_its_second_step_exits_non_zero_and_the_fixed_code_
     failed = _swarmlog(settings, "run", "tests.swarms:chain_buggy", "--run-id", "chain", "--seed", "1",
                        "--until-quiet", "1")
     assert failed.returncode == 70, failed.stderr
-    assert "job 2 divides by zero" in failed.stderr and "ZeroDivisionError" in failed.stderr
+    assert "job 1 divides by zero" in failed.stderr and "ZeroDivisionError" in failed.stderr
     step = next(r for r in read_log(settings, registry) if r.event_type == HANDLER_FAILED)
     failed_step = int(step.record["event_id"].split("@")[1].split("#")[0])
     assert f"step at offset {failed_step}" in failed.stderr.splitlines()[-1]  # the last line names the step
@@ -214,7 +214,7 @@ def test_a_handler_failing_on_its_second_step_exits_non_zero_and_the_fixed_code_
     # The fixed code alone does not go on: the failed step is retried by the one documented command.
     fixed = _swarmlog(settings, "run", "tests.swarms:chain_fixed", "--retry-failed", "--until-quiet", "1")
     assert fixed.returncode == 0, fixed.stderr
-    assert json.loads(fixed.stdout)["steps"]["chain"] == 5  # run.started, jobs 1 and 2 (failed), retry, job 3
+    assert json.loads(fixed.stdout)["steps"]["chain"] == 5  # run.started, job 1 (failed), its retry, jobs 2 and 3
     log = read_log(settings, registry)
     (retry,) = [r for r in log if r.event_type == STEP_RETRIED]
     assert retry.record["payload"]["failed_step"] == failed_step and retry.offset > step.offset
