@@ -390,10 +390,10 @@ class AgentCore:
                                             message=str(exc))
                         self.failures[off] = failed
                         if self.live(off):
-                            logger.error("%s; recorded as %s: this agent's part of the run cannot go on past it. "
+                            logger.error("%s; recorded as %s (run %s): what the step was to do is not done. "
                                          "Deploy the fix behind a versioned step (ctx.patched) and run `swarmlog "
                                          "retry` to run the step again (docs/evolution.md)", failed.describe(),
-                                         HANDLER_FAILED, exc_info=exc)
+                                         HANDLER_FAILED, ctx.run_id, exc_info=exc)
                         ctx.emit(HANDLER_FAILED, {"error_type": failed.error_type, "message": failed.message},
                                  to=self.name)
                     if self.step_latency is not None:
