@@ -371,3 +371,8 @@ class FixedChain(Chain):
 
 chain_buggy = Swarm(name="chain", agents=lambda: [Chain("chain"), Forwarder("relay")], code_version="chain-1")
 chain_fixed = Swarm(name="chain", agents=lambda: [FixedChain("chain"), Forwarder("relay")], code_version="chain-2")
+chain_pinned = Swarm(name="chain", agents=lambda: [FixedChain("chain"), Forwarder("relay")], code_version="chain-2",
+                     pin_runs=True)
+chain_pinned_next = Swarm(name="chain", agents=lambda: [FixedChain("chain"), Forwarder("relay")],
+                          code_version="chain-3", pin_runs=True)
+"""Runs pinned to their code (Swarm(pin_runs=True)): chain-3 refuses a run chain-2 started unless told otherwise."""

@@ -247,3 +247,26 @@ def test_a_message_with_a_misspelt_kind_is_warned_about_live_and_listed_by_check
     assert listed.returncode == 1, listed.stderr
     assert f"offset {typo_at}: 'jbo' from 'operator': agent 'chain' has no handler for kind 'jbo'" in listed.stdout
     assert "1 message(s) no agent of chain handles" in listed.stdout
+
+
+def test_a_run_pinned_to_its_code_is_refused_by_another_version_not_ready_unless_accepted(settings, registry):
+    first = _swarmlog(settings, "run", "tests.swarms:chain_pinned", "--run-id", "pinned", "--seed", "1",
+                      "--until-quiet", "1")
+    assert first.returncode == 0, first.stderr
+    (port,) = free_ports(1)
+    other = _serve(settings, "run", "tests.swarms:chain_pinned_next", "--metrics-port", str(port))
+    try:
+        status, body = _wait("the refusal on /readyz", lambda: (r := _probe(port, "/readyz"))[0] == 503
+                             and "pinned" in r[1] and r)
+        assert "'chain-3'" in body and "'chain-2'" in body and "--accept-version chain-2" in body
+        time.sleep(2)
+        assert other.poll() is None  # refused, not restarted in a loop
+    finally:
+        code, _, err = _stop(other)
+    assert code == 70 and "pinned to 'chain-2'" in err
+    assert _swarmlog(settings, "append", MESSAGE, json.dumps({"kind": "job", "body": "9"}), "--agent", "operator",
+                     "--to", "chain").returncode == 0
+    accepted = _swarmlog(settings, "run", "tests.swarms:chain_pinned_next", "--accept-version", "chain-2",
+                         "--until-quiet", "1")
+    assert accepted.returncode == 0, accepted.stderr
+    assert json.loads(accepted.stdout)["steps"]["chain"] == 5  # run.started, jobs 1-3, and the job appended
