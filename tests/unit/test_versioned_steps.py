@@ -158,6 +158,7 @@ def test_an_agent_whose_code_cannot_go_on_parks_not_ready_instead_of_exiting(bac
         worker = started[0]
         assert worker.refused is not None and "'new-path'" in worker.refused
         assert worker.readiness() == worker.refused  # /readyz says why
+        assert worker.liveness(stall_timeout=0.0) is None  # parked, not stalled: /livez keeps it from a restart
         families = {f.name: f for f in worker.metric_families()}
         assert families["swarmlog_agent_refused"].samples == [(("w",), 1.0)]
         assert runner.is_alive()  # parked: it waits to be stopped, it does not exit to be restarted

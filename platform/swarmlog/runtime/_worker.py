@@ -386,6 +386,8 @@ class AgentWorker:
 
     def liveness(self, stall_timeout: float) -> str | None:
         """None while the loop turns; else how long it has been stuck (a handler that never returns?)."""
+        if self.refused is not None:
+            return None  # parked on purpose (_park): a failing /livez would restart it into the same refusal
         stalled = time.monotonic() - self.heartbeat
         if stalled > stall_timeout:
             return (f"agent {self.agent.name}: its loop has not turned for {stalled:.0f} s "
