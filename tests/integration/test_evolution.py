@@ -12,6 +12,7 @@ live and listed by ``swarmlog check unhandled``.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -173,6 +174,13 @@ def test_a_fix_deployed_behind_a_versioned_step_into_the_running_case_study_unbl
     # Which runs still need the old path: this one has steps recorded before the patch.
     needed = _swarmlog(s, "patches", "--patch", PATCH)
     assert needed.returncode == 1 and "still needed" in needed.stdout and s.topic in needed.stdout
+    # Over every run of a pattern (this test's case-study topics), as JSON.
+    every = _swarmlog(s, "patches", "--topics-pattern", re.escape(settings.topic) + r"\.case-.*", "--json")
+    assert every.returncode == 0, every.stderr
+    doc = json.loads(every.stdout)
+    assert s.topic in doc["topics"]
+    (verdict,) = [p for p in doc["patches"] if p["patch"] == PATCH]
+    assert verdict["stage"] == "keep" and s.topic in verdict["runs_before"]
 
 
 def test_old_code_started_on_a_run_recorded_with_a_newer_patch_refuses_not_ready_and_does_not_exit(

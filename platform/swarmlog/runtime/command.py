@@ -154,7 +154,14 @@ def cmd_patches(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     registry = SchemaRegistry.load(settings.schema_dirs())
     backend = backend_for(settings, None)
-    topics = args.topics or [settings.topic]
+    topics = list(args.topics)
+    if args.topics_pattern:
+        from ..kafka.config import admin_client
+        from ..kafka.discovery import TopicPattern, discover
+
+        found_topics = discover(settings, TopicPattern(pattern=args.topics_pattern), client=admin_client(settings))
+        topics += sorted(found_topics.topics - set(topics))
+    topics = topics or [settings.topic]
     found = {topic: patches_in_run(backend=backend, topic=topic, registry=registry) for topic in topics}
     verdicts = patch_verdicts(found, patch_ids=args.patch or ())
     if args.patch:
@@ -188,6 +195,8 @@ def _add_evolve_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentPa
                        help="per versioned step (ctx.patched) the logs record: whether any run still needs its "
                             "old path (exit 1 if one named with --patch does)")
     p.add_argument("topics", nargs="*", metavar="TOPIC", help="the runs to read (default: $SWARMLOG_TOPIC)")
+    p.add_argument("--topics-pattern", metavar="REGEX",
+                   help="also every single-partition topic whose whole name matches REGEX (e.g. '^swarm\\..*')")
     p.add_argument("--patch", action="append", metavar="ID", help="only this patch (repeatable)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_patches)
