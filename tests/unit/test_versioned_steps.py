@@ -355,3 +355,21 @@ def test_a_patch_markers_id_names_its_step_but_none_of_the_steps_numbered_output
     assert step_of(marker.encode()) == b"42"  # its sl.step header checks against the envelope like any output's
     assert parse_step(output_id("w", 42, 0)) == (42, 0)
     assert parse_step("w@42#other:thing") is None and step_of(b"w@42#other:thing") is None
+
+
+def test_a_second_retry_of_the_same_failed_step_runs_nothing_live_or_on_replay(backend, run_settings, registry,
+                                                                               caplog):
+    _start(backend, run_settings, registry)
+    _jobs(backend, run_settings, registry, "b")
+    _run(backend, run_settings, registry, _swarm(Worker, fail_on="b"))
+    fixed = _swarm(Patched, fail_on="b", code_version="2")
+    ((failure, _),) = append_retries(settings=run_settings, backend=backend, topic=run_settings.topic,
+                                     registry=registry, run_id="r")
+    with EventLog(settings=run_settings, registry=registry, backend=backend, run_id="r") as log:  # a second operator
+        log.append(STEP_RETRIED, {"failed_step": failure.step, "error_type": "ZeroDivisionError", "reason": ""},
+                   agent="swarmlog", to="w")
+    with caplog.at_level("WARNING", logger="swarmlog"):
+        result = _run(backend, run_settings, registry, fixed)["w"]
+    assert result.state == {"done": ["new:B"]}  # run again once, not twice
+    assert any("did not fail (or was retried already)" in r.getMessage() for r in caplog.records)
+    assert replay_swarm(settings=run_settings, swarm=fixed, backend=backend, registry=registry).divergences == []
