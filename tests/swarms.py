@@ -369,8 +369,31 @@ class FixedChain(Chain):
         return super().work(ctx, n)
 
 
+def _held_until_released(n):
+    """The fixed job's live effect: it says it started, then waits for the test to let it finish (a
+    process killed here dies in the middle of the retried step)."""
+    import os
+    import time
+    from pathlib import Path
+
+    release = Path(os.environ["CHAIN_RELEASE_FILE"])
+    Path(f"{release}.started").write_text(str(n))
+    while not release.exists():
+        time.sleep(0.05)
+    return n
+
+
+class SlowFixChain(Chain):
+    def work(self, ctx, n):
+        if ctx.patched("job-1-no-division"):
+            return ctx.effect("fix", _held_until_released, n) * 10
+        return super().work(ctx, n)
+
+
 chain_buggy = Swarm(name="chain", agents=lambda: [Chain("chain"), Forwarder("relay")], code_version="chain-1")
 chain_fixed = Swarm(name="chain", agents=lambda: [FixedChain("chain"), Forwarder("relay")], code_version="chain-2")
+chain_slow_fix = Swarm(name="chain", agents=lambda: [SlowFixChain("chain"), Forwarder("relay")],
+                       code_version="chain-2")
 chain_pinned = Swarm(name="chain", agents=lambda: [FixedChain("chain"), Forwarder("relay")], code_version="chain-2",
                      pin_runs=True)
 chain_pinned_next = Swarm(name="chain", agents=lambda: [FixedChain("chain"), Forwarder("relay")],

@@ -5,7 +5,8 @@ run while its agents run as one process each, as the chart's pods (the reviewer'
 replaced; old steps replay, new steps take the new path, nobody restarts, the replay is clean);
 older code started on that run refuses it through /readyz and its log, and stays up; a handler that
 fails makes ``swarmlog run`` exit non-zero, and after the fix ``swarmlog run --retry-failed`` takes
-the run to its end, the failed attempt still in ``swarmlog log``; a misspelt kind is warned about
+the run to its end, the failed attempt still in ``swarmlog log``, and a retried step killed midway
+runs again with nothing lost or written twice; a misspelt kind is warned about
 live and listed by ``swarmlog check unhandled``.
 """
 
@@ -278,3 +279,32 @@ def test_a_run_pinned_to_its_code_is_refused_by_another_version_not_ready_unless
                          "--until-quiet", "1")
     assert accepted.returncode == 0, accepted.stderr
     assert json.loads(accepted.stdout)["steps"]["chain"] == 5  # run.started, jobs 1-3, and the job appended
+
+
+def test_a_retried_step_killed_midway_runs_again_without_a_gap_or_a_duplicate(settings, registry, tmp_path):
+    from collections import Counter
+
+    failed = _swarmlog(settings, "run", "tests.swarms:chain_buggy", "--run-id", "kill", "--seed", "1",
+                       "--until-quiet", "1")
+    assert failed.returncode == 70, failed.stderr
+    retried = _swarmlog(settings, "retry")
+    assert retried.returncode == 0 and "step.retried appended at offset" in retried.stdout, retried.stderr
+    release = tmp_path / "release"
+    env = {**subprocess_env(settings), "CHAIN_RELEASE_FILE": str(release)}
+    argv = [sys.executable, "-m", "swarmlog.cli", "run", "tests.swarms:chain_slow_fix", "--until-quiet", "1"]
+    first = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait("the retried step's effect to start", lambda: (tmp_path / "release.started").exists() or first.poll())
+    assert first.poll() is None, first.stderr.read() if first.stderr else ""
+    first.send_signal(signal.SIGKILL)  # in the middle of the retried step: its transaction never commits
+    first.wait(30)
+    release.write_text("go")
+    second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    log = read_log(settings, registry)
+    ids = Counter(r.record["event_id"] for r in log)
+    assert [i for i, n in ids.items() if n > 1] == []  # nothing written twice
+    asked = [r.record["payload"]["body"] for r in log if r.event_type == MESSAGE and r.record["to"] == "relay"]
+    assert asked == ["1", "2", "3"]  # the chain went on from the retried step to its end, once
+    assert [r.event_type for r in log].count(STEP_RETRIED) == 1
+    replay = _swarmlog(settings, "replay", "--swarm", "tests.swarms:chain_slow_fix", "--json")
+    assert replay.returncode == 0 and json.loads(replay.stdout)["diverged"] is False
