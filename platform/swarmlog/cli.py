@@ -4,10 +4,8 @@ Every command reads its settings from the environment (see ``swarmlog.settings``
 ``--topic`` overrides ``SWARMLOG_TOPIC``. Errors swarmlog raises on purpose are
 printed as one line saying what to do; the exit status says which kind (``EXIT_CODES``).
 
-The command line decides what reaches the terminal: swarmlog's warnings, and with
-``-v`` its progress (INFO) and librdkafka's own log lines, with ``-vv`` everything
-(DEBUG). Without ``-v`` no librdkafka line is shown: what matters of them comes back
-as swarmlog's errors.
+The command line decides what reaches the terminal (:mod:`swarmlog.observe.logs`): swarmlog's
+warnings, with ``-v`` its progress and librdkafka's own lines, with ``-vv`` everything.
 
 The commands are a table (:data:`COMMANDS`): each command's parser and handler live beside its wing
 (``replaying/command.py``, ...); :func:`main` imports only the module of the command given. Other packages
@@ -35,6 +33,9 @@ from .errors import (
     SwarmlogError,
     TokenError,
 )
+from .observe.logs import VERBOSE_HELP as _VERBOSE_HELP
+from .observe.logs import configure_logging
+from .observe.logs import leading_verbosity as _leading_verbosity
 from .settings import Settings
 
 __all__ = ["COMMANDS", "EXIT_CODES", "EXIT_DIVERGED", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK",
@@ -153,47 +154,6 @@ def from_the_mirror(name: str) -> Any:
 def metrics_port_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve Prometheus /metrics and the /livez and /readyz probes on PORT")
-
-
-_VERBOSE_FLAGS = {"-v": 1, "--verbose": 1, "-vv": 2, "-vvv": 3}
-_VERBOSE_HELP = "-v: progress and librdkafka's log lines on stderr; -vv: debug"
-_handler: logging.Handler | None = None
-
-
-def _leading_verbosity(argv: list[str]) -> tuple[int, list[str]]:
-    """``-v``/``-vv``/``--verbose`` before the command (``swarmlog -v dev up``), and the rest."""
-    n = 0
-    while argv and argv[0] in _VERBOSE_FLAGS:
-        n += _VERBOSE_FLAGS[argv[0]]
-        argv = argv[1:]
-    return n, argv
-
-
-def configure_logging(verbosity: int, *, service: bool = False) -> None:
-    """What reaches stderr: warnings (a service's INFO too); ``-v`` INFO and librdkafka's lines; ``-vv`` DEBUG.
-
-    A service (an agent's or the sink's pod, ``replay --publish``'s Job) logs its lifecycle without ``-v``:
-    what an operator reads. In a program that configured logging itself (tests, a host), that one wins.
-    """
-    from .kafka.config import LIBRDKAFKA_LOGGER
-
-    global _handler
-    root = logging.getLogger()
-    if any(h is not _handler for h in root.handlers):
-        return
-    if _handler is None:
-        _handler = logging.StreamHandler(sys.stderr)
-        _handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(_handler)
-    quiet = logging.INFO if service else logging.WARNING
-    level = quiet if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    root.setLevel(logging.WARNING if verbosity <= 0 else level)
-    for name in ("swarmlog", "swarmlog_connectors"):
-        logging.getLogger(name).setLevel(level)
-    # librdkafka's own lines (connection attempts, retries) are for debugging swarmlog's
-    # Kafka side; what an operator must know of them comes back as a typed error.
-    logging.getLogger(LIBRDKAFKA_LOGGER).setLevel(logging.CRITICAL + 1 if verbosity <= 0 else level)
-
 
 
 def _epilog() -> str:
