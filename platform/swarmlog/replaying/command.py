@@ -183,6 +183,8 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.what == "unhandled":
+        return _check_unhandled(args)
     from .causality import SECTIONS, check_causality
 
     count, violations = check_causality(settings=settings_of(args))
@@ -206,6 +208,25 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS_FOUND if violations else EXIT_OK
 
 
+def _check_unhandled(args: argparse.Namespace) -> int:
+    from ..errors import UsageError
+    from ..kafka.backend import backend_for
+    from ..runtime import load_swarm
+    from ..runtime.unhandled import unhandled_messages
+    from ..schema.registry import SchemaRegistry
+
+    if not args.swarm:
+        raise UsageError("`check unhandled` needs --swarm module:swarm: which messages are handled is the code's")
+    settings = settings_of(args)
+    swarm = load_swarm(args.swarm)
+    found = unhandled_messages(backend=backend_for(settings, None), topic=settings.topic,
+                               registry=SchemaRegistry.load(settings.schema_dirs()), agents=swarm.agents())
+    for u in found:
+        print(u.describe())
+    print(f"{len(found)} message(s) no agent of {swarm.name} handles")
+    return EXIT_PROBLEMS_FOUND if found else EXIT_OK
+
+
 def _progress_bar(desc: str, unit: str) -> Any:
     """A tqdm bar on a terminal; nothing in logs and pipes."""
     if not sys.stderr.isatty():
@@ -227,23 +248,26 @@ def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -
     """Add ``swarmlog replay`` or ``swarmlog check`` (``name``) to ``swarmlog``'s subcommands."""
     if name == "check":
         c = sub.add_parser("check", help="check a whole log", parents=parents)
-        c.add_argument("what", choices=["causality"])
-        c.add_argument("--topic")
-        c.add_argument("--json", action="store_true", help="every finding as JSON (the text lists at most 20 of a "
-                                                          "kind one a line, then a summary; -v lists them all)")
+        c.add_argument("what", choices=["causality", "unhandled"],
+                       help="causality: every event's causes precede it; unhandled: messages no agent of --swarm "
+                            "acts on (an unknown kind or recipient)")
+        c.add_argument("--swarm", help="module:swarm (for unhandled)")
+        c.add_argument("--topic", help="the topic (default: $SWARMLOG_TOPIC)")
+        c.add_argument("--json", action="store_true", help="causality: every finding as JSON (the text lists at most "
+                                                          "20 of a kind one a line, then a summary; -v lists them all)")
         c.set_defaults(func=cmd_check)
         return
     from ..token import DEFAULT_EVERY as DEFAULT_CHECKPOINTS
 
     r = sub.add_parser("replay", help="rebuild every agent's state from offset zero", parents=parents)
-    r.add_argument("--topic")
+    r.add_argument("--topic", help="the topic (default: $SWARMLOG_TOPIC)")
     r.add_argument("--to", type=int, help="stop before this offset (exclusive)")
     r.add_argument("--group", help="reset this consumer group to the log start and replay as it (with --swarm: "
                                     "the replay's own group, never an agent's)")
     r.add_argument("--no-reset", action="store_true",
                    help="with --group: do not reset; the group must already be at the log start")
     r.add_argument("--reducer", help="module:object folding events into agent state (default: the ledger)")
-    r.add_argument("--json", action="store_true")
+    r.add_argument("--json", action="store_true", help="the result as JSON (with --swarm: on one line)")
     r.add_argument("--strict", action="store_true", help="exit 3 if any message could not be read (with --swarm: "
                                                            "any input addressed to an agent)")
     r.add_argument("--from-log-start", action="store_true",

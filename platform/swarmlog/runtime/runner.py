@@ -14,19 +14,29 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
 import signal
 import sys
+import sysconfig
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Swarm
-from ..errors import ConfigurationError, RunAlreadyRecorded, RunNotStarted, TransactionAborted
+from ..errors import (
+    CodeVersionRefused,
+    ConfigurationError,
+    RunAlreadyRecorded,
+    RunNotStarted,
+    SwarmImportFailed,
+    TransactionAborted,
+)
 from ..guard import hook_in_use
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
@@ -47,8 +57,18 @@ def load_swarm(spec: str) -> Swarm:
     if not module_name or not attr:
         raise ConfigurationError(f"expected module:swarm, got {spec!r}")
     try:
-        obj = getattr(_import_here_too(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+        module = _import_here_too(module_name)
+    except ModuleNotFoundError as exc:
+        if not _names_the_module(exc, module_name):
+            raise SwarmImportFailed(spec=spec, module=module_name, error=_one_line(exc),
+                                    where=_where_it_raised(exc, module_name)) from exc
+        raise ConfigurationError(f"cannot load swarm {spec!r}: {exc}") from None
+    except Exception as exc:  # the module's own code raised (SyntaxError included): one line, not its traceback
+        raise SwarmImportFailed(spec=spec, module=module_name, error=_one_line(exc),
+                                where=_where_it_raised(exc, module_name)) from exc
+    try:
+        obj = getattr(module, attr)
+    except AttributeError as exc:
         raise ConfigurationError(f"cannot load swarm {spec!r}: {exc}") from None
     if callable(obj) and not isinstance(obj, Swarm):
         obj = obj()
@@ -65,14 +85,62 @@ def _import_here_too(module_name: str) -> Any:
     user stands. Only a module that cannot be found otherwise comes from there, so nothing that
     imported before changes.
     """
+    here = os.getcwd()
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        here = os.getcwd()
         if exc.name != module_name.partition(".")[0] or here in sys.path:
             raise
-        sys.path.insert(0, here)
-        return importlib.import_module(module_name)
+    sys.path.insert(0, here)  # outside the except: what the module raises is not chained to the first miss
+    return importlib.import_module(module_name)
+
+
+def _names_the_module(exc: ModuleNotFoundError, module_name: str) -> bool:
+    """Whether the module not found is the swarm's (or a package above it), not one its code imports."""
+    parts = module_name.split(".")
+    return exc.name in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError):
+        return f"{type(exc).__name__}: {exc.msg}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _where_it_raised(exc: BaseException, module_name: str) -> str:
+    """``path:line`` of the line that raised, in the swarm's code: the deepest frame in the swarm's own
+    package (or file, installed or not) or anywhere outside Python's library and the installed packages,
+    else the deepest one at all; for a SyntaxError, the line it names. Paths under the working directory
+    are shown relative to it."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return _shown(exc.filename, exc.lineno)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    files, dirs = _sources_of(module_name.partition(".")[0])
+    libraries = tuple({sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+    nearest = [f for f in frames if f.filename in files or f.filename.startswith(dirs)
+               or not f.filename.startswith(libraries)] or frames
+    return _shown(nearest[-1].filename, nearest[-1].lineno) if nearest else ""
+
+
+def _sources_of(top: str) -> tuple[set[str], tuple[str, ...]]:
+    """The file of a top-level module, or the folders of a package: where the swarm's own code is (an
+    installed one too, among the libraries)."""
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return set(), ()
+    if spec.submodule_search_locations:
+        return set(), tuple(d + os.sep for d in spec.submodule_search_locations)
+    return ({spec.origin} if spec.origin else set()), ()
+
+
+def _shown(filename: str, lineno: int | None) -> str:
+    here = os.getcwd() + os.sep
+    path = filename[len(here):] if filename.startswith(here) else filename
+    return f"{path}:{lineno}" if lineno else path
 
 
 def code_version(swarm: Swarm) -> str:
@@ -296,18 +364,24 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
                registry: SchemaRegistry | None = None, until_quiet: float | None = None,
                stop: threading.Event | None = None,
                on_started: Callable[[list[AgentWorker]], None] | None = None,
-               backend: LogBackend | None = None) -> list[WorkerResult]:
+               backend: LogBackend | None = None, accept_versions: tuple[str, ...] = ()) -> list[WorkerResult]:
     """Run the named agents (default: all) live, one thread each, until ``stop`` is set,
     SIGTERM/SIGINT arrives (in the main thread), or — with ``until_quiet`` — the log has not
     grown for that many seconds and no agent has a timeout pending. On a log that knows when
     nothing is left to do (the in-memory log: :meth:`~swarmlog.log.base.LogBackend.settle`),
     ``until_quiet`` stops the run as soon as every agent waits at the log's end with nothing
-    pending, without waiting out the seconds."""
+    pending, without waiting out the seconds.
+
+    An agent whose code cannot go on with the run (it diverges from the log, or is not the run's code
+    version) parks, not ready, while the others run on; once the run stops, its error is raised."""
     topic = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dirs())
     names = agents or swarm.agent_names
     backend = backend_for(settings, backend)
-    workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic, backend=backend)
+    pinned = _pinned_run(settings=settings, swarm=swarm, topic=topic, registry=registry, backend=backend,
+                         accept_versions=accept_versions)
+    workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic, backend=backend,
+                           version_refusal=pinned(n) if pinned is not None else None)
                for n in names]
     # What every handler of this process runs under: an operator comparing agents' CPU sees it here.
     logger.info("determinism guard: %s", hook_in_use())
@@ -350,7 +424,29 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
     if errors:
         name, exc = next(iter(errors.items()))
         raise exc
+    for w in workers:
+        # Parked until stopped (AgentWorker._park): not an exit that a supervisor would restart into
+        # the same refusal, but the caller learns of it once the run stops.
+        if w.refusal is not None:
+            raise w.refusal
     return [results[n] for n in names]
+
+
+def _pinned_run(*, settings: Settings, swarm: Swarm, topic: str, registry: SchemaRegistry, backend: LogBackend,
+                accept_versions: tuple[str, ...]) -> Callable[[str], CodeVersionRefused] | None:
+    """A run pinned to its code (``Swarm(pin_runs=True)``) that another code version started, and that this
+    code is not declared compatible with: per agent, the error it refuses the run with (None: it goes on)."""
+    if not swarm.pin_runs:
+        return None
+    run = find_run(settings, topic, registry, backend=backend)
+    if run is None:
+        return None  # no run yet: the one the agents join is started with their own version
+    current = code_version(swarm)
+    compatible = (*swarm.compatible_with, *accept_versions)
+    if run.code_version == current or run.code_version in compatible:
+        return None
+    return lambda agent: CodeVersionRefused(topic=topic, run_id=run.run_id, agent=agent, recorded=run.code_version,
+                                            current=current, compatible=compatible)
 
 
 class _QuietWatcher:
@@ -391,6 +487,8 @@ class _QuietWatcher:
 
     def _idle(self, high: int) -> bool:
         for w in self._workers:
+            if w.refused is not None:
+                continue  # parked: it does nothing more until stopped (AgentWorker._park)
             core = w.core
             # An open transaction may hold outputs the broker has not seen yet (its
             # coordinator still loading, a commit in flight): the log end says nothing then.
@@ -400,8 +498,9 @@ class _QuietWatcher:
         return True
 
     def _settled(self, stop: threading.Event) -> bool:
-        channels = [c for w in self._workers for c in [w.channel] if c is not None]
-        if len(channels) < len(self._workers):  # an agent still starting
+        active = [w for w in self._workers if w.refused is None]
+        channels = [c for w in active for c in [w.channel] if c is not None]
+        if len(channels) < len(active):  # an agent still starting
             stop.wait(0.01)
             return False
         if not self._backend.settle(self._topic, channels, 0.05):  # briefly: a failed agent stops the run
