@@ -28,6 +28,9 @@ Variables:
                                  ``--swarm`` is not given.
 ``SWARMLOG_STATE_DIGEST_EVERY``  K: a live agent records its state's digest every K-th step and at
                                  the end of every transaction (default 1: every step; 0: none).
+``SWARMLOG_CHECKPOINT_EVERY``    N: a live agent keeps its whole fold beside the log every N steps, in
+                                 the transaction of those steps, and a restart resumes from the latest
+                                 one the log's state digests vouch for (default 0: none; rebuild from 0).
 ``SWARMLOG_KAFKA_<KEY>``         any librdkafka property, ``_`` standing for ``.``:
                                  ``SWARMLOG_KAFKA_SECURITY_PROTOCOL=SASL_SSL``,
                                  ``SWARMLOG_KAFKA_SASL_MECHANISM=SCRAM-SHA-512``,
@@ -105,6 +108,7 @@ _VARIABLES: dict[str, str] = {
     "SWARMLOG_SWARM": "swarm",
     "SWARMLOG_CONNECT_TIMEOUT": "connect_timeout",
     "SWARMLOG_STATE_DIGEST_EVERY": "state_digest_every",
+    "SWARMLOG_CHECKPOINT_EVERY": "checkpoint_every",
 }
 
 _UNSET: Any = object()
@@ -132,7 +136,7 @@ class Settings:
 
     __slots__ = ("bootstrap_servers", "database_url", "database_password", "topic", "schema_dir", "schema_path",
                  "replication_factor", "min_insync_replicas", "token_key", "swarm", "connect_timeout",
-                 "state_digest_every", "kafka")
+                 "state_digest_every", "checkpoint_every", "kafka")
 
     bootstrap_servers: str
     database_url: str
@@ -151,6 +155,8 @@ class Settings:
     connect_timeout: float
     """Seconds a first request to Kafka or Postgres may take before it counts as unreachable."""
     state_digest_every: int
+    checkpoint_every: int
+    """Live steps between two checkpoints of an agent (:mod:`swarmlog.runtime.resume`; 0: none)."""
     kafka: Mapping[str, str | SecretStr]
     """Extra librdkafka properties (security, SASL, TLS, tuning) applied to every client; the secret
     ones (``sasl.password``, ...) as :class:`~swarmlog.redaction.SecretStr`."""
@@ -170,6 +176,7 @@ class Settings:
         swarm: str | None = None,
         connect_timeout: float = 10.0,
         state_digest_every: int = 1,
+        checkpoint_every: int = 0,
         kafka: Mapping[str, str | SecretStr] = _UNSET,
     ) -> None:
         values = {
@@ -177,7 +184,8 @@ class Settings:
             "database_password": database_password, "topic": topic, "schema_dir": schema_dir,
             "schema_path": schema_path, "replication_factor": replication_factor,
             "min_insync_replicas": min_insync_replicas, "token_key": token_key, "swarm": swarm,
-            "connect_timeout": connect_timeout, "state_digest_every": state_digest_every, "kafka": kafka,
+            "connect_timeout": connect_timeout, "state_digest_every": state_digest_every,
+            "checkpoint_every": checkpoint_every, "kafka": kafka,
         }
         _set(self, _validated({k: v for k, v in values.items() if v is not _UNSET}))
 
@@ -462,6 +470,7 @@ _PLAIN: dict[str, tuple[Callable[[Any], object], Callable[[], Any]]] = {
     "swarm": (_str_or_none, lambda: None),
     "connect_timeout": (_float_above_0, lambda: 10.0),
     "state_digest_every": (lambda v: _int(v, 0), lambda: 1),
+    "checkpoint_every": (lambda v: _int(v, 0), lambda: 0),
     "kafka": (_kafka, dict),
 }
 
@@ -531,6 +540,7 @@ def _pydantic_settings() -> Any:
         swarm: str | None = None
         connect_timeout: float = Field(default=10.0, gt=0)
         state_digest_every: int = Field(default=1, ge=0)
+        checkpoint_every: int = Field(default=0, ge=0)
         kafka: Mapping[str, str | PydanticSecret] = Field(default_factory=dict)
 
         @model_validator(mode="before")

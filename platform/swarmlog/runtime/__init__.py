@@ -8,7 +8,9 @@ The engine, public inside the package (the debugger, the simulator and the token
 one): ``engine`` (one agent's deterministic fold, no I/O: :class:`AgentCore`), ``history``
 (the one seam through which every fold reads what an agent recorded: by a first pass, or ahead
 of the fold, from offset zero or a checkpoint's position), ``digests`` (state digests in the
-record), ``checkpoint`` (a fold captured and restored), ``sink`` (a live step's outputs into its
+record), ``checkpoint`` (a fold captured and restored), ``resume`` (a live agent's checkpoints,
+written in its transactions, and a restart from the latest one the log vouches for), ``versions``
+(the code version snapshots and checkpoints are tagged with), ``sink`` (a live step's outputs into its
 transaction), ``driven`` (an agent driven a step at a time: the simulator's).
 
 The machinery, private: ``_statediff`` (what a state divergence shows; :class:`LiveStates` is the

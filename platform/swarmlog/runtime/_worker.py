@@ -8,10 +8,11 @@ group consumer, :mod:`swarmlog.kafka.channel`):
    and fences it off: a zombie of this agent can no longer commit anything.
 2. **History.** A first pass over the log (:func:`.history.first_pass`): the highest step
    that has recorded outputs, the recorded effects and state digests.
-3. **Rebuild, then live.** The agent always reads from offset zero (whatever its
-   group's committed offset says: restart *is* rebuild). Steps up to its last recorded one
-   are replayed and checked against the log; later steps run live. Nothing an earlier
-   life wrote is written again.
+3. **Rebuild, then live.** The agent reads from offset zero (whatever its group's
+   committed offset says: restart *is* rebuild), or from its latest checkpoint once the
+   log's state digest has vouched for it (:mod:`.resume`; ``SWARMLOG_CHECKPOINT_EVERY``).
+   Steps up to its last recorded one are replayed and checked against the log; later
+   steps run live. Nothing an earlier life wrote is written again.
 4. **One batch, one transaction.** Live outputs, recorded effects and LLM calls, and
    the agent's position of a consumed batch commit together. A crash anywhere aborts
    the transaction: the next life re-runs those steps, and since their outputs never
@@ -55,7 +56,9 @@ from ..schema.registry import SchemaRegistry
 from ..settings import Settings
 from .engine import AgentCore
 from .history import first_pass
+from .resume import Checkpoints
 from .sink import LiveSink
+from .versions import code_version
 
 logger = logging.getLogger(__name__)
 
@@ -80,13 +83,17 @@ class WorkerResult:
     state: dict[str, Any]
     states_checked: int = 0
     """Steps of the rebuild whose state was compared with the recorded digest (all equal, or it raised)."""
+    resumed_from: int = 0
+    """The offset its last life's rebuild started from: a verified checkpoint's, or 0."""
 
 
 class AgentWorker:
     """Runs one agent of a swarm live against the swarm's topic (on ``backend``; default Kafka)."""
 
     def __init__(self, *, settings: Settings, swarm: Swarm, agent: str | Agent, registry: SchemaRegistry | None = None,
-                 topic: str | None = None, batch_size: int = 500, backend: LogBackend | None = None) -> None:
+                 topic: str | None = None, batch_size: int = 500, backend: LogBackend | None = None,
+                 from_zero: bool = False) -> None:
+        """``from_zero``: rebuild from offset zero, every step re-verified, whatever checkpoints there are."""
         self.settings = settings
         self.topic = topic or settings.topic
         self.swarm = swarm
@@ -117,6 +124,13 @@ class AgentWorker:
         self._reported_steps = 0
         self._at_end = False  # the last poll reached the log's end, and nothing was written since
         self._channel: AgentChannel | None = None  # this life's, while it runs
+        self.from_zero = from_zero
+        self.resumed_from = 0
+        """Where this life's rebuild started: a verified checkpoint's position, or 0."""
+        self.checkpoints = Checkpoints(backend=self.backend, topic=self.topic, registry=self.registry,
+                                       code_version=code_version(swarm), agent=self.agent.name,
+                                       every=settings.checkpoint_every)
+        self._last_msg: Any = None  # the last message this life folded (a checkpoint names it)
 
     @property
     def channel(self) -> AgentChannel | None:
@@ -180,16 +194,13 @@ class AgentWorker:
         # another state than the run's, silently. Refuse before anything is written.
         require_complete_history(self.backend, self.topic)
         channel.fence()
-        histories, start_end = first_pass(backend=self.backend, topic=self.topic, decoder=self.decoder,
-                                          agents=[name])
-        history = histories[name]
-        self.start_end = start_end
-        logger.info("agent %s: rebuild started from offset 0 up to the log end %d (its last recorded step: %d)",
-                    name, start_end, history.last_step)
+        self.checkpoints.prepare()
         sink = self._sink = LiveSink(channel=channel, registry=self.registry, agent=name)
-        core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, history=history, live_sink=sink,
-                                     llm_client=self.swarm.llm, strict=True,
-                                     digest_every=self.settings.state_digest_every)
+        core, start_end = self._rebuilding(sink)
+        history = core.history
+        self.start_end = start_end
+        logger.info("agent %s: rebuild started from offset %d up to the log end %d (its last recorded step: %d)",
+                    name, self.resumed_from, start_end, history.last_step)
         core.step_latency = self.step_latency
         traced = tracing.current()
         if traced is not None:
@@ -217,7 +228,36 @@ class AgentWorker:
             raise
         logger.info("agent %s: stopped at offset %d after %d steps", name, core.position, core.steps)
         return WorkerResult(agent=name, state_hash=core.state_hash(), position=core.position, steps=core.steps,
-                            state=self.agent.state, states_checked=core.states_checked)
+                            state=self.agent.state, states_checked=core.states_checked,
+                            resumed_from=self.resumed_from)
+
+    def _rebuilding(self, sink: LiveSink) -> tuple[AgentCore, int]:
+        """This life's fold, restored from the latest verified checkpoint (or fresh, from offset zero),
+        and the log end its first pass found."""
+        name = self.agent.name
+        checkpoint = None if self.from_zero else self.checkpoints.latest(before=self.backend.watermarks(self.topic)[1])
+        if checkpoint is not None:
+            core, start_end = self._fold(sink, start=checkpoint.at)
+            refused = self.checkpoints.resume(core, core.history, checkpoint)  # type: ignore[arg-type]
+            if refused is None:
+                self.resumed_from = checkpoint.at
+                logger.info("agent %s: resumed from its checkpoint at offset %d (its state digest at step %d "
+                            "matches the log's)", name, checkpoint.at, checkpoint.step)
+                return core, start_end
+            logger.warning("agent %s: its checkpoint at offset %d is refused: %s; rebuilding from offset 0 instead",
+                           name, checkpoint.at, refused)
+            self.agent = self.swarm.agent(name)  # the refused checkpoint's state went into the last one
+        self.resumed_from = 0
+        return self._fold(sink, start=0)
+
+    def _fold(self, sink: LiveSink, *, start: int) -> tuple[AgentCore, int]:
+        name = self.agent.name
+        histories, start_end = first_pass(backend=self.backend, topic=self.topic, decoder=self.decoder,
+                                          agents=[name], start=start)
+        core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, history=histories[name],
+                                     live_sink=sink, llm_client=self.swarm.llm, strict=True,
+                                     digest_every=self.settings.state_digest_every)
+        return core, start_end
 
     def _turn(self, channel: AgentChannel, sink: LiveSink, core: AgentCore, start_end: int) -> None:
         """One poll: fold what arrived, fire due timeouts, commit."""
@@ -249,6 +289,8 @@ class AgentWorker:
         route = self.decoder.envelope_route
         for m in msgs:
             core.process(m, route(m))
+        if msgs:
+            self._last_msg = msgs[-1]
         read_to = max(core.position, self.eof_at)
         if read_to >= start_end:
             if not self.caught_up.is_set():
@@ -306,12 +348,17 @@ class AgentWorker:
     def _commit(self, channel: AgentChannel, sink: LiveSink, position: int, *, final: bool = False) -> None:
         started = time.perf_counter()
         core = self.core
+        checkpoint = core is not None and self._last_msg is not None and self.checkpoints.due(core)
         record = core.digest_record(position=position, final=final) if core is not None else None
         if not sink.in_txn:
             channel.begin()
             sink.in_txn = True
         if record is not None:
             sink.write_digests(record)  # last in the transaction: after every output it accounts for
+            if checkpoint:
+                # Beside the log, in the same transaction as the digest record that vouches for it
+                # and the position it is at: all of them become visible, or none (.resume).
+                self.checkpoints.write(channel, core, record, self._last_msg)  # type: ignore[arg-type]
         try:
             channel.commit(position)
         except TransactionAborted as exc:

@@ -47,7 +47,7 @@ CHECKPOINT_FORMAT = 1
 
 FOLD_FIELDS = frozenset({
     "divergences", "pending", "timers", "events_seen", "position", "steps", "last_recorded_step", "unverified",
-    "stopped", "run_pin", "states_checked", "state_mismatches", "state_diverged_at",
+    "stopped", "run_pin", "states_checked", "state_mismatches", "state_diverged_at", "checked_from",
 })
 """Core attributes that are the fold's state (beside ``agent.state`` and the ``ctx``'s run)."""
 WIRING_FIELDS = frozenset({
@@ -166,6 +166,7 @@ def capture(core: AgentCore) -> dict[str, Any]:
                             for o in outs.values()]] for step, outs in core.pending.items()],
         "divergences": [d.to_json() for d in core.divergences],
         "states": [core.states_checked, core.state_mismatches, core.state_diverged_at],
+        "checked_from": core.checked_from,
     }
 
 
@@ -203,5 +204,7 @@ def restore(core: AgentCore, doc: dict[str, Any]) -> None:
         core.divergences = [Divergence(**d) for d in doc["divergences"]]
         # Captures made before state digests existed have no "states": nothing was checked then.
         core.states_checked, core.state_mismatches, core.state_diverged_at = doc.get("states", (0, 0, None))
+        # A live agent's checkpoint (.resume) says from where on its own outputs are records to check.
+        core.checked_from = int(doc.get("checked_from", 0))
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointUnreadable(agent=core.name, reason=f"malformed ({exc!r})") from None

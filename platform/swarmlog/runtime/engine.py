@@ -224,6 +224,9 @@ class AgentCore:
         """Replayed steps whose state was compared with its recorded digest."""
         self.state_mismatches = 0
         self.state_diverged_at: int | None = None
+        self.checked_from = 0
+        """Steps before it were run by a live fold restored from its checkpoint (:mod:`.resume`): their
+        outputs, read after the checkpoint's position, are what that fold wrote, not records to check."""
 
     # -- the fold -----------------------------------------------------------------------
 
@@ -444,6 +447,8 @@ class AgentCore:
         step = parsed[0]
         if step > self.last_recorded_step:
             self.last_recorded_step = step
+        if step < self.checked_from:
+            return  # written live by the fold a checkpoint restored (its state digest vouched for it)
         if self._held is not None and step > self._held[0]:
             self._unwritten_before(step)  # and the held state divergence, in its place among them
         if not self.pending:

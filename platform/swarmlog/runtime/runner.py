@@ -12,9 +12,7 @@ All agents in one process (one thread each), or one agent per process with
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import inspect
 import logging
 import os
 import signal
@@ -37,6 +35,7 @@ from ..schema.registry import SchemaRegistry
 from ..settings import Settings
 from . import interpreter
 from ._worker import AgentWorker, WorkerResult
+from .versions import code_version
 
 logger = logging.getLogger(__name__)
 
@@ -73,21 +72,6 @@ def _import_here_too(module_name: str) -> Any:
             raise
         sys.path.insert(0, here)
         return importlib.import_module(module_name)
-
-
-def code_version(swarm: Swarm) -> str:
-    """The swarm's declared code version, else a hash of the source of its agents' modules."""
-    if swarm.code_version:
-        return swarm.code_version
-    h = hashlib.sha256()
-    modules = sorted({type(a).__module__ for a in swarm.agents()})
-    for name in modules:
-        module = importlib.import_module(name)
-        try:
-            h.update(inspect.getsource(module).encode())
-        except (OSError, TypeError):
-            h.update(name.encode())
-    return "src-" + h.hexdigest()[:12]
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,18 +280,20 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
                registry: SchemaRegistry | None = None, until_quiet: float | None = None,
                stop: threading.Event | None = None,
                on_started: Callable[[list[AgentWorker]], None] | None = None,
-               backend: LogBackend | None = None) -> list[WorkerResult]:
+               backend: LogBackend | None = None, from_zero: bool = False) -> list[WorkerResult]:
     """Run the named agents (default: all) live, one thread each, until ``stop`` is set,
     SIGTERM/SIGINT arrives (in the main thread), or — with ``until_quiet`` — the log has not
     grown for that many seconds and no agent has a timeout pending. On a log that knows when
     nothing is left to do (the in-memory log: :meth:`~swarmlog.log.base.LogBackend.settle`),
     ``until_quiet`` stops the run as soon as every agent waits at the log's end with nothing
-    pending, without waiting out the seconds."""
+    pending, without waiting out the seconds. ``from_zero``: every agent rebuilds from offset zero,
+    re-verifying every step, whatever checkpoints it has (:mod:`.resume`)."""
     topic = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dirs())
     names = agents or swarm.agent_names
     backend = backend_for(settings, backend)
-    workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic, backend=backend)
+    workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic, backend=backend,
+                           from_zero=from_zero)
                for n in names]
     # What every handler of this process runs under: an operator comparing agents' CPU sees it here.
     logger.info("determinism guard: %s", hook_in_use())
@@ -419,4 +405,5 @@ class _QuietWatcher:
 def result_json(results: list[WorkerResult]) -> dict[str, Any]:
     return {"agents": {r.agent: r.state_hash for r in results}, "positions": {r.agent: r.position for r in results},
             "steps": {r.agent: r.steps for r in results},
-            "states_checked": {r.agent: r.states_checked for r in results}}
+            "states_checked": {r.agent: r.states_checked for r in results},
+            "resumed_from": {r.agent: r.resumed_from for r in results}}

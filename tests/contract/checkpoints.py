@@ -1,0 +1,142 @@
+"""Restart from a verified checkpoint, on any log backend (:mod:`swarmlog.runtime.resume`).
+
+``tests/unit/test_contract_memory.py`` runs it on the in-memory log, ``tests/integration/
+test_contract_kafka.py`` on the real broker (same fixtures as :mod:`tests.contract.runtime`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from swarmlog.log.append import EventLog
+from swarmlog.log.hashing import state_hash
+from swarmlog.log.protocol import agent_group, snapshot_topic
+from swarmlog.replaying import replay_swarm
+from swarmlog.runtime import run_agents, start_run
+from swarmlog.runtime.checkpoint import encode_value
+
+from .. import swarms
+from .runtime import _Crash, _DyingBackend, assert_exactly_once
+
+EVERY = 3
+
+
+def checkpoint_records(backend: Any, topic: str) -> list[tuple[int, dict[str, Any]]]:
+    """(offset in the snapshot topic, document) of every checkpoint a live agent wrote beside ``topic``."""
+    out = []
+    with backend.reader(snapshot_topic(topic)) as reader:
+        reader.assign(0)
+        for batch in reader.batches():
+            for m in batch:
+                doc = json.loads(m.value())
+                if "checkpoint" in doc["fold"]:
+                    out.append((m.offset(), doc))
+    return out
+
+
+class _DyingAgent(_DyingBackend):
+    """One agent's channel dies after so many commits; the others' live on."""
+
+    def __init__(self, inner: Any, agent: str, after_commits: int) -> None:
+        super().__init__(inner, after_commits)
+        self._agent = agent
+
+    def agent_channel(self, topic: str, agent: str) -> Any:
+        if agent == self._agent:
+            return super().agent_channel(topic, agent)
+        return self._inner.agent_channel(topic, agent)
+
+
+class CheckpointContract:
+    quiet: float = 1.0
+
+    def _run(self, backend, settings, swarm=swarms.relay_long, **kw: Any):
+        return {r.agent: r for r in run_agents(settings=settings, swarm=swarm, until_quiet=self.quiet,
+                                               backend=backend, **kw)}
+
+    def _ran(self, backend, run_settings, run_id: str):
+        settings = run_settings.model_copy(update={"checkpoint_every": EVERY})
+        start_run(settings=settings, swarm=swarms.relay_long, run_id=run_id, seed=5, backend=backend)
+        return settings, self._run(backend, settings)
+
+    def test_an_agent_restarted_from_its_checkpoint_reaches_the_state_a_rebuild_from_zero_reaches(
+            self, backend, run_settings, registry):
+        settings, live = self._ran(backend, run_settings, "ckpt")
+        assert all(r.resumed_from == 0 for r in live.values())  # the first life had none
+        written = checkpoint_records(backend, settings.topic)
+        assert {doc["agent"] for _, doc in written} == set(live)
+        resumed = self._run(backend, settings)
+        from_zero = self._run(backend, settings, from_zero=True)
+        latest = {doc["agent"]: doc["at"] for _, doc in written}  # each agent's last one
+        assert {a: r.resumed_from for a, r in resumed.items()} == latest
+        assert all(r.resumed_from == 0 for r in from_zero.values())
+        assert {a: r.state_hash for a, r in resumed.items()} == {a: r.state_hash for a, r in live.items()}
+        assert {a: r.state_hash for a, r in from_zero.items()} == {a: r.state_hash for a, r in live.items()}
+        # A resumed agent reads the log from its checkpoint only: it re-checked the digests after it, no more.
+        assert sum(r.states_checked for r in resumed.values()) < sum(r.states_checked for r in from_zero.values())
+
+    def test_a_resumed_agent_goes_on_live_exactly_as_a_fold_from_zero_says(self, backend, run_settings, registry):
+        settings, live = self._ran(backend, run_settings, "ckpt-on")
+        with EventLog(settings=settings, run_id="ckpt-on", backend=backend) as log:
+            log.append("agent.message", {"kind": "hop", "body": json.dumps({"chain": 7, "ttl": 20})},
+                       agent="operator", to="r1")
+        went_on = self._run(backend, settings)
+        assert all(r.resumed_from > 0 for r in went_on.values())
+        assert sum(r.steps for r in went_on.values()) > 0
+        assert_exactly_once(backend, settings.topic, registry)
+        replayed = replay_swarm(settings=settings, swarm=swarms.relay_long, registry=registry, backend=backend)
+        assert replayed.divergences == []
+        assert replayed.agents == {a: r.state_hash for a, r in went_on.items()}
+
+    def test_a_forged_checkpoint_is_refused_and_the_agent_rebuilds_from_zero_with_a_warning(
+            self, backend, run_settings, registry, caplog):
+        settings, live = self._ran(backend, run_settings, "ckpt-forged")
+        (_, doc), *_ = [(off, d) for off, d in reversed(checkpoint_records(backend, settings.topic))
+                        if d["agent"] == "r1"]
+        fold = doc["fold"]
+        state = live["r1"].state
+        state["hops"] += 1000  # the forgery: a state the log never had, consistent with itself
+        fold["state"], fold["state_hash"] = encode_value(state), state_hash(state)
+        appender = backend.appender(snapshot_topic(settings.topic))
+        appender.send(json.dumps(doc).encode(), b"r1", [("sl.agent", b"r1"), ("sl.snap.at", str(doc["at"]).encode()),
+                                                          ("sl.snap.code", doc["code_version"].encode())])
+        assert not appender.flush(30.0).errors
+        appender.close()
+        with caplog.at_level(logging.WARNING, logger="swarmlog.runtime._worker"):
+            (again,) = run_agents(settings=settings, swarm=swarms.relay_long, agents=["r1"], until_quiet=self.quiet,
+                                  backend=backend)
+        refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        assert refused and "r1" in refused[0] and "rebuilding from offset 0" in refused[0]
+        assert again.resumed_from == 0
+        assert again.state_hash == live["r1"].state_hash  # the log's state, not the forgery's
+
+    def test_a_checkpoint_of_a_transaction_that_never_committed_is_never_used(self, backend, run_settings, registry):
+        settings = run_settings.model_copy(update={"checkpoint_every": 1})
+        start_run(settings=settings, swarm=swarms.relay_long, run_id="ckpt-crash", seed=9, backend=backend)
+        for commits in (4, 9, 15):
+            # Each life of r2 dies between sending a batch (its outputs, its digests, its checkpoint)
+            # and committing it: the next life's fence aborts all of it, and resumes from an earlier one.
+            with pytest.raises(_Crash):
+                self._run(_DyingAgent(backend, "r2", commits), settings)
+            # r2's replacement fences its open transaction before the others restart: a first pass that
+            # starts while a dead agent's transaction is still open reads only up to it (its own outputs
+            # committed after it stay unseen), whether it starts from zero or from a checkpoint.
+            fence = backend.agent_channel(settings.topic, "r2")
+            fence.fence()
+            fence.close()
+            # What is visible of r2's checkpoints is what committed transactions hold: none is past the
+            # position its group committed (the aborted batch's checkpoint, sent, never shows).
+            ats = [d["at"] for _, d in checkpoint_records(backend, settings.topic) if d["agent"] == "r2"]
+            assert ats and max(ats) <= backend.committed(agent_group(settings.topic, "r2"), settings.topic)
+        kept = checkpoint_records(backend, settings.topic)
+        finished = self._run(backend, settings)
+        assert_exactly_once(backend, settings.topic, registry)
+        replayed = replay_swarm(settings=settings, swarm=swarms.relay_long, registry=registry, backend=backend)
+        assert replayed.divergences == []
+        assert replayed.agents == {a: r.state_hash for a, r in finished.items()}
+        # Every checkpoint that became visible is one a committed transaction vouches for.
+        assert kept and finished["r2"].resumed_from in {d["at"] for _, d in kept if d["agent"] == "r2"}
