@@ -420,7 +420,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 return 0  # asked to stop while waiting
             _pin_interpreter(args, settings, new_run=False)  # the run is there: its string-hash seed
         results = run_agents(settings=settings, swarm=swarm, agents=[args.agent] if args.agent else None,
-                             until_quiet=args.until_quiet, stop=stop, on_started=workers.extend)
+                             until_quiet=args.until_quiet, stop=stop, on_started=workers.extend,
+                             from_zero=args.from_zero)
     finally:
         if server is not None:
             server.close()
@@ -677,6 +678,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--wait-for-run", type=float, default=300.0, metavar="SECONDS",
                      help="with --agent: wait this long for the run's run.started, saying so in the log, then fail "
                           "(default 300)")
+    run.add_argument("--from-zero", action="store_true",
+                     help="rebuild from offset 0, every step re-verified, whatever checkpoints there are "
+                          "(SWARMLOG_CHECKPOINT_EVERY)")
     run.add_argument("--stall-timeout", type=float, default=900.0, metavar="SECONDS",
                      help="/livez fails when an agent's loop has not turned for SECONDS (default 900)")
     run.add_argument("--topic")
