@@ -19,21 +19,41 @@ swarm's code against its log), ``_dispatch`` (its messages routed to the agents 
 ``_processes`` (a replay's agents split across forked processes).
 """
 
-from ._replayer import SwarmReplayResult, replay_swarm_log
-from ._statediff import LiveStates, diff_states
-from ._worker import AgentWorker, WorkerResult
-from .engine import Divergence
-from .runner import (
-    RunInfo,
-    code_version,
-    find_run,
-    load_swarm,
-    pin_interpreter,
-    result_json,
-    run_agents,
-    start_run,
-    wait_for_run,
-)
+from typing import TYPE_CHECKING
+
+from .._lazy import exports
+
+if TYPE_CHECKING:
+    from ._replayer import SwarmReplayResult, replay_swarm_log
+    from ._statediff import LiveStates, diff_states
+    from ._worker import AgentWorker, WorkerResult
+    from .engine import Divergence
+    from .runner import (
+        RunInfo,
+        code_version,
+        find_run,
+        load_swarm,
+        pin_interpreter,
+        result_json,
+        run_agents,
+        start_run,
+        wait_for_run,
+    )
+
+# Imported when first used: ``swarmlog run``'s parser (runtime/command.py) and the interpreter's
+# pinning (runtime/interpreter.py) live in this wing, and neither may import the engine and the
+# determinism guard for a command that runs no agent code (swarmlog --help, swarmlog token create).
+__getattr__ = exports(globals(), {
+    "Divergence": ".engine",
+    "SwarmReplayResult": "._replayer",
+    "replay_swarm_log": "._replayer",
+    "LiveStates": "._statediff",
+    "diff_states": "._statediff",
+    "AgentWorker": "._worker",
+    "WorkerResult": "._worker",
+    **dict.fromkeys(["RunInfo", "code_version", "find_run", "load_swarm", "pin_interpreter", "result_json",
+                     "run_agents", "start_run", "wait_for_run"], ".runner"),
+})
 
 __all__ = [
     "AgentWorker",
