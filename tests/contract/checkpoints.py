@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from swarmlog.debug import Session
 from swarmlog.log.append import EventLog
 from swarmlog.log.hashing import state_hash
 from swarmlog.log.protocol import agent_group, snapshot_topic
@@ -71,9 +72,11 @@ class CheckpointContract:
         assert {doc["agent"] for _, doc in written} == set(live)
         resumed = self._run(backend, settings)
         from_zero = self._run(backend, settings, from_zero=True)
+        switched_off = self._run(backend, settings.model_copy(update={"checkpoint_every": 0}))
         latest = {doc["agent"]: doc["at"] for _, doc in written}  # each agent's last one
         assert {a: r.resumed_from for a, r in resumed.items()} == latest
         assert all(r.resumed_from == 0 for r in from_zero.values())
+        assert all(r.resumed_from == 0 for r in switched_off.values())  # checkpoints off: none looked for
         assert {a: r.state_hash for a, r in resumed.items()} == {a: r.state_hash for a, r in live.items()}
         assert {a: r.state_hash for a, r in from_zero.items()} == {a: r.state_hash for a, r in live.items()}
         # A resumed agent reads the log from its checkpoint only: it re-checked the digests after it, no more.
@@ -91,6 +94,20 @@ class CheckpointContract:
         replayed = replay_swarm(settings=settings, swarm=swarms.relay_long, registry=registry, backend=backend)
         assert replayed.divergences == []
         assert replayed.agents == {a: r.state_hash for a, r in went_on.items()}
+
+    def test_time_travel_starts_from_the_live_agents_checkpoints_and_agrees_with_a_fold_from_zero(
+            self, backend, run_settings, registry):
+        settings, live = self._ran(backend, run_settings, "ckpt-travel")
+        written = sorted(doc["at"] for _, doc in checkpoint_records(backend, settings.topic) if doc["agent"] == "r3")
+        session = Session(settings=settings, swarm=swarms.relay_long, registry=registry, backend=backend)
+        from_zero = Session(settings=settings, swarm=swarms.relay_long, registry=registry, backend=backend,
+                            snapshots=False)
+        end = backend.watermarks(settings.topic)[1]
+        for at in (written[0] + 1, written[len(written) // 2] + 7, end):
+            got = session.state("r3", at=at)
+            assert got.from_snapshot == max(w for w in written if w <= at)  # the latest checkpoint before it
+            assert got.state == from_zero.state("r3", at=at).state
+        assert session.state("r3", at=end).state == live["r3"].state
 
     def test_a_forged_checkpoint_is_refused_and_the_agent_rebuilds_from_zero_with_a_warning(
             self, backend, run_settings, registry, caplog):

@@ -235,7 +235,9 @@ class AgentWorker:
         """This life's fold, restored from the latest verified checkpoint (or fresh, from offset zero),
         and the log end its first pass found."""
         name = self.agent.name
-        checkpoint = None if self.from_zero else self.checkpoints.latest(before=self.backend.watermarks(self.topic)[1])
+        # Checkpoints off (the default): no look at the snapshot topic, the start is what it always was.
+        use = not self.from_zero and self.checkpoints.every > 0
+        checkpoint = self.checkpoints.latest(before=self.backend.watermarks(self.topic)[1]) if use else None
         if checkpoint is not None:
             core, start_end = self._fold(sink, start=checkpoint.at)
             refused = self.checkpoints.resume(core, core.history, checkpoint)  # type: ignore[arg-type]

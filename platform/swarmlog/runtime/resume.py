@@ -5,7 +5,8 @@ it reads every message of the topic and re-runs every step it ever took, so its 
 costs as much as the log is long. With ``SWARMLOG_CHECKPOINT_EVERY=N`` (N > 0) a live agent
 also keeps, every N steps, its whole fold (:func:`.checkpoint.capture`: state, timers,
 counters, the run's seed) beside the log, and a restart starts from the latest one, after
-checking it against the log, and reads only what came after it.
+checking it against the log, and reads only what came after it. With N = 0 (the default) a
+restart does not look for checkpoints at all.
 
 **Where.** In the log's snapshot topic, ``<topic>.snapshots``
 (:func:`~swarmlog.log.protocol.snapshot_topic`), in the debugger's snapshot record format
