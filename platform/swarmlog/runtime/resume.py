@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..debug.snapshots import SNAPSHOT_FORMAT, SnapshotStore
-from ..errors import SwarmlogError
+from ..errors import SwarmlogError, TopicNotFound
 from ..log.base import AgentChannel, LogBackend, Message
 from ..log.protocol import H_AGENT, H_SNAPSHOT_AT, H_SNAPSHOT_CODE
 from ..schema.registry import SchemaRegistry
@@ -73,6 +73,9 @@ __all__ = [
     "Checkpoint",
     "Checkpoints",
 ]
+
+LOOK_BACK = 64
+"""Records of the snapshot topic read at a time, from its end, looking for an agent's latest checkpoint."""
 
 CHECKPOINT_FIELD = "checkpoint"
 """The field of a snapshot record that makes it a live agent's checkpoint: ``{"step": S}``."""
@@ -106,17 +109,56 @@ class Checkpoints:
     def latest(self, *, before: int) -> Checkpoint | None:
         """The latest checkpoint of the agent at or before offset ``before`` this code can restore (None: none).
 
-        Only this code version's and these schemas' (:meth:`SnapshotStore.choose`): another code's
+        Only this code version's and these schemas' (:meth:`SnapshotStore.unusable`): another code's
         fold is not this code's fold. A debugger's snapshot is not a checkpoint (no digest vouches
-        for it) and is passed over."""
-        chosen = self.store.choose(agents=[self.agent], before=before,
-                                   fits=lambda folds: CHECKPOINT_FIELD in folds[self.agent])
-        for ignored in chosen.ignored:
-            logger.info("agent %s: checkpoint %s not used", self.agent, ignored)
-        if chosen.at is None:
+        for it) and is passed over.
+
+        Read backwards from the snapshot topic's end, a window at a time (:data:`LOOK_BACK`, doubled
+        each time), headers first: the topic keeps every checkpoint and snapshot ever written, and a
+        restart that read them all would again cost as much as the run is long. Every live agent
+        writes one every N steps, so an agent's latest is near the end.
+        """
+        topic = self.store.snapshot_topic
+        try:
+            with self._backend.reader(topic):
+                pass  # TopicNotFound at once, where asking a missing topic's watermarks would wait
+        except TopicNotFound:
             return None
-        fold = chosen.folds[self.agent]
-        return Checkpoint(agent=self.agent, at=chosen.at, step=int(fold[CHECKPOINT_FIELD]["step"]), fold=fold)
+        low, high = self._backend.watermarks(topic)
+        window = LOOK_BACK
+        me = self.agent.encode()
+        while high > low:
+            start = max(low, high - window)
+            for m in reversed(self._window(topic, start, high)):
+                h = dict(m.headers() or ())
+                if h.get(H_AGENT) != me:
+                    continue
+                try:
+                    at = int(h[H_SNAPSHOT_AT])
+                    doc = json.loads(m.value() or b"") if at <= before else None
+                except (KeyError, ValueError):
+                    continue
+                if doc is None:
+                    continue
+                code = h.get(H_SNAPSHOT_CODE, b"").decode(errors="replace")
+                if code != self.store.code_version:
+                    reason: str | None = f"made by code version {code!r}, this is {self.store.code_version!r}"
+                else:
+                    reason = self.store.unusable(doc) if isinstance(doc, dict) else "not a snapshot record"
+                if reason is None and CHECKPOINT_FIELD not in doc.get("fold", {}):
+                    continue  # a debugger's snapshot
+                if reason is not None:
+                    logger.info("agent %s: checkpoint at offset %d not used: %s", self.agent, at, reason)
+                    continue
+                fold = doc["fold"]
+                return Checkpoint(agent=self.agent, at=at, step=int(fold[CHECKPOINT_FIELD]["step"]), fold=fold)
+            high, window = start, window * 2
+        return None
+
+    def _window(self, topic: str, start: int, end: int) -> list[Message]:
+        with self._backend.reader(topic) as reader:
+            reader.assign(start)
+            return [m for batch in reader.batches(end=end) for m in batch]
 
     def resume(self, core: AgentCore, history: AgentHistory, checkpoint: Checkpoint) -> str | None:
         """Restore ``checkpoint`` into ``core`` (fresh, its ``history`` read from the checkpoint's position)
