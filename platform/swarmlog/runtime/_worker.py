@@ -7,7 +7,9 @@ group consumer, :mod:`swarmlog.kafka.channel`):
 1. **Fence.** Opening the agent's channel aborts whatever a previous life left open
    and fences it off: a zombie of this agent can no longer commit anything.
 2. **History.** A first pass over the log (:func:`.history.first_pass`): the highest step
-   that has recorded outputs, the recorded effects and state digests.
+   that has recorded outputs, the recorded effects and state digests — read past the log's
+   end as of the fence, waiting for a transaction still open there (another agent's, killed
+   mid-transaction) to end, so that no step this agent already took is taken for a new one.
 3. **Rebuild, then live.** The agent reads from offset zero (whatever its group's
    committed offset says: restart *is* rebuild), or from its latest checkpoint once the
    log's state digest has vouched for it (:mod:`.resume`; ``SWARMLOG_CHECKPOINT_EVERY``).
@@ -254,8 +256,11 @@ class AgentWorker:
 
     def _fold(self, sink: LiveSink, *, start: int) -> tuple[AgentCore, int]:
         name = self.agent.name
+        # The log's end as of now, past this agent's fence: every offset below it was written by a
+        # transaction that has ended or will, and the history is read past it (see first_pass).
+        until = self.backend.watermarks(self.topic)[1]
         histories, start_end = first_pass(backend=self.backend, topic=self.topic, decoder=self.decoder,
-                                          agents=[name], start=start)
+                                          agents=[name], start=start, until=until, stopped=self.stop_event.is_set)
         core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, history=histories[name],
                                      live_sink=sink, llm_client=self.swarm.llm, strict=True,
                                      digest_every=self.settings.state_digest_every)
