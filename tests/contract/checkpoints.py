@@ -70,11 +70,16 @@ class CheckpointContract:
         assert all(r.resumed_from == 0 for r in live.values())  # the first life had none
         written = checkpoint_records(backend, settings.topic)
         assert {doc["agent"] for _, doc in written} == set(live)
-        resumed = self._run(backend, settings)
+        workers: list[Any] = []
+        resumed = self._run(backend, settings, on_started=workers.extend)
         from_zero = self._run(backend, settings, from_zero=True)
         switched_off = self._run(backend, settings.model_copy(update={"checkpoint_every": 0}))
         latest = {doc["agent"]: doc["at"] for _, doc in written}  # each agent's last one
         assert {a: r.resumed_from for a, r in resumed.items()} == latest
+        # What an operator sees: where each agent's rebuild started.
+        seen = {labels[0]: value for w in workers for f in w.metric_families()
+                if f.name == "swarmlog_agent_resumed_from_offset" for labels, value in f.samples}
+        assert seen == latest
         assert all(r.resumed_from == 0 for r in from_zero.values())
         assert all(r.resumed_from == 0 for r in switched_off.values())  # checkpoints off: none looked for
         assert {a: r.state_hash for a, r in resumed.items()} == {a: r.state_hash for a, r in live.items()}

@@ -252,7 +252,9 @@ class AgentWorker:
                            name, checkpoint.at, refused)
             self.agent = self.swarm.agent(name)  # the refused checkpoint's state went into the last one
         self.resumed_from = 0
-        return self._fold(sink, start=0)
+        core, start_end = self._fold(sink, start=0)
+        self.checkpoints.started(core)
+        return core, start_end
 
     def _fold(self, sink: LiveSink, *, start: int) -> tuple[AgentCore, int]:
         name = self.agent.name
@@ -356,6 +358,7 @@ class AgentWorker:
         started = time.perf_counter()
         core = self.core
         checkpoint = core is not None and self._last_msg is not None and self.checkpoints.due(core)
+        wrote = False
         record = core.digest_record(position=position, final=final) if core is not None else None
         if not sink.in_txn:
             channel.begin()
@@ -365,7 +368,7 @@ class AgentWorker:
             if checkpoint:
                 # Beside the log, in the same transaction as the digest record that vouches for it
                 # and the position it is at: all of them become visible, or none (.resume).
-                self.checkpoints.write(channel, core, record, self._last_msg)  # type: ignore[arg-type]
+                wrote = self.checkpoints.write(channel, core, record, self._last_msg)  # type: ignore[arg-type]
         try:
             channel.commit(position)
         except TransactionAborted as exc:
@@ -380,6 +383,7 @@ class AgentWorker:
             sink.in_txn = False
         self.commit_latency.observe(time.perf_counter() - started)
         self.transactions += 1
+        self.checkpoints.written += wrote
         tracer = sink.core.tracer if sink.core is not None else None
         if tracer is not None:
             tracer.flush()  # the batch's steps are in the log now: only now do their spans exist
@@ -433,4 +437,9 @@ class AgentWorker:
                    ("agent",), [(me, rebuilt)]),
             Family("swarmlog_agent_live", "gauge", "1 once the agent has caught up and runs live.", ("agent",),
                    [(me, 1.0 if self.caught_up.is_set() else 0.0)]),
+            Family("swarmlog_agent_resumed_from_offset", "gauge",
+                   "Where the agent's rebuild started: its verified checkpoint's position (0: from offset zero).",
+                   ("agent",), [(me, self.resumed_from)]),
+            Family("swarmlog_agent_checkpoints", "counter", "Checkpoints written (each in a committed transaction).",
+                   ("agent",), [(me, self.checkpoints.written)]),
         ]

@@ -62,7 +62,7 @@ from ..errors import SwarmlogError, TopicNotFound
 from ..log.base import AgentChannel, LogBackend, Message
 from ..log.protocol import H_AGENT, H_SNAPSHOT_AT, H_SNAPSHOT_CODE
 from ..schema.registry import SchemaRegistry
-from .checkpoint import capture, clean, restore
+from .checkpoint import StateNotCapturable, capture, clean, restore
 from .digests import DigestRecord, state_digest
 from .engine import AgentCore
 from .history import AgentHistory
@@ -102,6 +102,8 @@ class Checkpoints:
         self.store = SnapshotStore(backend=backend, topic=topic, registry=registry, code_version=code_version)
         self._backend = backend
         self._written_at_step = 0  # core.steps when the last one was written (or the fold resumed)
+        self.written = 0
+        """Checkpoints written by this process whose transaction committed."""
         self._topic_made = False
 
     # -- reading -----------------------------------------------------------------------------
@@ -194,13 +196,23 @@ class Checkpoints:
         return (self.every > 0 and core.steps - self._written_at_step >= self.every and clean(core)
                 and not core.pending and core.recorder is not None)
 
-    def write(self, channel: AgentChannel, core: AgentCore, record: DigestRecord, last: Message) -> None:
+    def started(self, core: AgentCore) -> None:
+        """A new life's fold (rebuilt from offset zero): the next checkpoint is ``every`` steps after its start."""
+        self._written_at_step = core.steps
+
+    def write(self, channel: AgentChannel, core: AgentCore, record: DigestRecord, last: Message) -> bool:
         """Write the checkpoint of ``core`` into ``channel``'s open transaction, beside ``record`` (the
         transaction's ``state.digest`` record, already written) and after ``last`` (the last message
         folded). Nothing is written if the record digested no step (nothing then vouches for it)."""
         if not record.steps or last.offset() != core.position - 1:
-            return
-        fold = capture(core)
+            return False
+        try:
+            fold = capture(core)
+        except StateNotCapturable as exc:
+            # Not a reason to abort the batch (its outputs are fine): this agent goes on without checkpoints.
+            logger.warning("agent %s: no more checkpoints: %s", self.agent, exc)
+            self.every = 0
+            return False
         # Every step before the position ran live in this fold: its outputs, read after the
         # position by the resumed fold, are this fold's own writing, not records to check.
         fold["checked_from"] = core.position
@@ -217,3 +229,4 @@ class Checkpoints:
         self._written_at_step = core.steps
         logger.debug("agent %s: checkpoint at offset %d (step %d) into the transaction", self.agent, core.position,
                      record.steps[-1])
+        return True
