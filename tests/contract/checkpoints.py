@@ -114,6 +114,24 @@ class CheckpointContract:
             assert got.state == from_zero.state("r3", at=at).state
         assert session.state("r3", at=end).state == live["r3"].state
 
+    def test_a_swarm_replay_from_checkpoints_re_runs_only_the_tail_and_reaches_the_same_states(
+            self, backend, run_settings, registry):
+        settings, live = self._ran(backend, run_settings, "ckpt-replay")
+        latest = {doc["agent"]: doc["at"] for _, doc in checkpoint_records(backend, settings.topic)}
+        full = replay_swarm(settings=settings, swarm=swarms.relay_long, registry=registry, backend=backend)
+        tail = replay_swarm(settings=settings, swarm=swarms.relay_long, registry=registry, backend=backend,
+                            from_checkpoints=True)
+        assert full.resumed_from == {} and full.divergences == [] and tail.divergences == []
+        assert tail.resumed_from == latest
+        assert tail.agents == full.agents == {a: r.state_hash for a, r in live.items()}
+        assert tail.events < full.events  # read from the earliest checkpoint on
+        assert tail.end_offset == full.end_offset
+        # Other code (another code version) has no checkpoint of its own: it replays from the start, and
+        # finds where it departs from the log as ever.
+        changed = replay_swarm(settings=settings, swarm=swarms.relay_changed_long, registry=registry,
+                               backend=backend, from_checkpoints=True)
+        assert changed.resumed_from == {} and changed.divergences
+
     def test_a_forged_checkpoint_is_refused_and_the_agent_rebuilds_from_zero_with_a_warning(
             self, backend, run_settings, registry, caplog):
         settings, live = self._ran(backend, run_settings, "ckpt-forged")
@@ -135,6 +153,11 @@ class CheckpointContract:
         assert refused and "r1" in refused[0] and "rebuilding from offset 0" in refused[0]
         assert again.resumed_from == 0
         assert again.state_hash == live["r1"].state_hash  # the log's state, not the forgery's
+        # A swarm replay from checkpoints refuses it too: r1 folds from the log start, the others from theirs.
+        replayed = replay_swarm(settings=settings, swarm=swarms.relay_long, registry=registry, backend=backend,
+                                from_checkpoints=True)
+        assert "r1" not in replayed.resumed_from and len(replayed.resumed_from) == len(live) - 1
+        assert replayed.divergences == [] and replayed.agents == {a: r.state_hash for a, r in live.items()}
 
     @pytest.mark.parametrize("every", [1, 0], ids=["from-checkpoints", "from-zero"])
     def test_lives_killed_mid_transaction_while_the_others_restart_lose_and_duplicate_nothing(

@@ -76,6 +76,13 @@ def test_an_agent_sigkilled_around_its_checkpoint_writes_resumes_without_duplica
     assert resumed["resumed_from"]["r2"] == max(_checkpoints_of(backend, settings, "r2")) > 0
     assert again["resumed_from"]["r2"] == 0
     assert resumed["agents"]["r2"] == again["agents"]["r2"] == live["r2"]
+    # `replay --swarm --from-checkpoints`, as a process: only the tail re-run, the same states, no token.
+    done = subprocess.run([sys.executable, "-m", "swarmlog.cli", "replay", "--swarm", SWARM, "--from-checkpoints",
+                           "--json"], env=_env(settings), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["agents"] == live and not report["diverged"] and report["token"] is None
+    assert set(report["resumed_from"]) == set(AGENTS) and report["resumed_from"]["r2"] > 0
 
 
 def _restart(settings, agent: str, *extra: str) -> dict:
