@@ -10,6 +10,11 @@ read, every step of the agent re-run and checked). Repetitions interleaved; each
 is compared with the other's, or the benchmark fails. ``events`` is the log's length, so the
 ratio of rates is how many times faster the resumed restart is.
 
+Also ``restart.replay_from_checkpoints`` against ``restart.replay_from_zero``: ``replay_swarm`` of both
+agents (``swarmlog replay --swarm``) with ``from_checkpoints=True`` (each agent from its latest verified
+checkpoint, the log read from the earliest) and without (every step of both re-run and checked), one
+process each; their states are compared.
+
 The log: two agents rallying ``CHAINS`` balls (a trivial handler: one counter, one message a
 step), about one step per offset, half of them agent ``a``'s. Written as bench/snapshots.py
 writes its long log: swarmlog's runtime over an in-memory log (checkpoints included, in the
@@ -28,6 +33,7 @@ from swarmlog.kafka.backend import KafkaBackend
 from swarmlog.kafka.reader import watermarks
 from swarmlog.log.memory import InMemoryLog
 from swarmlog.log.protocol import snapshot_topic
+from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import AgentWorker, run_agents, start_run
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
@@ -132,5 +138,26 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
         raise RuntimeError(f"a restart from the checkpoint reached another state than from zero: {hashes}")
     if not resumed or min(resumed) <= 0:
         raise RuntimeError(f"a restart did not resume from a checkpoint: {resumed}")
-    return [row(sub, base, headline=True, target="live again in < 5 s on >= 2M offsets (seconds)", log_offsets=end,
+    rows = [row(sub, base, headline=True, target="live again in < 5 s on >= 2M offsets (seconds)", log_offsets=end,
                 every=EVERY, baseline_seconds=round(base.seconds, 3), resumed_at=resumed[-1])]
+    tail = Run("restart.replay_from_checkpoints", end)
+    whole = Run("restart.replay_from_zero", end)
+    states: dict[str, list[dict[str, str]]] = {tail.name: [], whole.name: []}
+
+    def replayed(run_: Run, from_checkpoints: bool):
+        def go(r: int) -> None:
+            t0 = perf_counter()
+            result = replay_swarm(settings=ts, swarm=swarm, registry=registry, workers=1,
+                                  from_checkpoints=from_checkpoints)
+            run_.add(perf_counter() - t0)
+            if result.divergences or (from_checkpoints and len(result.resumed_from) != 2):
+                raise RuntimeError(f"{run_.name}: {result.first_divergence}, resumed from {result.resumed_from}")
+            states[run_.name].append(result.agents)
+            log(f"{run_.name} rep {r}: {run_.samples[-1]:.2f} s")
+        return go
+
+    interleave(max(1, reps(3) - 1), replayed(tail, True), replayed(whole, False))
+    if any(s != states[whole.name][0] for s in states[tail.name] + states[whole.name]):
+        raise RuntimeError("a replay from checkpoints reached other states than from zero")
+    rows.append(row(tail, whole, baseline_seconds=round(whole.seconds, 3), log_offsets=end, every=EVERY))
+    return rows
