@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Agent, Swarm
-from ..errors import AgentFenced, TransactionAborted
+from ..errors import AgentFenced, SwarmlogError, TransactionAborted
 from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend, require_complete_history
 from ..log.hotloop import fewer_collections
@@ -129,9 +129,10 @@ class AgentWorker:
         self.from_zero = from_zero
         self.resumed_from = 0
         """Where this life's rebuild started: a verified checkpoint's position, or 0."""
+        every = settings.checkpoint_every
         self.checkpoints = Checkpoints(backend=self.backend, topic=self.topic, registry=self.registry,
-                                       code_version=code_version(swarm), agent=self.agent.name,
-                                       every=settings.checkpoint_every)
+                                       code_version=code_version(swarm) if every > 0 else "", agent=self.agent.name,
+                                       every=every)
         self._last_msg: Any = None  # the last message this life folded (a checkpoint names it)
 
     @property
@@ -239,7 +240,12 @@ class AgentWorker:
         name = self.agent.name
         # Checkpoints off (the default): no look at the snapshot topic, the start is what it always was.
         use = not self.from_zero and self.checkpoints.every > 0
-        checkpoint = self.checkpoints.latest(before=self.backend.watermarks(self.topic)[1]) if use else None
+        checkpoint = None
+        if use:
+            try:
+                checkpoint = self.checkpoints.latest(before=self.backend.watermarks(self.topic)[1])
+            except SwarmlogError as exc:  # the snapshot topic is a cache: not reading it costs time, not the run
+                logger.warning("agent %s: its checkpoints cannot be read (%s); rebuilding from offset 0", name, exc)
         if checkpoint is not None:
             core, start_end = self._fold(sink, start=checkpoint.at)
             refused = self.checkpoints.resume(core, core.history, checkpoint)  # type: ignore[arg-type]
