@@ -70,6 +70,8 @@ from .history import AgentHistory
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "CHECKPOINT_FIELD",
+    "LOOK_BACK",
     "Checkpoint",
     "Checkpoints",
 ]
