@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from swarmlog import Agent, Swarm, on, on_message, on_timer
 from swarmlog.debug import Session
 from swarmlog.log.append import EventLog
 from swarmlog.log.hashing import state_hash
@@ -21,7 +22,7 @@ from swarmlog.runtime import run_agents, start_run
 from swarmlog.runtime.checkpoint import encode_value
 
 from .. import swarms
-from .runtime import _Crash, _DyingBackend, assert_exactly_once
+from .runtime import _Crash, _DyingBackend, assert_exactly_once, events
 
 EVERY = 3
 
@@ -39,6 +40,11 @@ def checkpoint_records(backend: Any, topic: str) -> list[tuple[int, dict[str, An
     return out
 
 
+def assert_exactly_once_ids(backend: Any, topic: str, registry: Any) -> None:
+    ids = [rec["event_id"] for _, _, rec in events(backend, topic, registry)]
+    assert len(ids) == len(set(ids)), "an output was written twice"
+
+
 class _DyingAgent(_DyingBackend):
     """One agent's channel dies after so many commits; the others' live on."""
 
@@ -50,6 +56,34 @@ class _DyingAgent(_DyingBackend):
         if agent == self._agent:
             return super().agent_channel(topic, agent)
         return self._inner.agent_channel(topic, agent)
+
+
+class _Clockwork(Agent):
+    """A logical timer and a wall-clock timeout pending across many steps: restored from checkpoints mid-way."""
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"seen": []}
+
+    @on("run.started")
+    def start(self, ctx, event):
+        if self.name == "t":
+            ctx.timer("late", after_events=50)
+            ctx.timeout("soon", seconds=2.0)
+            ctx.send("u", "ping", "1")
+
+    @on_message("ping")
+    def ping(self, ctx, event):
+        self.state["seen"].append(["ping", event.body])
+        if int(event.body) < 60:
+            ctx.send("u" if self.name == "t" else "t", "ping", str(int(event.body) + 1))
+
+    @on_timer("late")
+    def late(self, ctx, event):
+        self.state["seen"].append(["logical", ctx.now()])
+
+    @on_timer("soon")
+    def soon(self, ctx, event):
+        self.state["seen"].append(["wall", ctx.now()])
 
 
 class CheckpointContract:
@@ -131,6 +165,28 @@ class CheckpointContract:
         changed = replay_swarm(settings=settings, swarm=swarms.relay_changed_long, registry=registry,
                                backend=backend, from_checkpoints=True)
         assert changed.resumed_from == {} and changed.divergences
+
+    def test_timers_pending_in_a_checkpoint_fire_once_where_a_fold_from_zero_fires_them(
+            self, backend, run_settings, registry):
+        swarm = Swarm(name="clockwork", agents=lambda: [_Clockwork("t"), _Clockwork("u")], code_version="1")
+        settings = run_settings.model_copy(update={"checkpoint_every": 1})
+        start_run(settings=settings, swarm=swarm, run_id="clockwork", seed=1, backend=backend)
+        with pytest.raises(_Crash):  # t dies early, its timers pending in its checkpoints
+            run_agents(settings=settings, swarm=swarm, until_quiet=self.quiet, backend=_DyingAgent(backend, "t", 8))
+        finished = {r.agent: r for r in run_agents(settings=settings, swarm=swarm, until_quiet=self.quiet,
+                                                   backend=backend)}
+        (resumed,) = [d for _, d in checkpoint_records(backend, settings.topic)
+                      if d["agent"] == "t" and d["at"] == finished["t"].resumed_from]
+        assert sorted(name for name, *_ in resumed["fold"]["timers"]) == ["late", "soon"]  # both pending in it
+        kinds = [k for k, *_ in finished["t"].state["seen"]]
+        assert kinds.count("logical") == 1 and kinds.count("wall") == 1
+        fired = [rec["payload"]["clock"] for _, t, rec in events(backend, settings.topic, registry)
+                 if t == "timer.fired"]
+        assert sorted(fired) == ["events", "wallclock"]
+        assert_exactly_once_ids(backend, settings.topic, registry)
+        replayed = replay_swarm(settings=settings, swarm=swarm, registry=registry, backend=backend)
+        assert replayed.divergences == []
+        assert replayed.states == {a: r.state for a, r in finished.items()}
 
     def test_a_forged_checkpoint_is_refused_and_the_agent_rebuilds_from_zero_with_a_warning(
             self, backend, run_settings, registry, caplog):
