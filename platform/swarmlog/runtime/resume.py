@@ -139,23 +139,32 @@ class Checkpoints:
                     continue
                 try:
                     at = int(h[H_SNAPSHOT_AT])
-                    doc = json.loads(m.value() or b"") if at <= before else None
                 except (KeyError, ValueError):
                     continue
-                if doc is None:
+                if at > before:
                     continue
                 code = h.get(H_SNAPSHOT_CODE, b"").decode(errors="replace")
-                if code != self.store.code_version:
-                    reason: str | None = f"made by code version {code!r}, this is {self.store.code_version!r}"
-                else:
-                    reason = self.store.unusable(doc) if isinstance(doc, dict) else "not a snapshot record"
-                if reason is None and CHECKPOINT_FIELD not in doc.get("fold", {}):
-                    continue  # a debugger's snapshot
+                if code != self.store.code_version:  # told by its headers: its value is not parsed
+                    logger.info("agent %s: checkpoint at offset %d not used: made by code version %r, this is %r",
+                                self.agent, at, code, self.store.code_version)
+                    continue
+                try:
+                    doc = json.loads(m.value() or b"")
+                except ValueError:
+                    doc = None
+                reason = self.store.unusable(doc) if isinstance(doc, dict) else "not a snapshot record"
                 if reason is not None:
                     logger.info("agent %s: checkpoint at offset %d not used: %s", self.agent, at, reason)
                     continue
-                fold = doc["fold"]
-                return Checkpoint(agent=self.agent, at=at, step=int(fold[CHECKPOINT_FIELD]["step"]), fold=fold)
+                fold = doc.get("fold")
+                if not isinstance(fold, dict) or CHECKPOINT_FIELD not in fold:
+                    continue  # a debugger's snapshot
+                try:
+                    step = int(fold[CHECKPOINT_FIELD]["step"])
+                except (KeyError, TypeError, ValueError):
+                    logger.info("agent %s: checkpoint at offset %d not used: it names no step", self.agent, at)
+                    continue
+                return Checkpoint(agent=self.agent, at=at, step=step, fold=fold)
             high, window = start, window * 2
         return None
 
