@@ -182,11 +182,11 @@ class Checkpoints:
                     f"(a checkpoint of another log, or state digests were off)")
         try:
             restore(core, checkpoint.fold)
-        except SwarmlogError as exc:  # CheckpointUnreadable, a hash seed the interpreter does not have
+            actual = state_digest(core.agent.state, agent=self.agent, offset=checkpoint.step)
+        except SwarmlogError as exc:  # CheckpointUnreadable, a hash seed the interpreter lacks, a state not JSON
             return str(exc)
         if core.position != checkpoint.at:
             return f"its fold is at offset {core.position}, its record says {checkpoint.at}"
-        actual = state_digest(core.agent.state, agent=self.agent, offset=checkpoint.step)
         if actual != expected:
             return (f"its state digests to {actual.hex()[:16]}…, the log recorded {expected.hex()[:16]}… "
                     f"for step {checkpoint.step}")
