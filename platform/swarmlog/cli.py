@@ -701,6 +701,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from .ui.command import add_parsers as add_ui_parsers
 
         add_ui_parsers(sub)  # ui
+    if command is None or command == "regress":
+        from .regression.command import add_parser as add_regress_parser
+
+        add_regress_parser(sub, "regress", parents=[verbose])
     for name, subparser in sub.choices.items():
         if name not in ("dev", "schema") and "-v" not in subparser._option_string_actions:
             subparser.add_argument("-v", "--verbose", action="count", default=0,
