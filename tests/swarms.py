@@ -333,7 +333,7 @@ class RelayLateFix(Relay):
     """The relay with two unrelated changes, each met by only some runs (a regression replay's case):
 
     * ``hop``: the chain-3 token that r0 hands to r4 first (ttl still ``TTL``) ends there;
-    * ``finished``: an agent told that r1 ended chain 0 passes the news on to r0 once more.
+    * ``finished``: an agent told that r1 or r2 ended chain 0 passes the news on to r0 once more.
 
     Whether a run meets either depends on the peers its seed drew, which the log records:
     :func:`late_fix_triggers` finds, from a run's events, the steps these changes alter.
@@ -350,7 +350,7 @@ class RelayLateFix(Relay):
     @on_message("finished")
     def finished(self, ctx, event):
         msg = event.json()
-        if msg["chain"] == 0 and msg["by"] == "r1" and self.name != "r0":
+        if msg["chain"] == 0 and msg["by"] in ("r1", "r2") and self.name != "r0":
             ctx.send("r0", "noted", {"chain": 0})
         super().finished(ctx, event)
 
@@ -368,7 +368,7 @@ def late_fix_triggers(messages: list[tuple[int, str | None, dict[str, Any]]]) ->
         body = json.loads(payload["body"]) if payload.get("body") else {}
         if payload["kind"] == "hop" and to == "r4" and body["chain"] == 3 and body["ttl"] == TTL:
             first.setdefault("hop", offset)
-        # A broadcast reaches every agent but its sender: r1's own "finished" reaches r0, r2, r3, r4.
-        if payload["kind"] == "finished" and body["chain"] == 0 and body["by"] == "r1":
+        # A broadcast reaches every agent but its sender: r1's "finished" reaches r2, r3, r4 (and r0).
+        if payload["kind"] == "finished" and body["chain"] == 0 and body["by"] in ("r1", "r2"):
             first.setdefault("finished", offset)
     return first

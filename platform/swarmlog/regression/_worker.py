@@ -84,9 +84,12 @@ class Replayer:
         return answer
 
     def _replay(self, topic: str) -> RunOutcome | dict[str, Any]:
+        from ..log.base import require_complete_history
         from ..replaying import replay_swarm
         from ..runtime import find_run
 
+        # First: a log that lost its first offsets lost its run.started too, and is no run to skip.
+        require_complete_history(self.backend, topic)
         run = find_run(self.settings, topic, self.registry, backend=self.backend)
         if run is None:
             return RunOutcome(topic=topic, status="skipped", detail="no run.started: not a recorded run")
@@ -164,5 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # run as the module itself, not a copy named __main__: one Replayer class
+    from swarmlog.regression._worker import main as _main
+
+    sys.exit(_main())

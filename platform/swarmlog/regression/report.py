@@ -8,9 +8,11 @@ why) or ``skipped`` (another swarm's run, or a topic with no run).
 
 **Grouping.** The same code change breaks many runs at different offsets, agents and event ids.
 What they share is *where in the code* they depart: the handler that ran the first diverging
-step (``Agent.handler``, found from the step's input event), the kind of divergence, and its
-detail with the run's own identifiers taken out. That triple is the group key, so one change
-that breaks 40 runs is one line with 40 runs under it, and two unrelated changes are two lines.
+step (``Agent.handler``, found from the step's input event) and the kind of divergence (an output,
+an effect, the state). That pair is the group key, so one change that breaks 40 runs is one line
+with 40 runs under it, and two unrelated changes are two lines. What the log had at that step
+varies from run to run (an output that now differs, or none where the code now writes one): the
+group lists those details, with the run's own ids taken out, and how many runs each.
 
 Three renderings: :meth:`RegressionReport.to_json` (one document), :meth:`RegressionReport.table`
 (what a terminal shows) and :meth:`RegressionReport.junit` (JUnit XML: one ``testcase`` per run,
@@ -27,10 +29,15 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["CHECKED", "STATUSES", "DivergenceGroup", "RegressionReport", "RunOutcome", "divergence_key"]
+__all__ = ["CHECKED", "STATUSES", "DivergenceGroup", "RegressionReport", "RunOutcome", "TABLE_RUNS",
+           "divergence_key",
+           "general_detail"]
 
 STATUSES = ("clean", "diverged", "unreadable", "history-incomplete", "failed", "skipped")
 """Every verdict a run can get, in the order the report lists them."""
+
+TABLE_RUNS = 25
+"""Runs the table lists under a group; the JSON and JUnit reports list every one."""
 
 CHECKED = ("clean", "diverged")
 """The verdicts of a run whose replay finished: the others say it could not be checked."""
@@ -41,11 +48,15 @@ detail: the run's own, not the code's, so they are left out of the group key."""
 
 
 def divergence_key(first: dict[str, Any] | None, handler: str | None) -> str:
-    """The group key of a first divergence: the handler, the kind, the detail without the run's ids."""
+    """The group key of a first divergence: the handler that ran the step, and the kind."""
     if first is None:
         return ""
-    detail = _RUN_OWN.sub("…", str(first.get("detail", "")))
-    return f"{handler or '(no handler)'} · {first.get('kind', 'output')}: {detail}"
+    return f"{handler or '(no handler)'} · {first.get('kind', 'output')}"
+
+
+def general_detail(first: dict[str, Any] | None) -> str:
+    """A divergence's detail without the run's own ids and offsets."""
+    return _RUN_OWN.sub("…", str((first or {}).get("detail", "")))
 
 
 @dataclass(slots=True)
@@ -95,11 +106,18 @@ class DivergenceGroup:
     key: str
     handler: str | None
     kind: str
-    detail: str
     runs: list[RunOutcome]
 
+    def details(self) -> dict[str, int]:
+        """What the divergence was, in general terms (:func:`general_detail`) -> how many runs, most first."""
+        counts: dict[str, int] = {}
+        for r in self.runs:
+            d = general_detail(r.first_divergence)
+            counts[d] = counts.get(d, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "handler": self.handler, "kind": self.kind, "detail": self.detail,
+        return {"key": self.key, "handler": self.handler, "kind": self.kind, "details": self.details(),
                 "runs": [r.topic for r in self.runs],
                 "first_divergences": {r.topic: r.first_divergence for r in self.runs}}
 
@@ -143,7 +161,7 @@ class RegressionReport:
         for key, runs in by_key.items():
             first = runs[0].first_divergence or {}
             out.append(DivergenceGroup(key=key, handler=runs[0].handler, kind=str(first.get("kind", "output")),
-                                       detail=key.partition(": ")[2], runs=runs))
+                                       runs=runs))
         return sorted(out, key=lambda g: (-len(g.runs), g.key))
 
     def to_json(self) -> dict[str, Any]:
@@ -180,9 +198,13 @@ class RegressionReport:
         """The report as a terminal shows it: the groups of diverged runs, the runs not checked, a summary."""
         lines = []
         for g in self.groups():
-            lines.append(f"DIVERGED  {len(g.runs)} run(s)  {g.key}")
-            for r in g.runs:
+            lines.append(f"DIVERGED  {len(g.runs)} run(s)  in {g.handler} ({g.kind})")
+            for detail, n in g.details().items():
+                lines.append(f"  {n:>4} × {detail}")
+            for r in g.runs[:TABLE_RUNS]:
                 lines.append(f"    {r.topic:<40} {r.where()}  run {r.run_id}")
+            if len(g.runs) > TABLE_RUNS:
+                lines.append(f"    … and {len(g.runs) - TABLE_RUNS} more (every one in --json, --report, --junit)")
         for o in self.unchecked:
             lines.append(f"{o.status.upper():<9} {o.topic}: {o.detail}")
         skipped = [o for o in self.outcomes if o.status == "skipped"]
