@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from swarmlog.errors import ConfigurationError, ServiceUnavailable
+from swarmlog.errors import ConfigurationError, PostgresUnavailable
 from swarmlog.redaction import SecretStr
 from swarmlog.settings import Settings
 
@@ -73,7 +73,7 @@ class Mirror:
         try:
             self._conn = psycopg.connect(db.database_conninfo(), autocommit=True)
         except psycopg.OperationalError as exc:
-            raise ServiceUnavailable(service="Postgres", address=self.database_url.rpartition("@")[2],
+            raise PostgresUnavailable(address=self.database_url.rpartition("@")[2],
                                      detail=str(exc).strip()) from None
 
     @classmethod

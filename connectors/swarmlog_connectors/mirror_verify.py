@@ -34,6 +34,8 @@ from .postgres_migrations import require_schema
 from .postgres_rows import COPY_SIGNATURE, COPY_TRAILER, EVENT_COLUMNS, RowBuilder
 from .postgres_sink import _redact, connect
 
+__all__ = ["MirrorCheck", "RowProblem", "verify_mirror"]
+
 logger = logging.getLogger(__name__)
 
 _COMPARED = [c for c in EVENT_COLUMNS if c not in ("topic", "seq")]

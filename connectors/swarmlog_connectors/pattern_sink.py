@@ -78,7 +78,7 @@ from typing import Any
 
 import psycopg
 
-from swarmlog.errors import ServiceUnavailable
+from swarmlog.errors import PostgresUnavailable, ServiceUnavailable
 from swarmlog.kafka.config import admin_client
 from swarmlog.kafka.discovery import TopicPattern, discover
 from swarmlog.kafka.multi_reader import MultiTopicReader, stable_ends
@@ -95,6 +95,8 @@ from .postgres_migrations import require_schema
 from .postgres_rows import CopyBatch, RowBuilder
 from .postgres_sink import _TRANSACTION_BYTES, _redact, connect
 from .sink_owners import Fence
+
+__all__ = ["PatternSink", "PatternStats", "owner_name"]
 
 _PROGRESS_EVERY_S = 30.0
 # A sink frozen in the middle of a transaction (SIGSTOP, a hung node whose TCP connection stays
@@ -555,7 +557,7 @@ class PatternSink:
         try:
             return call(*args, **kwargs)
         except psycopg.OperationalError as exc:
-            raise ServiceUnavailable(service="Postgres", address=_redact(self.settings.database_url),
+            raise PostgresUnavailable(address=_redact(self.settings.database_url),
                                      detail=str(exc).strip()) from None
 
     # -- one transaction (on the db thread) --------------------------------------------------

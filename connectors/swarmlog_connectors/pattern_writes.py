@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from swarmlog.errors import ServiceUnavailable
+from swarmlog.errors import PostgresUnavailable
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 
@@ -25,6 +25,8 @@ from . import sink_owners
 from .postgres_rows import COPY_SIGNATURE, COPY_TRAILER, CopyBatch, RowBuilder, dead_letter
 from .postgres_sink import _COPY_EVENTS, _INSERT_DEAD, _INSERT_EVENT
 from .sink_owners import Fence
+
+__all__ = ["TopicsWriter", "Written"]
 
 _SET_POSITIONS = ("UPDATE sink_positions AS p SET next_offset = v.n, updated_at = now() "
                   "FROM unnest(%s::text[], %s::bigint[]) AS v(t, n) WHERE p.topic = v.t")
@@ -80,7 +82,7 @@ class TopicsWriter:
             conn.rollback()
             return self._slowly(conn, pending, expected, topics, ends)
         except psycopg.OperationalError as exc:
-            raise ServiceUnavailable(service="Postgres", address=self.database, detail=str(exc).strip()) from None
+            raise PostgresUnavailable(address=self.database, detail=str(exc).strip()) from None
         return Written(ends=ends, rows=rows, dead=dead_count)
 
     def _slowly(self, conn: psycopg.Connection[Any], pending: list[tuple[str, CopyBatch]], expected: dict[str, int],

@@ -38,6 +38,9 @@ from psycopg import sql
 
 from swarmlog.errors import MirrorMigrationFailed, MirrorNotMigrated
 
+__all__ = ["Migration", "READER_ROLE", "SCHEMA_VERSION", "VERSION_TABLE", "WRITER_ROLE", "migrate", "migrations",
+           "require_schema", "schema_version"]
+
 logger = logging.getLogger(__name__)
 
 WRITER_ROLE = "swarmlog_sink"

@@ -72,7 +72,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from swarmlog.errors import DatabasePermissionDenied, ServiceUnavailable
+from swarmlog.errors import DatabasePermissionDenied, PostgresUnavailable, ServiceUnavailable
 from swarmlog.kafka.backend import KafkaBackend
 from swarmlog.kafka.reader import LogReader, watermarks
 from swarmlog.log.base import ReadPosition
@@ -95,6 +95,8 @@ from .postgres_rows import (
     safe_text,
 )
 
+__all__ = ["PostgresCheck", "PostgresSink", "SinkStats", "connect", "denied"]
+
 # Binary: no text escaping to do in Python, no text parsing of integers, arrays and
 # timestamps in Postgres (RowBuilder.build_copy writes the stream).
 _COPY_EVENTS = sql.SQL("COPY events ({}) FROM STDIN (FORMAT binary)").format(
@@ -111,7 +113,7 @@ _INSERT_DEAD = sql.SQL("INSERT INTO dead_letters ({}) VALUES ({}, %s::bytea[], %
 _TRANSACTION_BYTES = 64 * 1024 * 1024
 # Messages decoded between two looks at whether the db thread is free (see _mirror).
 _HANDOVER_EVERY = 1000
-# Waiting for Postgres to come back: 0.5 s, 1 s, 2 s, ... up to 30 s between attempts.
+# Waiting for Postgres to come back: half a second, doubling up to 30 s between attempts.
 _BACKOFF_FIRST_S = 0.5
 _BACKOFF_MAX_S = 30.0
 _PROGRESS_EVERY_S = 30.0
@@ -145,7 +147,7 @@ def connect(settings: Settings, **kwargs: Any) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(conninfo, autocommit=True, **kwargs)
     except psycopg.OperationalError as exc:
-        raise ServiceUnavailable(service="Postgres", address=_redact(settings.database_url),
+        raise PostgresUnavailable(address=_redact(settings.database_url),
                                  detail=str(exc).strip()) from None
 
 
@@ -174,7 +176,7 @@ class PostgresCheck:
             if self._conn is not None:
                 self._conn.close()
             self._conn = None
-            raise ServiceUnavailable(service="Postgres", address=_redact(self.settings.database_url),
+            raise PostgresUnavailable(address=_redact(self.settings.database_url),
                                      detail=str(exc).strip()) from None
 
 
@@ -242,7 +244,7 @@ class PostgresSink:
                     if away_since is None or self._connected_at > away_since:
                         away_since, delay = now, _BACKOFF_FIRST_S  # a new outage, not the same one
                     if self.give_up_after is not None and now - away_since >= self.give_up_after:
-                        raise ServiceUnavailable(service="Postgres", address=_redact(self.settings.database_url),
+                        raise PostgresUnavailable(address=_redact(self.settings.database_url),
                                                  detail=f"{away} (retried for {now - away_since:.0f} s)") from None
                     logger.warning("sink: Postgres at %s is unavailable (%s); mirrored up to offset %d; "
                                    "connecting again in %.1f s", _redact(self.settings.database_url), away,
@@ -304,7 +306,7 @@ class PostgresSink:
                 for batch in reader.batches(follow=not until_end, timeout=self.poll_timeout,
                                             batch_size=self.batch_size):
                     # Decoded a slice at a time, so that a db thread that finished finds its next
-                    # transaction within a slice's decoding (~6 ms), not a whole batch's (~30 ms):
+                    # transaction within a slice's decoding, not a whole batch's (sink.swarmlog):
                     # Postgres is the slower side, and the time it waits is the sink's throughput.
                     for piece in _slices(batch):
                         if piece:

@@ -17,11 +17,13 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from swarmlog.errors import ServiceUnavailable
+from swarmlog.errors import PostgresUnavailable
 from swarmlog.settings import Settings
 
 from .postgres_migrations import require_schema
 from .postgres_sink import _redact, connect
+
+__all__ = ["publish_report"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ def publish_report(settings: Settings, report: dict[str, Any]) -> int:
             require_schema(conn, database=_redact(settings.database_url))
             row = conn.execute(_INSERT, params).fetchone()
         except psycopg.OperationalError as exc:
-            raise ServiceUnavailable(service="Postgres", address=_redact(settings.database_url),
+            raise PostgresUnavailable(address=_redact(settings.database_url),
                                      detail=str(exc).strip()) from None
     assert row is not None
     logger.info("replay report %d published to Postgres (table replay_reports)", row[0])

@@ -37,6 +37,8 @@ from typing import Any
 
 import psycopg
 
+__all__ = ["Fence", "Row", "claim", "fenced", "read", "release"]
+
 logger = logging.getLogger(__name__)
 
 # The rows exist before anything locks them: FOR UPDATE has no row to lock for a topic

@@ -20,6 +20,8 @@ from swarmlog.token import ReplayTokenV2, parse_token
 from .postgres_migrations import require_schema
 from .postgres_sink import _redact, connect
 
+__all__ = ["SavedToken", "list_tokens", "load_saved", "save_token"]
+
 
 @dataclass(frozen=True, slots=True)
 class SavedToken:

@@ -2,10 +2,10 @@
 
 The public surface: the agent API (``Agent``, ``Swarm``, the handler decorators and
 ``ctx``), running and replaying a swarm, work in and out of a running swarm (``Client``,
-``AsyncClient``), appending events, the settings and the errors. Subpackages have faces of
-their own (``swarmlog.debug``, ``swarmlog.kafka``, ``swarmlog.log``, ``swarmlog.replaying``,
-``swarmlog.runtime``, ``swarmlog.schema``, ``swarmlog.testing``); modules whose names start
-with ``_`` are machinery. ``swarmlog.debug`` is the debugging API (the log decoded, state at
+``AsyncClient``), appending events, the settings and the errors (every one of :mod:`swarmlog.errors`).
+Subpackages have faces of their own (``swarmlog.debug``, ``swarmlog.kafka``, ``swarmlog.llm``,
+``swarmlog.log``, ``swarmlog.replaying``, ``swarmlog.runtime``, ``swarmlog.schema``, ``swarmlog.testing``);
+modules whose names start with ``_`` are machinery. ``swarmlog.debug`` is the debugging API (the log decoded, state at
 any offset, a debugger at a step, snapshots, forks); ``swarmlog.testing`` the simulator and the stubs
 swarms are tested with. ``tests/unit/test_layout.py`` pins this list.
 """
@@ -14,238 +14,49 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import errors
 from ._lazy import exports
+from .errors import *  # noqa: F403  # every error: the module is small and every command imports it anyway
 
-if TYPE_CHECKING:
-    from .agent import Agent, Swarm, on, on_message, on_timer
-    from .client import AsyncClient, Client, Sent
-    from .context import Context
-    from .errors import (
-        AgentFenced,
-        AppendFailed,
-        AppendIncomplete,
-        ConfigurationError,
-        CopyFailed,
-        DatabasePermissionDenied,
-        EffectDiverged,
-        EffectFailed,
-        EventFate,
-        EventNotFound,
-        ForkPointInsideStep,
-        GroupHasActiveMembers,
-        GroupNotAtStart,
-        GroupResetFailed,
-        HashSeedMismatch,
-        HistoryIncomplete,
-        InputBeforeRun,
-        InputHandlerFailed,
-        InvalidEvent,
-        InvalidSetting,
-        InvalidToken,
-        KafkaHandshakeFailed,
-        KafkaOperationFailed,
-        MirrorBehind,
-        MirrorMigrationFailed,
-        MirrorNotMigrated,
-        MissingDependency,
-        NondeterminismError,
-        NoReply,
-        NoRunStarted,
-        NotAnAgentOfTheRun,
-        OutsideStep,
-        ReadFailed,
-        ReplyTimeout,
-        RoutingHeaderMismatch,
-        RunAlreadyRecorded,
-        RunNotStarted,
-        ScheduleMismatch,
-        SchemaClash,
-        SchemaError,
-        SchemaNotFound,
-        ServiceUnavailable,
-        SignatureUnchecked,
-        StateDiverged,
-        StateNotSerialisable,
-        SwarmlogError,
-        TopicCreateFailed,
-        TopicExists,
-        TopicNotFound,
-        TopicNotSinglePartition,
-        TransactionAborted,
-        UndecodableMessage,
-        UnknownEventType,
-        UnmodelledEffect,
-        UsageError,
-    )
-    from .events import Event
-    from .llm import HTTPRequestDiverged
-    from .log.append import EventLog
-    from .log.memory import InMemoryLog
-    from .replaying import Divergence, ReplayResult, SwarmReplayResult, replay, replay_swarm
-    from .runtime import run_agents, start_run
-    from .settings import Settings
+if TYPE_CHECKING:  # what _LAZY gives, for type checkers (``X as X``: re-exported)
+    from .agent import Agent as Agent
+    from .agent import Swarm as Swarm
+    from .agent import on as on
+    from .agent import on_message as on_message
+    from .agent import on_timer as on_timer
+    from .client import AsyncClient as AsyncClient
+    from .client import Client as Client
+    from .client import Sent as Sent
+    from .context import Context as Context
+    from .events import Event as Event
+    from .llm import HTTPRequestDiverged as HTTPRequestDiverged
+    from .log.append import EventLog as EventLog
+    from .log.memory import InMemoryLog as InMemoryLog
+    from .replaying import Divergence as Divergence
+    from .replaying import ReplayResult as ReplayResult
+    from .replaying import SwarmReplayResult as SwarmReplayResult
+    from .replaying import replay as replay
+    from .replaying import replay_swarm as replay_swarm
+    from .runtime import run_agents as run_agents
+    from .runtime import start_run as start_run
+    from .settings import Settings as Settings
 
 # Every other public name is imported when first used (PEP 562): a command that needs no agent
 # API (``swarmlog replay``, ``swarmlog log``) must not pay for importing the determinism guard,
 # the runtime and the HTTP recorder at every start (``cli_replay_3`` in bench/cli.py).
 _LAZY: dict[str, str] = {
-    "Agent": ".agent",
-    "Swarm": ".agent",
-    "on": ".agent",
-    "on_message": ".agent",
-    "on_timer": ".agent",
+    **dict.fromkeys(["Agent", "Swarm", "on", "on_message", "on_timer"], ".agent"),
+    **dict.fromkeys(["AsyncClient", "Client", "Sent"], ".client"),
     "Context": ".context",
-    "AsyncClient": ".client",
-    "Client": ".client",
-    "Sent": ".client",
-    "InputBeforeRun": ".errors",
-    "InputHandlerFailed": ".errors",
-    "NoReply": ".errors",
-    "NotAnAgentOfTheRun": ".errors",
-    "ReplyTimeout": ".errors",
-    "AgentFenced": ".errors",
-    "AppendFailed": ".errors",
-    "AppendIncomplete": ".errors",
-    "ConfigurationError": ".errors",
-    "CopyFailed": ".errors",
-    "DatabasePermissionDenied": ".errors",
-    "EffectDiverged": ".errors",
-    "EffectFailed": ".errors",
-    "EventFate": ".errors",
-    "EventNotFound": ".errors",
-    "ForkPointInsideStep": ".errors",
-    "GroupHasActiveMembers": ".errors",
-    "GroupNotAtStart": ".errors",
-    "GroupResetFailed": ".errors",
-    "HashSeedMismatch": ".errors",
-    "HistoryIncomplete": ".errors",
-    "InvalidEvent": ".errors",
-    "InvalidSetting": ".errors",
-    "InvalidToken": ".errors",
-    "KafkaHandshakeFailed": ".errors",
-    "KafkaOperationFailed": ".errors",
-    "MirrorMigrationFailed": ".errors",
-    "MirrorBehind": ".errors",
-    "MirrorNotMigrated": ".errors",
-    "MissingDependency": ".errors",
-    "NondeterminismError": ".errors",
-    "NoRunStarted": ".errors",
-    "OutsideStep": ".errors",
-    "ReadFailed": ".errors",
-    "RoutingHeaderMismatch": ".errors",
-    "RunAlreadyRecorded": ".errors",
-    "RunNotStarted": ".errors",
-    "ScheduleMismatch": ".errors",
-    "SchemaClash": ".errors",
-    "SchemaError": ".errors",
-    "SchemaNotFound": ".errors",
-    "ServiceUnavailable": ".errors",
-    "SignatureUnchecked": ".errors",
-    "StateDiverged": ".errors",
-    "StateNotSerialisable": ".errors",
-    "SwarmlogError": ".errors",
-    "TopicCreateFailed": ".errors",
-    "TopicExists": ".errors",
-    "TopicNotFound": ".errors",
-    "TopicNotSinglePartition": ".errors",
-    "TransactionAborted": ".errors",
-    "UndecodableMessage": ".errors",
-    "UnknownEventType": ".errors",
-    "UnmodelledEffect": ".errors",
-    "UsageError": ".errors",
     "Event": ".events",
     "HTTPRequestDiverged": ".llm",
     "EventLog": ".log.append",
     "InMemoryLog": ".log.memory",
-    "Divergence": ".replaying",
-    "ReplayResult": ".replaying",
-    "SwarmReplayResult": ".replaying",
-    "replay": ".replaying",
-    "replay_swarm": ".replaying",
-    "run_agents": ".runtime",
-    "start_run": ".runtime",
+    **dict.fromkeys(["Divergence", "ReplayResult", "SwarmReplayResult", "replay", "replay_swarm"], ".replaying"),
+    **dict.fromkeys(["run_agents", "start_run"], ".runtime"),
     "Settings": ".settings",
 }
 
-
 __getattr__ = exports(globals(), _LAZY)
 
-
-__all__ = [
-    "Agent",
-    "AgentFenced",
-    "AsyncClient",
-    "Client",
-    "InputBeforeRun",
-    "InputHandlerFailed",
-    "NoReply",
-    "NotAnAgentOfTheRun",
-    "ReplyTimeout",
-    "Sent",
-    "AppendFailed",
-    "AppendIncomplete",
-    "ConfigurationError",
-    "DatabasePermissionDenied",
-    "Context",
-    "CopyFailed",
-    "Divergence",
-    "EffectDiverged",
-    "EffectFailed",
-    "Event",
-    "EventFate",
-    "EventLog",
-    "EventNotFound",
-    "ForkPointInsideStep",
-    "GroupHasActiveMembers",
-    "GroupNotAtStart",
-    "GroupResetFailed",
-    "HashSeedMismatch",
-    "HistoryIncomplete",
-    "InMemoryLog",
-    "HTTPRequestDiverged",
-    "InvalidEvent",
-    "InvalidSetting",
-    "InvalidToken",
-    "KafkaHandshakeFailed",
-    "KafkaOperationFailed",
-    "MirrorMigrationFailed",
-    "MirrorBehind",
-    "MirrorNotMigrated",
-    "MissingDependency",
-    "NoRunStarted",
-    "NondeterminismError",
-    "OutsideStep",
-    "ReadFailed",
-    "ReplayResult",
-    "RoutingHeaderMismatch",
-    "RunAlreadyRecorded",
-    "RunNotStarted",
-    "ScheduleMismatch",
-    "SchemaClash",
-    "SchemaError",
-    "SchemaNotFound",
-    "ServiceUnavailable",
-    "Settings",
-    "SignatureUnchecked",
-    "StateDiverged",
-    "StateNotSerialisable",
-    "Swarm",
-    "SwarmReplayResult",
-    "SwarmlogError",
-    "TopicCreateFailed",
-    "TopicExists",
-    "TopicNotFound",
-    "TopicNotSinglePartition",
-    "TransactionAborted",
-    "UndecodableMessage",
-    "UnknownEventType",
-    "UnmodelledEffect",
-    "UsageError",
-    "on",
-    "on_message",
-    "on_timer",
-    "replay",
-    "replay_swarm",
-    "run_agents",
-    "start_run",
-]
+__all__ = [*_LAZY, *errors.__all__]

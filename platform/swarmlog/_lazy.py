@@ -1,10 +1,13 @@
 """Public names imported when first used (PEP 562), for a package face whose machinery is heavy.
 
 Every ``swarmlog`` command starts by importing ``swarmlog``, so whatever the package's face
-imports, every command pays for at start-up: the determinism guard's tables alone take about a
-tenth of a second, and ``swarmlog replay`` of a short log runs none of it (``cli_replay_3`` in
-bench/cli.py). A face lists its heavy names here instead; the first lookup imports the
-module and binds the name in the face, so every later lookup is a plain attribute read.
+imports, every command pays for at start-up: the determinism guard's tables alone cost a short
+command more than its own work, and ``swarmlog replay`` of a short log runs none of it
+(``cli_replay_3`` in bench/cli.py). A face lists its heavy names here instead; the first lookup
+imports the module and binds the name in the face, so every later lookup is a plain attribute read.
+
+The one private module at the top of the package: every face imports it, so it is a leaf of the
+import graph, belonging to no wing.
 """
 
 from __future__ import annotations

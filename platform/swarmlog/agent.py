@@ -42,6 +42,8 @@ from .events import Event
 from .llm.sdk import llm_client
 from .log.protocol import AGENT_NAME_FORBIDDEN, MESSAGE, TIMER_FIRED
 
+__all__ = ["Agent", "Handler", "Swarm", "on", "on_message", "on_timer"]
+
 Handler = Callable[[Any, Any, Event], Any]
 """``(self, ctx, event)``: returns nothing, or (``async def``) a coroutine the runtime runs on the step's loop."""
 

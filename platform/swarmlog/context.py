@@ -42,6 +42,8 @@ from .log.protocol import (
 )
 from .schema.registry import SchemaRegistry
 
+__all__ = ["Context", "EffectRunner", "Output", "OutputSink"]
+
 T = TypeVar("T")
 
 
@@ -274,7 +276,8 @@ class Context:
 
     def _http_pair(self, library: Any, retries: int, redact_headers: Sequence[str],
                    redact_params: Sequence[str], *, asynchronous: bool = False) -> tuple[Any, Any]:
-        from .llm.http import RecordedHTTP, Redaction, httpx_library, transport_type
+        from .llm.http import RecordedHTTP, httpx_library, transport_type
+        from .redaction import Redaction
 
         with allowed():  # the first use imports httpx2, which reads its package metadata: not the handler's I/O
             lib = httpx_library(library)
@@ -299,7 +302,7 @@ class Context:
         """The key in the environment variable ``name``, for an SDK the handler builds on a recorded client:
         ``openai.OpenAI(api_key=ctx.credential("OPENAI_API_KEY"), http_client=ctx.http())``.
 
-        Live, the variable's value (:class:`~swarmlog.llm.credentials.CredentialMissing` if it is unset);
+        Live, the variable's value (:class:`~swarmlog.llm.errors.CredentialMissing` if it is unset);
         on replay a placeholder, so that a replay needs no key (:mod:`swarmlog.llm.credentials` says why).
         Not recorded: keep it out of state and messages. Every value handed out is scrubbed from what
         ``ctx.http()`` records.
@@ -398,7 +401,7 @@ class Context:
 
     def _output(self, event_type: str, payload: dict[str, Any], to: str | None, *, locate: bool = False,
                 event_id: str | None = None) -> int:
-        # Runs inside the handler, under the guard's profile hook: every call here costs twice.
+        # Runs inside the handler, under the guard's profile hook: every call here costs more.
         sink = self._sink
         if sink is None:
             raise OutsideStep(agent=self.agent)
@@ -412,9 +415,9 @@ class Context:
         # rebuilt it (exact str, int, dict... never the handler's own subclass), the names as exact
         # strings — so writing it runs none of the handler's code. The write is swarmlog's own
         # recorded I/O (naming it, encoding it, sending it in the step's transaction, or, on replay,
-        # checking it against the record), and runs with the hook off: it was about 50 hooked calls
-        # of every ring step, a fifth of the step's CPU (bench/README.md, "Where a ring step's time
-        # goes").
+        # checking it against the record), and runs with the hook off: it was dozens of hooked calls
+        # of every ring step, a good part of the step's CPU (bench/README.md, "Where a ring step's
+        # time goes").
         if type(event_type) is not str:
             event_type = str.__str__(event_type)
         if to is not None and type(to) is not str and isinstance(to, str):

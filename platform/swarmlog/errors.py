@@ -1,10 +1,109 @@
-"""swarmlog's typed errors.
+"""swarmlog's typed errors, and the tree they form.
 
-Every error carries the facts as fields and says what to do in its message;
-callers (and the runtime itself) decide by the error's type and fields, never by
-its text. Driver exceptions are translated into these at one seam per driver:
-librdkafka's ``KafkaException`` in :mod:`swarmlog.kafka.errors`, psycopg's in the
-sink (:mod:`swarmlog_connectors`).
+Every error carries the facts as fields and says what to do in its message; callers (and the
+runtime itself) decide by the error's type and fields, never by its text. Driver exceptions are
+translated into these at one seam per driver: librdkafka's ``KafkaException`` in
+:mod:`swarmlog.kafka.errors`, psycopg's where the mirror is written and read (:mod:`swarmlog_connectors`).
+
+The intermediate classes exist to be caught: ``except KafkaSideError`` catches every failure of
+the log's side (Kafka, or the in-memory log for the same conditions), ``except EventError`` every
+event or message that does not fit the schemas or the protocol, ``except MirrorError`` every
+failure of the Postgres mirror, ``except RunError`` every run that cannot go on,
+``except NondeterminismError`` every replay that departs from the log, ``except TokenError`` and
+``except LLMError`` the rest. Two axes cross the tree: :class:`ServiceUnavailable` (Kafka or
+Postgres did not answer: the CLI's exit 69) and :class:`Retriable` (the same operation may succeed
+later, nothing changed; every error's ``retriable`` says so). The CLI maps
+:class:`ConfigurationError`, :class:`SchemaError` and :class:`TokenError` to exit 2: fix the
+command, the settings or the schemas.
+
+Each error is written once: here, or in its wing's ``errors.py`` (in brackets). ``__all__`` and
+the package's face are derived from the classes, and ``tests/unit/test_errors.py`` holds this
+drawing to them::
+
+    SwarmlogError
+    ├── Retriable
+    ├── ConfigurationError
+    │   ├── UsageError
+    │   │   └── NotAnAgentOfTheRun
+    │   ├── InvalidSetting
+    │   ├── TracingExporterMissing
+    │   ├── UnmodelledEffect
+    │   ├── ScheduleMismatch
+    │   ├── StateUnavailable
+    │   └── CredentialMissing  [swarmlog.llm.errors]
+    ├── MissingDependency
+    ├── ServiceUnavailable
+    ├── KafkaSideError
+    │   ├── KafkaUnavailable (also ServiceUnavailable, Retriable)
+    │   ├── KafkaHandshakeFailed (also ServiceUnavailable)
+    │   ├── KafkaOperationFailed
+    │   ├── TopicNotFound
+    │   ├── TopicNotSinglePartition
+    │   ├── TopicExists
+    │   ├── TopicCreateFailed
+    │   ├── CopyFailed
+    │   ├── ReadFailed
+    │   ├── EventNotFound
+    │   ├── HistoryIncomplete
+    │   ├── AppendFailed
+    │   │   └── AppendIncomplete
+    │   ├── TransactionAborted
+    │   │   └── AgentFenced
+    │   ├── GroupHasActiveMembers
+    │   ├── GroupResetFailed
+    │   └── GroupNotAtStart
+    ├── EventError
+    │   ├── InvalidEvent
+    │   ├── UndecodableMessage
+    │   ├── RoutingHeaderMismatch
+    │   └── SchemaError
+    │       ├── SchemaClash
+    │       ├── SchemaNotFound
+    │       └── UnknownEventType
+    ├── MirrorError
+    │   ├── PostgresUnavailable (also ServiceUnavailable, Retriable)
+    │   ├── DatabasePermissionDenied
+    │   ├── MirrorNotMigrated
+    │   ├── MirrorMigrationFailed
+    │   └── MirrorBehind (also Retriable)
+    ├── RunError
+    │   ├── RunAlreadyRecorded
+    │   ├── RunNotStarted
+    │   │   └── InputBeforeRun
+    │   ├── NoReply
+    │   │   ├── ReplyTimeout (also TimeoutError)
+    │   │   └── InputHandlerFailed
+    │   ├── NoRunStarted
+    │   ├── HashSeedMismatch
+    │   ├── OutsideStep
+    │   ├── EffectFailed
+    │   ├── StateNotSerialisable
+    │   ├── StateNotCapturable
+    │   ├── CheckpointUnreadable
+    │   ├── SnapshotStale
+    │   ├── ReplayWorkerFailed
+    │   ├── ForkPointInsideStep
+    │   └── AsyncStepError  [swarmlog.aio.errors]
+    │       ├── StepLeftWork  [swarmlog.aio.errors]
+    │       ├── StepStalled  [swarmlog.aio.errors]
+    │       ├── StepCancelled  [swarmlog.aio.errors]
+    │       └── NestedRun  [swarmlog.aio.errors]
+    ├── NondeterminismError
+    │   ├── EffectDiverged
+    │   │   ├── HTTPRequestDiverged  [swarmlog.llm.errors]
+    │   │   ├── AsyncCallDiverged  [swarmlog.aio.errors]
+    │   │   ├── ModelRequestDiverged  [swarmlog.integrations.errors]
+    │   │   └── ToolResultDiverged  [swarmlog.integrations.errors]
+    │   ├── StateDiverged
+    │   └── ForbiddenCall  [swarmlog.guard.errors]
+    ├── TokenError
+    │   └── InvalidToken
+    │       └── SignatureUnchecked
+    └── LLMError  [swarmlog.llm.errors]
+        ├── LLMUnavailable (also Retriable)  [swarmlog.llm.errors]
+        ├── LLMRequestFailed  [swarmlog.llm.errors]
+        ├── LLMResponseInvalid  [swarmlog.llm.errors]
+        └── ScriptExhausted  [swarmlog.llm.errors]
 """
 
 from __future__ import annotations
@@ -16,8 +115,20 @@ from typing import NamedTuple
 class SwarmlogError(Exception):
     """Base of every error swarmlog raises on purpose."""
 
+    retriable = False
+    """Whether the same operation may succeed later, nothing changed (see :class:`Retriable`)."""
 
-# --- configuration and environment -------------------------------------------------
+
+class Retriable(SwarmlogError):
+    """The retriable axis: nothing is wrong with the request or the settings, and the same operation may
+    succeed later (a service came back, a rate limit passed, the mirror caught up). Mixed into the
+    errors that are so by their nature; :class:`KafkaOperationFailed` says so per error
+    (``retriable``, librdkafka's verdict)."""
+
+    retriable = True
+
+
+# --- configuration and environment ------------------------------------------------------------------
 
 
 class ConfigurationError(SwarmlogError):
@@ -41,15 +152,6 @@ class InvalidSetting(ConfigurationError):
         super().__init__(f"{variable}{shown}: {problem}" + (f"; expected {hint}" if hint else ""))
 
 
-class MissingDependency(SwarmlogError):
-    """A program swarmlog needs is not installed (Java, Maven, PostgreSQL)."""
-
-    def __init__(self, *, program: str, install_hint: str) -> None:
-        self.program = program
-        self.install_hint = install_hint
-        super().__init__(f"{program} is required but was not found. {install_hint}")
-
-
 class TracingExporterMissing(ConfigurationError):
     """``OTEL_TRACES_EXPORTER`` (or an OTLP endpoint) asks for an exporter whose package is not installed."""
 
@@ -59,6 +161,76 @@ class TracingExporterMissing(ConfigurationError):
         super().__init__(f"tracing is asked to export through {exporter!r}, but {package} is not installed: "
                          f"pip install 'swarmlog[otel]' (OTLP over HTTP and the console), or install {package}; "
                          f"or unset OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT to run without traces")
+
+
+class UnmodelledEffect(ConfigurationError):
+    """A simulated step called an effect or the LLM that the simulation has no answer for.
+
+    The simulator never calls the world: every ``ctx.effect`` and ``ctx.llm`` is answered
+    from the simulation's models, so that a run is a function of its schedule.
+    """
+
+    def __init__(self, *, agent: str, offset: int, kind: str, name: str) -> None:
+        self.agent = agent
+        self.offset = offset
+        self.kind = kind
+        self.name = name
+        if kind == "HTTP exchange":
+            what = ("ctx.http() is not simulated (a raw HTTP exchange has no model to answer it): in a swarm "
+                    "you simulate, make the call through ctx.llm (Swarm(llm=...)) or ctx.effect, which the "
+                    "Simulator models with llm=... / effects={...}")
+        else:
+            how = (f"effects={{{name!r}: ...}}" if kind == "effect" else "llm=...")
+            what = (f"the simulation has no model for {kind} {name!r}. Give the Simulator {how}: a value, a "
+                    f"function of the call's arguments, Fail(exception) or one_of(...) to let the schedule "
+                    f"choose")
+        super().__init__(f"agent {agent!r}, step at offset {offset}: {what}; the simulator never calls the "
+                         f"world itself")
+
+
+class ScheduleMismatch(ConfigurationError):
+    """A recorded schedule does not fit the swarm it is run on (other code, another swarm)."""
+
+    def __init__(self, *, decision: int, choice: int, options: int) -> None:
+        self.decision = decision
+        self.choice = choice
+        self.options = options
+        super().__init__(f"the schedule takes option {choice} at decision {decision}, where the swarm has only "
+                         f"{options} option(s): it was recorded on other code or another swarm. Explore again "
+                         f"with this code to get a schedule for it")
+
+
+class NotAnAgentOfTheRun(UsageError):
+    """An input names an agent the run does not have, or comes from one of the run's own agents."""
+
+    def __init__(self, *, topic: str, run_id: str, name: str, agents: Sequence[str], role: str) -> None:
+        self.topic = topic
+        self.run_id = run_id
+        self.name = name
+        self.agents = list(agents)
+        self.role = role
+        """``recipient``: no agent of the run is called ``name`` (the input would be read by nobody);
+        ``sender``: ``name`` is an agent of the run (the input would pass for that agent's own record)."""
+        listed = ", ".join(self.agents) or "none"
+        if role == "recipient":
+            problem = f"run {run_id!r} of topic {topic!r} has no agent {name!r}: nobody would read this input"
+        else:
+            problem = (f"{name!r} is an agent of run {run_id!r} of topic {topic!r}: input comes from outside the "
+                       f"swarm, so write it as another name (Client(sender=...), --agent)")
+        super().__init__(f"{problem} (the run's agents: {listed})")
+
+
+class StateUnavailable(ConfigurationError):
+    """The console cannot compute this state (no code for the run's swarm, or the fold failed)."""
+
+
+class MissingDependency(SwarmlogError):
+    """A program swarmlog needs is not installed (Java, Maven, PostgreSQL)."""
+
+    def __init__(self, *, program: str, install_hint: str) -> None:
+        self.program = program
+        self.install_hint = install_hint
+        super().__init__(f"{program} is required but was not found. {install_hint}")
 
 
 class ServiceUnavailable(SwarmlogError):
@@ -75,7 +247,23 @@ class ServiceUnavailable(SwarmlogError):
         super().__init__(f"cannot reach {service} at {address}: {detail}. {self.hint}")
 
 
-class KafkaHandshakeFailed(ServiceUnavailable):
+# --- the Kafka side (the log) -----------------------------------------------------------------------
+
+
+class KafkaSideError(SwarmlogError):
+    """The log's side failed: Kafka (or the in-memory log, which raises the same errors for the same
+    conditions) could not be reached, refused an operation, or holds a topic, a group or a history that
+    does not fit. ``except KafkaSideError`` catches every one of them."""
+
+
+class KafkaUnavailable(KafkaSideError, ServiceUnavailable, Retriable):
+    """Kafka could not be reached, or did not answer in time (``SWARMLOG_CONNECT_TIMEOUT``)."""
+
+    def __init__(self, *, address: str, detail: str, hint: str | None = None) -> None:
+        super().__init__(service="Kafka", address=address, detail=detail, hint=hint)
+
+
+class KafkaHandshakeFailed(KafkaSideError, ServiceUnavailable):
     """A broker answered, but the TLS or SASL handshake with it failed: a configuration problem."""
 
     _HINTS = {
@@ -92,21 +280,7 @@ class KafkaHandshakeFailed(ServiceUnavailable):
                          hint=self._HINTS.get(stage))
 
 
-class DatabasePermissionDenied(SwarmlogError):
-    """The Postgres role may not do what the mirror needs (read its position, write rows)."""
-
-    def __init__(self, *, role: str, database: str, action: str, detail: str) -> None:
-        self.role = role
-        self.database = database
-        self.action = action
-        self.detail = detail
-        super().__init__(
-            f"Postgres role {role!r} may not {action} in database {database!r} ({detail}). The sink needs only "
-            f"the group role `swarmlog mirror migrate` creates: GRANT swarmlog_sink TO {role} (the migration, "
-            f"run as the database owner, makes the tables and grants that role what mirroring needs).")
-
-
-class KafkaOperationFailed(SwarmlogError):
+class KafkaOperationFailed(KafkaSideError):
     """Kafka refused an operation for a reason none of the more specific errors covers."""
 
     def __init__(self, *, operation: str, code: int, name: str, detail: str, retriable: bool = False) -> None:
@@ -118,16 +292,13 @@ class KafkaOperationFailed(SwarmlogError):
         super().__init__(f"{operation} failed: Kafka error {name}: {detail}")
 
 
-# --- topics --------------------------------------------------------------------------
-
-
-class TopicNotFound(SwarmlogError):
+class TopicNotFound(KafkaSideError):
     def __init__(self, *, topic: str) -> None:
         self.topic = topic
         super().__init__(f"topic {topic!r} does not exist; create it with `swarmlog topic create {topic}`")
 
 
-class TopicNotSinglePartition(SwarmlogError):
+class TopicNotSinglePartition(KafkaSideError):
     """The topic's offsets are only a total order if the topic has exactly one partition."""
 
     def __init__(self, *, topic: str, partitions: int) -> None:
@@ -140,7 +311,7 @@ class TopicNotSinglePartition(SwarmlogError):
         )
 
 
-class TopicExists(SwarmlogError):
+class TopicExists(KafkaSideError):
     """A topic that must be new already exists."""
 
     def __init__(self, *, topic: str) -> None:
@@ -149,7 +320,15 @@ class TopicExists(SwarmlogError):
                          f"topic, so that nothing of another log can mix into it)")
 
 
-class CopyFailed(SwarmlogError):
+class TopicCreateFailed(KafkaSideError):
+    def __init__(self, *, topic: str, detail: str) -> None:
+        self.topic = topic
+        self.detail = detail
+        super().__init__(f"cannot create topic {topic!r}: {detail}; check the broker's log and that this "
+                         f"principal may create topics (Kafka ACL: CREATE on the topic or the cluster)")
+
+
+class CopyFailed(KafkaSideError):
     """A log copy did not land at the offsets it must keep; the half-made topic is left for inspection."""
 
     def __init__(self, *, topic: str, detail: str) -> None:
@@ -159,15 +338,7 @@ class CopyFailed(SwarmlogError):
                          f"written to the source)")
 
 
-class TopicCreateFailed(SwarmlogError):
-    def __init__(self, *, topic: str, detail: str) -> None:
-        self.topic = topic
-        self.detail = detail
-        super().__init__(f"cannot create topic {topic!r}: {detail}; check the broker's log and that this "
-                         f"principal may create topics (Kafka ACL: CREATE on the topic or the cluster)")
-
-
-class ReadFailed(SwarmlogError):
+class ReadFailed(KafkaSideError):
     """Reading the log failed with an error that retrying will not cure."""
 
     def __init__(self, *, topic: str, detail: str) -> None:
@@ -176,74 +347,34 @@ class ReadFailed(SwarmlogError):
         super().__init__(f"reading {topic!r} failed: {detail}")
 
 
-# --- events and schemas ----------------------------------------------------------------
+class EventNotFound(KafkaSideError):
+    """No readable event at an offset (a transaction marker, an aborted write, or past the end)."""
 
-
-class InvalidEvent(SwarmlogError):
-    """An event failed validation before anything was written."""
-
-    def __init__(self, *, event_type: str, field: str, problem: str) -> None:
-        self.event_type = event_type
-        self.field = field
-        self.problem = problem
-        super().__init__(f"invalid {event_type!r} event: field {field!r}: {problem}")
-
-
-class UnknownEventType(SwarmlogError):
-    def __init__(self, *, event_type: str, known: list[str]) -> None:
-        self.event_type = event_type
-        self.known = known
-        super().__init__(
-            f"no schema for event type {event_type!r}; add {event_type}/v1.avsc to a directory on "
-            f"SWARMLOG_SCHEMA_PATH (known types: {', '.join(known) or 'none'})"
-        )
-
-
-class SchemaError(SwarmlogError):
-    """The schema directory is inconsistent (duplicate fingerprints, bad names, bad Avro)."""
-
-
-class SchemaClash(SchemaError):
-    """One event type is defined in two schema directories (the built-ins and ``SWARMLOG_SCHEMA_PATH``)."""
-
-    def __init__(self, *, event_type: str, first: str, second: str) -> None:
-        self.event_type = event_type
-        self.first = first
-        self.second = second
-        super().__init__(
-            f"event type {event_type!r} is defined twice: {first} and {second}. An event type lives in one "
-            f"schema directory, every version and its upcasters together; rename your type (e.g. "
-            f"myteam.{event_type}) or drop that directory from SWARMLOG_SCHEMA_PATH")
-
-
-class SchemaNotFound(SwarmlogError):
-    """A message names a writer schema this process does not know."""
-
-    def __init__(self, *, offset: int | None, fingerprint: str) -> None:
+    def __init__(self, *, topic: str, offset: int, log_end: int) -> None:
+        self.topic = topic
         self.offset = offset
-        self.fingerprint = fingerprint
-        where = f"at offset {offset} " if offset is not None else ""
+        self.log_end = log_end
+        where = "past the end of the log" if offset >= log_end else "a transaction marker or an aborted write"
+        super().__init__(f"{topic!r} has no event at offset {offset} ({where}; the log ends at {log_end}); "
+                         f"`swarmlog log` lists the offsets that hold events")
+
+
+class HistoryIncomplete(KafkaSideError):
+    """The topic no longer holds its history from offset 0: replaying it cannot rebuild the run."""
+
+    def __init__(self, *, topic: str, log_start: int, retention: str) -> None:
+        self.topic = topic
+        self.log_start = log_start
+        self.retention = retention
         super().__init__(
-            f"message {where}was written with schema fingerprint {fingerprint}, which no schema this "
-            f"process loaded has; deploy the schema that wrote it (built-in, or in a directory on "
-            f"SWARMLOG_SCHEMA_PATH: old versions must stay there forever)"
-        )
+            f"topic {topic!r} starts at offset {log_start}, not 0: its first {log_start} offset(s) were deleted "
+            f"({retention}). Replay and agents rebuild state from offset 0, so what they would rebuild from here is "
+            f"not the run. Keep history forever (`retention.ms=-1`, `retention.bytes=-1`, as `swarmlog topic "
+            f"create` makes it); to look at what is left anyway, `swarmlog replay --from-log-start` (its token "
+            f"records the real start)")
 
 
-class UndecodableMessage(SwarmlogError):
-    """A message is not a swarmlog event (wrong framing, truncated, garbage)."""
-
-    def __init__(self, *, offset: int | None, reason: str) -> None:
-        self.offset = offset
-        self.reason = reason
-        where = f"at offset {offset}" if offset is not None else ""
-        super().__init__(f"undecodable message {where}: {reason}")
-
-
-# --- the log -------------------------------------------------------------------------
-
-
-class AppendFailed(SwarmlogError):
+class AppendFailed(KafkaSideError):
     """The broker did not acknowledge an event."""
 
     def __init__(self, *, topic: str, detail: str) -> None:
@@ -306,53 +437,7 @@ class AppendIncomplete(AppendFailed):
         return {f.event_id: f.error for f in self.fates if f.error is not None}
 
 
-class RoutingHeaderMismatch(SwarmlogError):
-    """A message's routing header says something else than its envelope (its Avro body).
-
-    Headers let readers skip a message without decoding it; a header that lies would route the
-    message to the wrong agent, or to nobody. So wherever a header steers what happens, it is
-    checked against the body, and a mismatch stops there instead of guessing.
-    """
-
-    def __init__(self, *, offset: int, header: str, header_value: str | None, envelope_value: str | None) -> None:
-        self.offset = offset
-        self.header = header
-        self.header_value = header_value
-        self.envelope_value = envelope_value
-        said = "is absent" if header_value is None else f"says {header_value!r}"
-        super().__init__(
-            f"message at offset {offset}: header {header} {said}, but its envelope says {envelope_value!r}. "
-            f"A producer wrote routing headers that do not match the event; fix that producer. "
-            f"`swarmlog check causality` lists every such message; the sink dead-letters them")
-
-
-class ReplayWorkerFailed(SwarmlogError):
-    """A process that replayed some of a swarm's agents ended without a result (killed, out of
-    memory, or an error that could not be carried back as itself)."""
-
-    def __init__(self, *, agents: Sequence[str], detail: str) -> None:
-        self.agents = list(agents)
-        self.detail = detail
-        super().__init__(f"the replay process for agent(s) {', '.join(self.agents)} failed: {detail}. Nothing "
-                         f"was written; run the replay again, or with --workers 1 to replay in one process")
-
-
-class HistoryIncomplete(SwarmlogError):
-    """The topic no longer holds its history from offset 0: replaying it cannot rebuild the run."""
-
-    def __init__(self, *, topic: str, log_start: int, retention: str) -> None:
-        self.topic = topic
-        self.log_start = log_start
-        self.retention = retention
-        super().__init__(
-            f"topic {topic!r} starts at offset {log_start}, not 0: its first {log_start} offset(s) were deleted "
-            f"({retention}). Replay and agents rebuild state from offset 0, so what they would rebuild from here is "
-            f"not the run. Keep history forever (`retention.ms=-1`, `retention.bytes=-1`, as `swarmlog topic "
-            f"create` makes it); to look at what is left anyway, `swarmlog replay --from-log-start` (its token "
-            f"records the real start)")
-
-
-class TransactionAborted(SwarmlogError):
+class TransactionAborted(KafkaSideError):
     """An agent's transaction did not commit: none of its outputs became visible.
 
     Nothing is lost: the inputs of the aborted batch are re-run by the agent's next life.
@@ -372,10 +457,155 @@ class AgentFenced(TransactionAborted):
         super().__init__(agent=agent, detail=f"fenced by a newer instance of the agent: {detail}")
 
 
-# --- the Postgres mirror ---------------------------------------------------------------
+class GroupHasActiveMembers(KafkaSideError):
+    """A consumer group's offsets can only be reset while nobody consumes in it."""
+
+    def __init__(self, *, group: str, members: list[str]) -> None:
+        self.group = group
+        self.members = members
+        super().__init__(
+            f"consumer group {group!r} has {len(members)} active member(s) ({', '.join(members)}); "
+            f"Kafka only resets the offsets of an empty group. Stop its consumers "
+            f"(e.g. `kubectl scale --replicas=0`) and run the replay again."
+        )
 
 
-class MirrorNotMigrated(SwarmlogError):
+class GroupResetFailed(KafkaSideError):
+    def __init__(self, *, group: str, detail: str) -> None:
+        self.group = group
+        self.detail = detail
+        super().__init__(f"cannot reset consumer group {group!r}: {detail}")
+
+
+class GroupNotAtStart(KafkaSideError):
+    def __init__(self, *, group: str, committed: int, log_start: int) -> None:
+        self.group = group
+        self.committed = committed
+        self.log_start = log_start
+        super().__init__(
+            f"consumer group {group!r} is at offset {committed}, not at the log start {log_start}; "
+            f"reset it (`swarmlog replay --group {group}` without --no-reset, or "
+            f"kafka-consumer-groups --reset-offsets --to-earliest --execute)"
+        )
+
+
+# --- events and schemas -----------------------------------------------------------------------------
+
+
+class EventError(SwarmlogError):
+    """An event or a message is not what the schemas and the log protocol say it must be."""
+
+
+class InvalidEvent(EventError):
+    """An event failed validation before anything was written."""
+
+    def __init__(self, *, event_type: str, field: str, problem: str) -> None:
+        self.event_type = event_type
+        self.field = field
+        self.problem = problem
+        super().__init__(f"invalid {event_type!r} event: field {field!r}: {problem}")
+
+
+class UndecodableMessage(EventError):
+    """A message is not a swarmlog event (wrong framing, truncated, garbage)."""
+
+    def __init__(self, *, offset: int | None, reason: str) -> None:
+        self.offset = offset
+        self.reason = reason
+        where = f"at offset {offset}" if offset is not None else ""
+        super().__init__(f"undecodable message {where}: {reason}")
+
+
+class RoutingHeaderMismatch(EventError):
+    """A message's routing header says something else than its envelope (its Avro body).
+
+    Headers let readers skip a message without decoding it; a header that lies would route the
+    message to the wrong agent, or to nobody. So wherever a header steers what happens, it is
+    checked against the body, and a mismatch stops there instead of guessing.
+    """
+
+    def __init__(self, *, offset: int, header: str, header_value: str | None, envelope_value: str | None) -> None:
+        self.offset = offset
+        self.header = header
+        self.header_value = header_value
+        self.envelope_value = envelope_value
+        said = "is absent" if header_value is None else f"says {header_value!r}"
+        super().__init__(
+            f"message at offset {offset}: header {header} {said}, but its envelope says {envelope_value!r}. "
+            f"A producer wrote routing headers that do not match the event; fix that producer. "
+            f"`swarmlog check causality` lists every such message; the sink dead-letters them")
+
+
+class SchemaError(EventError):
+    """The schema directory is inconsistent (duplicate fingerprints, bad names, bad Avro)."""
+
+
+class SchemaClash(SchemaError):
+    """One event type is defined in two schema directories (the built-ins and ``SWARMLOG_SCHEMA_PATH``)."""
+
+    def __init__(self, *, event_type: str, first: str, second: str) -> None:
+        self.event_type = event_type
+        self.first = first
+        self.second = second
+        super().__init__(
+            f"event type {event_type!r} is defined twice: {first} and {second}. An event type lives in one "
+            f"schema directory, every version and its upcasters together; rename your type (e.g. "
+            f"myteam.{event_type}) or drop that directory from SWARMLOG_SCHEMA_PATH")
+
+
+class SchemaNotFound(SchemaError):
+    """A message names a writer schema this process does not know."""
+
+    def __init__(self, *, offset: int | None, fingerprint: str) -> None:
+        self.offset = offset
+        self.fingerprint = fingerprint
+        where = f"at offset {offset} " if offset is not None else ""
+        super().__init__(
+            f"message {where}was written with schema fingerprint {fingerprint}, which no schema this "
+            f"process loaded has; deploy the schema that wrote it (built-in, or in a directory on "
+            f"SWARMLOG_SCHEMA_PATH: old versions must stay there forever)"
+        )
+
+
+class UnknownEventType(SchemaError):
+    def __init__(self, *, event_type: str, known: list[str]) -> None:
+        self.event_type = event_type
+        self.known = known
+        super().__init__(
+            f"no schema for event type {event_type!r}; add {event_type}/v1.avsc to a directory on "
+            f"SWARMLOG_SCHEMA_PATH (known types: {', '.join(known) or 'none'})"
+        )
+
+
+# --- the Postgres mirror ----------------------------------------------------------------------------
+
+
+class MirrorError(SwarmlogError):
+    """The Postgres mirror: unreachable, not migrated, not permitted, or behind the log."""
+
+
+class PostgresUnavailable(MirrorError, ServiceUnavailable, Retriable):
+    """Postgres (the mirror) could not be reached."""
+
+    def __init__(self, *, address: str, detail: str, hint: str | None = None) -> None:
+        super().__init__(service="Postgres", address=address, detail=detail, hint=hint)
+
+
+class DatabasePermissionDenied(MirrorError):
+    """The Postgres role may not do what the mirror needs (read its position, write rows)."""
+
+    def __init__(self, *, role: str, database: str, action: str, detail: str) -> None:
+        self.role = role
+        self.database = database
+        self.action = action
+        self.detail = detail
+        super().__init__(
+            f"Postgres role {role!r} may not {action} in database {database!r} ({detail}). The sink needs only "
+            f"the group role `swarmlog mirror migrate` creates: GRANT swarmlog_sink TO {role} (the migration, "
+            f"run as the database owner, makes the tables and grants that role what mirroring needs).")
+
+
+class MirrorNotMigrated(MirrorError):
     """The mirror's tables are missing or older than the sink writes: migrations are a separate step."""
 
     def __init__(self, *, database: str, found: int, required: int) -> None:
@@ -388,16 +618,35 @@ class MirrorNotMigrated(SwarmlogError):
             f"then start the sink again; the sink itself needs only the swarmlog_sink role")
 
 
-class MirrorMigrationFailed(SwarmlogError):
+class MirrorMigrationFailed(MirrorError):
     def __init__(self, *, detail: str) -> None:
         self.detail = detail
         super().__init__(f"migrating the mirror's schema failed: {detail}")
 
 
-# --- runs ---------------------------------------------------------------------------
+class MirrorBehind(MirrorError, Retriable):
+    """A reader that must see its own writes waited for the Postgres mirror in vain (the sink is
+    stopped, or far behind): LangGraph's checkpointer (:mod:`swarmlog.integrations.langgraph`)."""
+
+    def __init__(self, *, topic: str, written: int, mirrored: int, waited_s: float) -> None:
+        self.topic = topic
+        self.written = written
+        self.mirrored = mirrored
+        self.waited_s = waited_s
+        super().__init__(f"the mirror of topic {topic!r} has not reached offset {written} (this process's last "
+                         f"write) after {waited_s:g} s: it is at {mirrored}. Is `swarmlog sink` running for this "
+                         f"topic (`swarmlog mirror status`, the sink's /readyz)? The write itself is in the log")
 
 
-class RunAlreadyRecorded(SwarmlogError):
+# --- runs -------------------------------------------------------------------------------------------
+
+
+class RunError(SwarmlogError):
+    """Running, replaying or debugging a swarm's code: a run that does not fit the topic or the
+    interpreter, a handler's misuse of ``ctx``, state that cannot be kept, a replay process lost."""
+
+
+class RunAlreadyRecorded(RunError):
     """The topic holds another run: one topic holds one run."""
 
     def __init__(self, *, topic: str, run_id: str, seed: int, requested_run_id: str, requested_seed: int) -> None:
@@ -412,41 +661,7 @@ class RunAlreadyRecorded(SwarmlogError):
             f"history. Use a new topic for a new run.")
 
 
-class HashSeedMismatch(SwarmlogError):
-    """This interpreter hashes strings differently from the one the run was recorded with
-    (see :mod:`swarmlog.runtime.interpreter`)."""
-
-    def __init__(self, *, run_id: str, recorded_seed: int, recorded_algorithm: str, current_seed: int | None,
-                 current_algorithm: str) -> None:
-        self.run_id = run_id
-        self.recorded_seed = recorded_seed
-        self.recorded_algorithm = recorded_algorithm
-        self.current_seed = current_seed
-        """None: this process's seed is random (PYTHONHASHSEED unset)."""
-        self.current_algorithm = current_algorithm
-        if recorded_algorithm == current_algorithm:
-            fix = (f"start this process with PYTHONHASHSEED={recorded_seed} (the swarmlog command re-executes "
-                   f"itself with it; the image and the chart set it)")
-        else:
-            fix = f"run the swarm on an interpreter whose string hash is {recorded_algorithm}"
-        here = "unset (random per process)" if current_seed is None else str(current_seed)
-        super().__init__(
-            f"run {run_id!r} was recorded by an interpreter hashing strings with PYTHONHASHSEED={recorded_seed} "
-            f"({recorded_algorithm}); this one has PYTHONHASHSEED={here} ({current_algorithm}). A handler "
-            f"iterating a set of strings would do things in another order than the log recorded: {fix}")
-
-
-class NoRunStarted(SwarmlogError):
-    """A handler drew randomness, but no ``run.started`` precedes its step: there is no seed."""
-
-    def __init__(self, *, agent: str, offset: int) -> None:
-        self.agent = agent
-        self.offset = offset
-        super().__init__(f"agent {agent!r} at offset {offset}: no run.started event precedes this step, so there is "
-                         f"no seed to derive randomness from; start runs with `swarmlog run` (it writes run.started)")
-
-
-class RunNotStarted(SwarmlogError):
+class RunNotStarted(RunError):
     """An agent waited for the topic's ``run.started`` and none came: nothing started the run."""
 
     def __init__(self, *, topic: str, waited_s: float) -> None:
@@ -456,9 +671,6 @@ class RunNotStarted(SwarmlogError):
             f"no run.started in topic {topic!r} after waiting {waited_s:.0f} s, so the agents have nothing to do. "
             f"Start the run with `swarmlog run <module:swarm> --start --run-id ID --seed N` (the Helm chart's "
             f"run-start hook Job does it on install: see its logs), or wait longer with --wait-for-run SECONDS")
-
-
-# --- work in and out of a running swarm (swarmlog.client) ----------------------------------
 
 
 class InputBeforeRun(RunNotStarted):
@@ -480,27 +692,7 @@ class InputBeforeRun(RunNotStarted):
             f"Client.start), or give it longer (timeout=, --wait-for-run SECONDS)")
 
 
-class NotAnAgentOfTheRun(UsageError):
-    """An input names an agent the run does not have, or comes from one of the run's own agents."""
-
-    def __init__(self, *, topic: str, run_id: str, name: str, agents: Sequence[str], role: str) -> None:
-        self.topic = topic
-        self.run_id = run_id
-        self.name = name
-        self.agents = list(agents)
-        self.role = role
-        """``recipient``: no agent of the run is called ``name`` (the input would be read by nobody);
-        ``sender``: ``name`` is an agent of the run (the input would pass for that agent's own record)."""
-        listed = ", ".join(self.agents) or "none"
-        if role == "recipient":
-            problem = f"run {run_id!r} of topic {topic!r} has no agent {name!r}: nobody would read this input"
-        else:
-            problem = (f"{name!r} is an agent of run {run_id!r} of topic {topic!r}: input comes from outside the "
-                       f"swarm, so write it as another name (Client(sender=...), --agent)")
-        super().__init__(f"{problem} (the run's agents: {listed})")
-
-
-class NoReply(SwarmlogError):
+class NoReply(RunError):
     """An input was written, but the reply it was waited for did not come (see the subclasses).
 
     Fields say what was sent and where it is in the log: ``topic``, ``run_id``, ``offset``,
@@ -559,7 +751,41 @@ class InputHandlerFailed(NoReply):
             last=last)
 
 
-class OutsideStep(SwarmlogError):
+class NoRunStarted(RunError):
+    """A handler drew randomness, but no ``run.started`` precedes its step: there is no seed."""
+
+    def __init__(self, *, agent: str, offset: int) -> None:
+        self.agent = agent
+        self.offset = offset
+        super().__init__(f"agent {agent!r} at offset {offset}: no run.started event precedes this step, so there is "
+                         f"no seed to derive randomness from; start runs with `swarmlog run` (it writes run.started)")
+
+
+class HashSeedMismatch(RunError):
+    """This interpreter hashes strings differently from the one the run was recorded with
+    (see :mod:`swarmlog.runtime.interpreter`)."""
+
+    def __init__(self, *, run_id: str, recorded_seed: int, recorded_algorithm: str, current_seed: int | None,
+                 current_algorithm: str) -> None:
+        self.run_id = run_id
+        self.recorded_seed = recorded_seed
+        self.recorded_algorithm = recorded_algorithm
+        self.current_seed = current_seed
+        """None: this process's seed is random (PYTHONHASHSEED unset)."""
+        self.current_algorithm = current_algorithm
+        if recorded_algorithm == current_algorithm:
+            fix = (f"start this process with PYTHONHASHSEED={recorded_seed} (the swarmlog command re-executes "
+                   f"itself with it; the image and the chart set it)")
+        else:
+            fix = f"run the swarm on an interpreter whose string hash is {recorded_algorithm}"
+        here = "unset (random per process)" if current_seed is None else str(current_seed)
+        super().__init__(
+            f"run {run_id!r} was recorded by an interpreter hashing strings with PYTHONHASHSEED={recorded_seed} "
+            f"({recorded_algorithm}); this one has PYTHONHASHSEED={here} ({current_algorithm}). A handler "
+            f"iterating a set of strings would do things in another order than the log recorded: {fix}")
+
+
+class OutsideStep(RunError):
     """``ctx`` was used outside a handler."""
 
     def __init__(self, *, agent: str) -> None:
@@ -567,7 +793,7 @@ class OutsideStep(SwarmlogError):
         super().__init__(f"ctx of agent {agent!r} can only be used inside a handler, while a step runs")
 
 
-class EffectFailed(SwarmlogError):
+class EffectFailed(RunError):
     """A recorded effect raised; replay raises the same failure at the same place."""
 
     def __init__(self, *, name: str, error: str) -> None:
@@ -576,54 +802,61 @@ class EffectFailed(SwarmlogError):
         super().__init__(f"effect {name!r} failed: {error}")
 
 
-# --- replay --------------------------------------------------------------------------
+class StateNotSerialisable(RunError):
+    """An agent's state holds something canonical JSON cannot encode, so it cannot be digested or compared."""
 
-
-class GroupHasActiveMembers(SwarmlogError):
-    """A consumer group's offsets can only be reset while nobody consumes in it."""
-
-    def __init__(self, *, group: str, members: list[str]) -> None:
-        self.group = group
-        self.members = members
-        super().__init__(
-            f"consumer group {group!r} has {len(members)} active member(s) ({', '.join(members)}); "
-            f"Kafka only resets the offsets of an empty group. Stop its consumers "
-            f"(e.g. `kubectl scale --replicas=0`) and run the replay again."
-        )
-
-
-class GroupResetFailed(SwarmlogError):
-    def __init__(self, *, group: str, detail: str) -> None:
-        self.group = group
+    def __init__(self, *, agent: str, offset: int, detail: str) -> None:
+        self.agent = agent
+        self.offset = offset
         self.detail = detail
-        super().__init__(f"cannot reset consumer group {group!r}: {detail}")
+        super().__init__(f"agent {agent!r}: its state after the step at offset {offset} cannot be digested: "
+                         f"{detail}. Keep only JSON values in self.state (dicts with string keys, lists, strings, "
+                         f"numbers, booleans, None; bytes and sets are encoded too): the runtime records and "
+                         f"compares its digest after every step")
 
 
-class GroupNotAtStart(SwarmlogError):
-    def __init__(self, *, group: str, committed: int, log_start: int) -> None:
-        self.group = group
-        self.committed = committed
-        self.log_start = log_start
-        super().__init__(
-            f"consumer group {group!r} is at offset {committed}, not at the log start {log_start}; "
-            f"reset it (`swarmlog replay --group {group}` without --no-reset, or "
-            f"kafka-consumer-groups --reset-offsets --to-earliest --execute)"
-        )
+class StateNotCapturable(RunError):
+    """An agent's state holds a value a snapshot cannot keep faithfully."""
+
+    def __init__(self, *, agent: str, path: str, type_name: str) -> None:
+        self.agent = agent
+        self.path = path
+        self.type_name = type_name
+        super().__init__(f"agent {agent!r}: state{path} is a {type_name}; snapshots keep plain data (dict, list, "
+                         f"tuple, set, str, int, float, bool, None, bytes) — keep {type_name} out of self.state")
 
 
-class EventNotFound(SwarmlogError):
-    """No readable event at an offset (a transaction marker, an aborted write, or past the end)."""
+class CheckpointUnreadable(RunError):
+    """A captured fold this swarmlog cannot restore (another format, or damaged)."""
 
-    def __init__(self, *, topic: str, offset: int, log_end: int) -> None:
+    def __init__(self, *, agent: str, reason: str) -> None:
+        self.agent = agent
+        self.reason = reason
+        super().__init__(f"agent {agent!r}: cannot restore its captured fold: {reason}")
+
+
+class SnapshotStale(RunError):
+    """The message a snapshot was taken after is not in the log any more: it is another log's."""
+
+    def __init__(self, *, topic: str, offset: int) -> None:
         self.topic = topic
         self.offset = offset
-        self.log_end = log_end
-        where = "past the end of the log" if offset >= log_end else "a transaction marker or an aborted write"
-        super().__init__(f"{topic!r} has no event at offset {offset} ({where}; the log ends at {log_end}); "
-                         f"`swarmlog log` lists the offsets that hold events")
+        super().__init__(f"a snapshot of {topic!r} was taken after the message at offset {offset}, which the log no "
+                         f"longer holds as it was: the topic was re-made; delete {topic}.snapshots")
 
 
-class ForkPointInsideStep(SwarmlogError):
+class ReplayWorkerFailed(RunError):
+    """A process that replayed some of a swarm's agents ended without a result (killed, out of
+    memory, or an error that could not be carried back as itself)."""
+
+    def __init__(self, *, agents: Sequence[str], detail: str) -> None:
+        self.agents = list(agents)
+        self.detail = detail
+        super().__init__(f"the replay process for agent(s) {', '.join(self.agents)} failed: {detail}. Nothing "
+                         f"was written; run the replay again, or with --workers 1 to replay in one process")
+
+
+class ForkPointInsideStep(RunError):
     """A fork would cut one step's recorded outputs in two: the fork's agent could neither replay
     that step (part of its record is missing) nor run it live (part of it is history)."""
 
@@ -638,37 +871,7 @@ class ForkPointInsideStep(SwarmlogError):
                          f"or at {last + 1} (the step is history on the fork)")
 
 
-class StateNotSerialisable(SwarmlogError):
-    """An agent's state holds something canonical JSON cannot encode, so it cannot be digested or compared."""
-
-    def __init__(self, *, agent: str, offset: int, detail: str) -> None:
-        self.agent = agent
-        self.offset = offset
-        self.detail = detail
-        super().__init__(f"agent {agent!r}: its state after the step at offset {offset} cannot be digested: "
-                         f"{detail}. Keep only JSON values in self.state (dicts with string keys, lists, strings, "
-                         f"numbers, booleans, None; bytes and sets are encoded too): the runtime records and "
-                         f"compares its digest after every step")
-
-
-class InvalidToken(SwarmlogError):
-    """A replay token that cannot be used: unreadable, of an unknown version, malformed, or badly signed."""
-
-    def __init__(self, *, source: str, problem: str) -> None:
-        self.source = source
-        self.problem = problem
-        super().__init__(f"replay token {source}: {problem}")
-
-
-class SignatureUnchecked(InvalidToken):
-    """A signed token, and no key to check its signature with: accepting it would accept a forgery."""
-
-    def __init__(self, *, source: str) -> None:
-        super().__init__(source=source, problem=(
-            "it is signed, but SWARMLOG_TOKEN_KEY is not set, so its signature cannot be checked; "
-            "a token whose contents were altered with the log would pass. Set SWARMLOG_TOKEN_KEY to the key "
-            "that signed it, or pass --unchecked-signature to check the contents alone (which proves "
-            "nothing about who made the token)"))
+# --- nondeterminism: replayed code departs from the log ---------------------------------------------
 
 
 class NondeterminismError(SwarmlogError):
@@ -713,58 +916,32 @@ class StateDiverged(NondeterminismError):
                          replayed={"state_digest": replayed_digest, **({"diff": diff} if diff is not None else {})})
 
 
-# --- simulation (swarmlog.testing) ------------------------------------------------------
+# --- replay tokens ----------------------------------------------------------------------------------
 
 
-class UnmodelledEffect(ConfigurationError):
-    """A simulated step called an effect or the LLM that the simulation has no answer for.
-
-    The simulator never calls the world: every ``ctx.effect`` and ``ctx.llm`` is answered
-    from the simulation's models, so that a run is a function of its schedule.
-    """
-
-    def __init__(self, *, agent: str, offset: int, kind: str, name: str) -> None:
-        self.agent = agent
-        self.offset = offset
-        self.kind = kind
-        self.name = name
-        if kind == "HTTP exchange":
-            what = ("ctx.http() is not simulated (a raw HTTP exchange has no model to answer it): in a swarm "
-                    "you simulate, make the call through ctx.llm (Swarm(llm=...)) or ctx.effect, which the "
-                    "Simulator models with llm=... / effects={...}")
-        else:
-            how = (f"effects={{{name!r}: ...}}" if kind == "effect" else "llm=...")
-            what = (f"the simulation has no model for {kind} {name!r}. Give the Simulator {how}: a value, a "
-                    f"function of the call's arguments, Fail(exception) or one_of(...) to let the schedule "
-                    f"choose")
-        super().__init__(f"agent {agent!r}, step at offset {offset}: {what}; the simulator never calls the "
-                         f"world itself")
+class TokenError(SwarmlogError):
+    """A replay token cannot be used (a token that does not match is no error: ``verify`` reports it)."""
 
 
-class ScheduleMismatch(ConfigurationError):
-    """A recorded schedule does not fit the swarm it is run on (other code, another swarm)."""
+class InvalidToken(TokenError):
+    """A replay token that cannot be used: unreadable, of an unknown version, malformed, or badly signed."""
 
-    def __init__(self, *, decision: int, choice: int, options: int) -> None:
-        self.decision = decision
-        self.choice = choice
-        self.options = options
-        super().__init__(f"the schedule takes option {choice} at decision {decision}, where the swarm has only "
-                         f"{options} option(s): it was recorded on other code or another swarm. Explore again "
-                         f"with this code to get a schedule for it")
+    def __init__(self, *, source: str, problem: str) -> None:
+        self.source = source
+        self.problem = problem
+        super().__init__(f"replay token {source}: {problem}")
 
 
-# --- integrations ------------------------------------------------------------------
+class SignatureUnchecked(InvalidToken):
+    """A signed token, and no key to check its signature with: accepting it would accept a forgery."""
+
+    def __init__(self, *, source: str) -> None:
+        super().__init__(source=source, problem=(
+            "it is signed, but SWARMLOG_TOKEN_KEY is not set, so its signature cannot be checked; "
+            "a token whose contents were altered with the log would pass. Set SWARMLOG_TOKEN_KEY to the key "
+            "that signed it, or pass --unchecked-signature to check the contents alone (which proves "
+            "nothing about who made the token)"))
 
 
-class MirrorBehind(SwarmlogError):
-    """A reader that must see its own writes waited for the Postgres mirror in vain (the sink is
-    stopped, or far behind): LangGraph's checkpointer (:mod:`swarmlog.integrations.langgraph`)."""
-
-    def __init__(self, *, topic: str, written: int, mirrored: int, waited_s: float) -> None:
-        self.topic = topic
-        self.written = written
-        self.mirrored = mirrored
-        self.waited_s = waited_s
-        super().__init__(f"the mirror of topic {topic!r} has not reached offset {written} (this process's last "
-                         f"write) after {waited_s:g} s: it is at {mirrored}. Is `swarmlog sink` running for this "
-                         f"topic (`swarmlog mirror status`, the sink's /readyz)? The write itself is in the log")
+__all__ = ["EventFate", *sorted(name for name, value in list(globals().items())
+                               if isinstance(value, type) and issubclass(value, SwarmlogError))]

@@ -9,6 +9,8 @@ from typing import Any, NamedTuple
 
 from .log.protocol import MESSAGE
 
+__all__ = ["Event"]
+
 _scan = json.scanner.make_scanner(json.decoder.JSONDecoder())  # type: ignore[arg-type]
 """What ``json.loads`` runs on a str, without its wrappers (``JSONDecoder.raw_decode`` at 0)."""
 

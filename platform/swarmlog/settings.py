@@ -5,33 +5,15 @@ calls ``os.environ``. The same code therefore runs against the local dev
 cluster (``eval "$(swarmlog dev env)"``) and against a production cluster with
 SASL/TLS and a managed Postgres, by changing variables only.
 
+Each setting is one row, a field of :class:`Settings`: its type, its variable, its default, its
+bounds, what to tell someone who set it wrongly, and whether it is a secret. The rows drive
+everything else: reading the environment, checking values (the plain spellings here, the rest by
+a pydantic model built from the same rows), defaults, the hints of :class:`~swarmlog.errors.InvalidSetting`,
+which values an error may show, and the list of variables below. A new setting is a new row.
+
 Variables:
 
-``SWARMLOG_BOOTSTRAP_SERVERS``   Kafka bootstrap servers.
-``SWARMLOG_DATABASE_URL``        libpq URL of the Postgres mirror; a password in it is taken out into
-                                 ``database_password`` (the URL is then safe to show). Checked by libpq
-                                 where Postgres is first used (:meth:`Settings.check_database_url`).
-``SWARMLOG_DATABASE_PASSWORD``   the mirror's password, if not in the URL.
-``SWARMLOG_TOPIC``               the swarm's topic (one single-partition topic per swarm).
-``SWARMLOG_SCHEMA_PATH``         directories of your own event types, ``:``-separated, layered over
-                                 the built-in ones (a type defined twice is an error naming both files).
-``SWARMLOG_SCHEMA_DIR``          replaces the built-in schemas' directory (default: the ones installed
-                                 with swarmlog, ``swarmlog.schema.builtin``); for tests and forks.
-``SWARMLOG_CONNECT_TIMEOUT``     seconds to wait for Kafka (and Postgres) to answer a first request
-                                 before reporting it unreachable (default 10).
-``SWARMLOG_REPLICATION_FACTOR``  replication factor for topics swarmlog creates
-                                 (default -1: the broker's ``default.replication.factor``).
-``SWARMLOG_MIN_INSYNC_REPLICAS`` ``min.insync.replicas`` for topics swarmlog creates (default: broker's).
-``SWARMLOG_TOKEN_KEY``           key that signs and checks replay tokens (HMAC-SHA256); optional.
-``SWARMLOG_SWARM``               the swarm's code, ``module:swarm``, for the commands that run it over the
-                                 log (``state``, ``debug``, ``step``, ``snapshot``, ``timeline``) when
-                                 ``--swarm`` is not given.
-``SWARMLOG_STATE_DIGEST_EVERY``  K: a live agent records its state's digest every K-th step and at
-                                 the end of every transaction (default 1: every step; 0: none).
-``SWARMLOG_KAFKA_<KEY>``         any librdkafka property, ``_`` standing for ``.``:
-                                 ``SWARMLOG_KAFKA_SECURITY_PROTOCOL=SASL_SSL``,
-                                 ``SWARMLOG_KAFKA_SASL_MECHANISM=SCRAM-SHA-512``,
-                                 ``SWARMLOG_KAFKA_SSL_CA_LOCATION=/etc/kafka/ca.pem``.
+{variables}
 
 Read by the module they concern, for the whole process rather than for one :class:`Settings`:
 ``PYTHONHASHSEED`` (:mod:`swarmlog.runtime.interpreter`), ``OTEL_*`` (:mod:`swarmlog.observe.tracing`) and
@@ -50,7 +32,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
 from functools import cache
 from pathlib import Path, PosixPath
 from typing import TYPE_CHECKING, Any
@@ -61,13 +44,13 @@ from .redaction import ClientConfig, SecretStr, is_secret_kafka_property, split_
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
+__all__ = ["DEFAULT_BOOTSTRAP_SERVERS", "DEFAULT_DATABASE_URL", "DEFAULT_TOPIC", "Settings"]
+
 DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:19092"
 DEFAULT_DATABASE_URL = "postgresql://swarmlog@127.0.0.1:15432/swarmlog"
 DEFAULT_TOPIC = "swarmlog.events"
 
 _KAFKA_PREFIX = "SWARMLOG_KAFKA_"
-# Variables under the Kafka prefix that are swarmlog's own, not librdkafka's.
-_NOT_LIBRDKAFKA: frozenset[str] = frozenset()
 
 
 def _builtin_schema_dir() -> Path:
@@ -76,110 +59,103 @@ def _builtin_schema_dir() -> Path:
     return builtin_schema_dir()
 
 
-# Each variable swarmlog reads, and what to tell someone who set it wrongly.
-_HINTS: dict[str, str] = {
-    "SWARMLOG_BOOTSTRAP_SERVERS": "a comma-separated list of host:port, e.g. kafka-0.kafka:9092,kafka-1.kafka:9092",
-    "SWARMLOG_DATABASE_URL": "a libpq URL, e.g. postgresql://swarmlog@db.example.com:5432/swarmlog?sslmode=require",
-    "SWARMLOG_TOPIC": "the swarm's topic name, e.g. swarmlog.my-swarm",
-    "SWARMLOG_SCHEMA_DIR": "a directory of <event_type>/v<N>.avsc files",
-    "SWARMLOG_SCHEMA_PATH": "directories of <event_type>/v<N>.avsc files, separated by ':'",
-    "SWARMLOG_REPLICATION_FACTOR": "an integer: the replication factor of topics swarmlog creates (production: 3), "
-                                   "or -1 for the broker's default.replication.factor",
-    "SWARMLOG_MIN_INSYNC_REPLICAS": "an integer of at least 1: min.insync.replicas of topics swarmlog creates "
-                                    "(production: 2), or unset for the broker's default",
-    "SWARMLOG_TOKEN_KEY": "a secret string that signs replay tokens",
-    "SWARMLOG_CONNECT_TIMEOUT": "seconds, a number above 0, e.g. 10",
-    "SWARMLOG_SWARM": "the swarm's code as module:swarm, e.g. mypkg.swarms:swarm",
-}
-
-# The variables read as one field each, and the field.
-_VARIABLES: dict[str, str] = {
-    "SWARMLOG_BOOTSTRAP_SERVERS": "bootstrap_servers",
-    "SWARMLOG_DATABASE_URL": "database_url",
-    "SWARMLOG_DATABASE_PASSWORD": "database_password",
-    "SWARMLOG_TOPIC": "topic",
-    "SWARMLOG_SCHEMA_DIR": "schema_dir",
-    "SWARMLOG_REPLICATION_FACTOR": "replication_factor",
-    "SWARMLOG_MIN_INSYNC_REPLICAS": "min_insync_replicas",
-    "SWARMLOG_TOKEN_KEY": "token_key",
-    "SWARMLOG_SWARM": "swarm",
-    "SWARMLOG_CONNECT_TIMEOUT": "connect_timeout",
-    "SWARMLOG_STATE_DIGEST_EVERY": "state_digest_every",
-}
-
-_UNSET: Any = object()
+def _paths_of(value: str) -> tuple[str, ...]:
+    return tuple(p for p in value.split(os.pathsep) if p)
 
 
+def setting(variable: str, default: Any = MISSING, *, factory: Callable[[], Any] | None = None, doc: str,
+            hint: str = "", secret: bool = False, ge: int | None = None, gt: float | None = None,
+            read: Callable[[str], Any] | None = None) -> Any:
+    """One row of the settings: a :class:`Settings` field and everything about its variable.
+
+    ``variable`` is the environment variable (``read`` turns its text into the field's value, when
+    that is not the text itself); ``default`` or ``factory`` the value when it is unset; ``doc`` what
+    it is (the module's list of variables); ``hint`` what to set, shown when a value is refused;
+    ``secret``: its value is never shown (in an error, a log line); ``ge``/``gt`` its bounds.
+    """
+    return field(default=default, default_factory=factory if factory is not None else MISSING,
+                 metadata={"variable": variable, "doc": doc, "hint": hint, "secret": secret, "ge": ge, "gt": gt,
+                           "read": read})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
-    """Connection and topic settings, frozen once read.
+    """Connection and topic settings, frozen once read: one field a setting, each a row (:func:`setting`).
 
-    **Validation.** The specification of every field — its type, its bounds, what it accepts and
-    the message for what it refuses — is a pydantic model, :func:`_pydantic_settings` (what
-    ``Settings`` itself was). But every command reads its settings at start, and importing
-    pydantic and building that model cost a short command more than its own work
-    (``cli_replay_3`` in bench/cli.py, bench/README.md "Start-up"). So the values are first
+    **Validation.** Every command reads its settings at start, and importing pydantic cost a short
+    command more than its own work (``cli_replay_3`` in bench/cli.py). So the values are first
     checked here (:func:`_plain`) for their plainest spellings only — a ``str`` for a string, an
     ``int`` or decimal digits for an integer within its bounds, a ``str`` or ``Path`` for a path, ... —
-    which pydantic reads as the same values; anything else (a bad value, a value out of
-    bounds, pydantic's laxer spellings such as ``" 7"`` or ``"1e3"``, pydantic's own
-    ``SecretStr``) is handed to the model, which accepts it as it always did or refuses it with
-    the same error. ``test_settings_validation.py`` holds the two paths to the same result.
+    which pydantic reads as the same values; anything else (a bad value, a value out of bounds,
+    pydantic's laxer spellings such as ``" 7"`` or ``"1e3"``, pydantic's own ``SecretStr``) is handed
+    to a pydantic model built from the same rows (:func:`_pydantic_settings`), which accepts it as
+    ``Settings`` always did or refuses it with the same error. ``test_settings_validation.py`` holds
+    the two paths to the same result.
 
     pydantic's methods that swarmlog and its users call on settings are kept with the same
     meaning: :meth:`model_copy`, :meth:`model_dump`, :meth:`model_dump_json`,
     :meth:`model_validate`, :meth:`model_validate_json`.
     """
 
-    __slots__ = ("bootstrap_servers", "database_url", "database_password", "topic", "schema_dir", "schema_path",
-                 "replication_factor", "min_insync_replicas", "token_key", "swarm", "connect_timeout",
-                 "state_digest_every", "kafka")
+    bootstrap_servers: str = setting(
+        "SWARMLOG_BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP_SERVERS, doc="Kafka bootstrap servers.",
+        hint="a comma-separated list of host:port, e.g. kafka-0.kafka:9092,kafka-1.kafka:9092")
+    database_url: str = setting(
+        "SWARMLOG_DATABASE_URL", DEFAULT_DATABASE_URL, secret=True,  # a URL may hold a password
+        doc="libpq URL of the Postgres mirror; a password in it is taken out into ``database_password`` (the URL "
+            "is then safe to show). Checked by libpq where Postgres is first used "
+            "(:meth:`Settings.check_database_url`).",
+        hint="a libpq URL, e.g. postgresql://swarmlog@db.example.com:5432/swarmlog?sslmode=require")
+    database_password: SecretStr | None = setting(
+        "SWARMLOG_DATABASE_PASSWORD", None, secret=True, doc="the mirror's password, if not in the URL.")
+    topic: str = setting(
+        "SWARMLOG_TOPIC", DEFAULT_TOPIC, doc="the swarm's topic (one single-partition topic per swarm).",
+        hint="the swarm's topic name, e.g. swarmlog.my-swarm")
+    schema_dir: Path = setting(
+        "SWARMLOG_SCHEMA_DIR", factory=_builtin_schema_dir,
+        doc="replaces the built-in schemas' directory (default: the ones installed with swarmlog, "
+            "``swarmlog.schema.builtin``); for tests and forks.", hint="a directory of <event_type>/v<N>.avsc files")
+    schema_path: tuple[Path, ...] = setting(
+        "SWARMLOG_SCHEMA_PATH", (), read=_paths_of,
+        doc="directories of your own event types, ``:``-separated, layered over the built-in ones (a type defined "
+            "twice is an error naming both files).",
+        hint="directories of <event_type>/v<N>.avsc files, separated by ':'")
+    replication_factor: int = setting(
+        "SWARMLOG_REPLICATION_FACTOR", -1,
+        doc="replication factor for topics swarmlog creates (default -1: the broker's "
+            "``default.replication.factor``).",
+        hint="an integer: the replication factor of topics swarmlog creates (production: 3), or -1 for the broker's "
+             "default.replication.factor")
+    min_insync_replicas: int | None = setting(
+        "SWARMLOG_MIN_INSYNC_REPLICAS", None, ge=1,
+        doc="``min.insync.replicas`` for topics swarmlog creates (default: broker's).",
+        hint="an integer of at least 1: min.insync.replicas of topics swarmlog creates (production: 2), or unset "
+             "for the broker's default")
+    token_key: SecretStr | None = setting(
+        "SWARMLOG_TOKEN_KEY", None, secret=True,
+        doc="key that signs and checks replay tokens (HMAC-SHA256); optional.",
+        hint="a secret string that signs replay tokens")
+    swarm: str | None = setting(
+        "SWARMLOG_SWARM", None,
+        doc="the swarm's code, ``module:swarm``, for the commands that run it over the log (``state``, ``debug``, "
+            "``step``, ``snapshot``, ``timeline``) when ``--swarm`` is not given.",
+        hint="the swarm's code as module:swarm, e.g. mypkg.swarms:swarm")
+    connect_timeout: float = setting(
+        "SWARMLOG_CONNECT_TIMEOUT", 10.0, gt=0,
+        doc="seconds to wait for Kafka (and Postgres) to answer a first request before reporting it unreachable "
+            "(default 10).", hint="seconds, a number above 0, e.g. 10")
+    state_digest_every: int = setting(
+        "SWARMLOG_STATE_DIGEST_EVERY", 1, ge=0,
+        doc="K: a live agent records its state's digest every K-th step and at the end of every transaction "
+            "(default 1: every step; 0: none).")
+    kafka: Mapping[str, str | SecretStr] = setting(
+        f"{_KAFKA_PREFIX}<KEY>", factory=dict,
+        doc="any librdkafka property, ``_`` standing for ``.``: ``SWARMLOG_KAFKA_SECURITY_PROTOCOL=SASL_SSL``, "
+            "``SWARMLOG_KAFKA_SASL_MECHANISM=SCRAM-SHA-512``, ``SWARMLOG_KAFKA_SSL_CA_LOCATION=/etc/kafka/ca.pem``; "
+            "the secret ones (``sasl.password``, ...) are held as :class:`~swarmlog.redaction.SecretStr`.")
 
-    bootstrap_servers: str
-    database_url: str
-    """The mirror's libpq URL, without its password (that is ``database_password``)."""
-    database_password: SecretStr | None
-    topic: str
-    schema_dir: Path
-    """The built-in schemas' directory (package data); ``SWARMLOG_SCHEMA_DIR`` replaces it."""
-    schema_path: tuple[Path, ...]
-    """Directories of the user's own event types, layered over the built-ins."""
-    replication_factor: int
-    min_insync_replicas: int | None
-    token_key: SecretStr | None
-    swarm: str | None
-    """``module:swarm`` of the swarm's code, the default of ``--swarm``."""
-    connect_timeout: float
-    """Seconds a first request to Kafka or Postgres may take before it counts as unreachable."""
-    state_digest_every: int
-    kafka: Mapping[str, str | SecretStr]
-    """Extra librdkafka properties (security, SASL, TLS, tuning) applied to every client; the secret
-    ones (``sasl.password``, ...) as :class:`~swarmlog.redaction.SecretStr`."""
-
-    def __init__(
-        self,
-        *,
-        bootstrap_servers: str = DEFAULT_BOOTSTRAP_SERVERS,
-        database_url: str = DEFAULT_DATABASE_URL,
-        database_password: SecretStr | str | None = None,
-        topic: str = DEFAULT_TOPIC,
-        schema_dir: Path | str = _UNSET,
-        schema_path: Sequence[Path | str] = (),
-        replication_factor: int = -1,
-        min_insync_replicas: int | None = None,
-        token_key: SecretStr | str | None = None,
-        swarm: str | None = None,
-        connect_timeout: float = 10.0,
-        state_digest_every: int = 1,
-        kafka: Mapping[str, str | SecretStr] = _UNSET,
-    ) -> None:
-        values = {
-            "bootstrap_servers": bootstrap_servers, "database_url": database_url,
-            "database_password": database_password, "topic": topic, "schema_dir": schema_dir,
-            "schema_path": schema_path, "replication_factor": replication_factor,
-            "min_insync_replicas": min_insync_replicas, "token_key": token_key, "swarm": swarm,
-            "connect_timeout": connect_timeout, "state_digest_every": state_digest_every, "kafka": kafka,
-        }
-        _set(self, _validated({k: v for k, v in values.items() if v is not _UNSET}))
+    def __post_init__(self) -> None:
+        _set(self, _validated(self._fields()))
 
     @classmethod
     def _of(cls, fields: Mapping[str, Any]) -> Settings:
@@ -188,30 +164,16 @@ class Settings:
         _set(settings, fields)
         return settings
 
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"Settings are frozen: {name} cannot be set (model_copy(update=...) makes new ones)")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"Settings are frozen: {name} cannot be deleted")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Settings):
-            return NotImplemented
-        return type(other) is type(self) and self._fields() == other._fields()
-
     __hash__ = None  # type: ignore[assignment]  # as pydantic's frozen model: ``kafka`` is a dict
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_restore, (self._fields(),))
 
-    def __repr__(self) -> str:
-        return f"Settings({', '.join(f'{k}={v!r}' for k, v in self._fields().items())})"
-
     def __str__(self) -> str:
         return " ".join(f"{k}={v!r}" for k, v in self._fields().items())
 
     def _fields(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__}
+        return {name: getattr(self, name) for name in _NAMES}
 
     def model_dump(self, *, mode: str = "python") -> dict[str, Any]:
         """The fields as a dict; ``mode="json"``: as JSON has them (paths as strings, secrets masked)."""
@@ -234,7 +196,7 @@ class Settings:
         """New settings: these with ``update``'s fields replaced (validated, unlike pydantic's copy)."""
         if not update:
             return self
-        unknown = set(update) - set(self.__slots__)
+        unknown = set(update) - set(_NAMES)
         if unknown:
             raise TypeError(f"Settings have no field {', '.join(sorted(unknown))}")
         return Settings._of(_validated({**self._fields(), **update}))
@@ -258,7 +220,7 @@ class Settings:
         whatever will need Postgres before it does anything else (the sink, ``swarmlog mirror``,
         ``replay --publish``, ...), so that a bad URL is one line and exit 2 before any Kafka work.
         Not a validator of the settings: libpq's parser comes with psycopg, whose import costs a
-        short command a fifth of a second, and most commands (``replay``, ``log``, ``state``,
+        short command more than its own work, and most commands (``replay``, ``log``, ``state``,
         ``token verify``) never touch the mirror (``cli_replay_3`` in bench/cli.py).
         """
         problem = _libpq_problem(self.database_url)
@@ -275,7 +237,7 @@ class Settings:
         """Read settings from ``environ`` (default ``os.environ``); ``overrides`` win."""
         env = os.environ if environ is None else environ
         values = _env_values(env, overrides)
-        return cls._of(_validated(values, refused=lambda exc: _invalid_setting(exc, env, _VARIABLES, overrides)))
+        return cls._of(_validated(values, refused=lambda exc: _invalid_setting(exc, env, overrides)))
 
     def token_key_bytes(self) -> bytes | None:
         return self.token_key.get_secret_value().encode() if self.token_key else None
@@ -316,25 +278,38 @@ class Settings:
         return make_conninfo(self.database_url, password=self.database_password.get_secret_value())
 
 
+# --- what the rows give ---------------------------------------------------------------------------
+
+_ROWS = fields(Settings)
+_NAMES = tuple(row.name for row in _ROWS)
+_VARIABLES: dict[str, str] = {row.metadata["variable"]: row.name for row in _ROWS if row.name != "kafka"}
+"""Each variable read as one field, and the field (``SWARMLOG_KAFKA_*`` are read together into ``kafka``)."""
+_HINTS: dict[str, str] = {row.metadata["variable"]: row.metadata["hint"] for row in _ROWS if row.metadata["hint"]}
+"""What to tell someone who set a variable wrongly."""
+_SECRET_VARIABLES = frozenset(row.metadata["variable"] for row in _ROWS if row.metadata["secret"])
+"""Variables whose value an error never shows."""
+
+__doc__ = (__doc__ or "").replace("{variables}", "\n".join(
+    f"``{row.metadata['variable']}``  {row.metadata['doc']}" for row in _ROWS))
+
+
 def _env_values(env: Mapping[str, str], overrides: Mapping[str, object]) -> dict[str, object]:
-    """The fields ``env`` sets (as strings), ``overrides`` over them: what :meth:`Settings.from_env` validates."""
+    """The fields ``env`` sets (as its rows read them), ``overrides`` over them: what
+    :meth:`Settings.from_env` validates."""
     values: dict[str, object] = {}
-    for var, field in _VARIABLES.items():
-        if env.get(var):
-            values[field] = env[var]
-    if env.get("SWARMLOG_SCHEMA_PATH"):
-        values["schema_path"] = tuple(p for p in env["SWARMLOG_SCHEMA_PATH"].split(os.pathsep) if p)
-    values["kafka"] = {
-        var[len(_KAFKA_PREFIX):].lower().replace("_", "."): value
-        for var, value in env.items()
-        if var.startswith(_KAFKA_PREFIX) and var not in _NOT_LIBRDKAFKA
-    }
+    for row in _ROWS:
+        text = env.get(row.metadata["variable"])
+        if text:
+            read = row.metadata["read"]
+            values[row.name] = read(text) if read is not None else text
+    values["kafka"] = {var[len(_KAFKA_PREFIX):].lower().replace("_", "."): value
+                       for var, value in env.items() if var.startswith(_KAFKA_PREFIX)}
     values.update({k: v for k, v in overrides.items() if v is not None})
     return values
 
 
 def _set(settings: Settings, fields: Mapping[str, Any]) -> None:
-    for name in Settings.__slots__:
+    for name in _NAMES:
         object.__setattr__(settings, name, fields[name])
 
 
@@ -367,7 +342,7 @@ def _by_pydantic(values: Mapping[str, Any], *,
         if refused is None:
             raise
         raise refused(exc) from None
-    return {name: _from_pydantic(getattr(model, name)) for name in Settings.__slots__}
+    return {name: _from_pydantic(getattr(model, name)) for name in _NAMES}
 
 
 _NO: Any = object()
@@ -376,27 +351,27 @@ _INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
 _FLOAT = re.compile(r"(?:0|[1-9][0-9]{0,14})(?:\.[0-9]{1,15})?")
 
 
-def _str(value: object) -> object:
+def _str(value: object, bound: Any = None) -> object:
     return value if type(value) is str else _NO
 
 
-def _str_or_none(value: object) -> object:
+def _str_or_none(value: object, bound: Any = None) -> object:
     return value if value is None or type(value) is str else _NO
 
 
-def _secret(value: object) -> object:
+def _secret(value: object, bound: Any = None) -> object:
     if value is None or type(value) is SecretStr:
         return value
     return SecretStr(value) if type(value) is str else _NO
 
 
-def _path(value: object) -> object:
+def _path(value: object, bound: Any = None) -> object:
     if type(value) is PosixPath:
         return value
     return Path(value) if type(value) is str and value else _NO
 
 
-def _paths(value: object) -> object:
+def _paths(value: object, bound: Any = None) -> object:
     if type(value) not in (tuple, list):
         return _NO
     paths = tuple(map(_path, value))  # type: ignore[call-overload]
@@ -411,7 +386,13 @@ def _int(value: object, low: int | None = None) -> object:
     return value
 
 
-def _float_above_0(value: object) -> object:
+def _int_or_none(value: object, low: int | None = None) -> object:
+    return None if value is None else _int(value, low)
+
+
+def _float(value: object, above: float | None = None) -> object:
+    if above != 0:
+        return _NO  # only the bound swarmlog's settings have is spelt here; the model checks any other
     if type(value) is str and _FLOAT.fullmatch(value):
         value = float(value)
     elif type(value) is int and 0 < value < 2**53:
@@ -421,12 +402,26 @@ def _float_above_0(value: object) -> object:
     return value
 
 
-def _kafka(value: object) -> object:
+def _kafka(value: object, bound: Any = None) -> object:
     if type(value) is not dict:
         return _NO
     if any(type(k) is not str or type(v) not in (str, SecretStr) for k, v in value.items()):
         return _NO
     return _kafka_secrets_hidden(value, SecretStr)
+
+
+_PLAIN_BY_TYPE: dict[str, Callable[[Any, Any], object]] = {
+    "str": _str, "str | None": _str_or_none, "SecretStr | None": _secret, "Path": _path, "tuple[Path, ...]": _paths,
+    "int": _int, "int | None": _int_or_none, "float": _float, "Mapping[str, str | SecretStr]": _kafka,
+}
+"""A field's type (as its row writes it) -> the plain check of a value given for it, with its bound."""
+
+_PLAIN = {row.name: (_PLAIN_BY_TYPE[str(row.type)], row.metadata["ge"] if row.metadata["ge"] is not None
+                     else row.metadata["gt"], row) for row in _ROWS}
+
+
+def _default(row: Any) -> Any:
+    return row.default_factory() if row.default is MISSING else row.default
 
 
 def _kafka_secrets_hidden(kafka: Mapping[str, Any], secret: Callable[[str], Any]) -> dict[str, Any]:
@@ -448,24 +443,6 @@ def _password_out_of_the_url(values: Mapping[str, Any]) -> Mapping[str, Any]:
     return values
 
 
-_PLAIN: dict[str, tuple[Callable[[Any], object], Callable[[], Any]]] = {
-    # field: (its plain check, its default)
-    "bootstrap_servers": (_str, lambda: DEFAULT_BOOTSTRAP_SERVERS),
-    "database_url": (_str, lambda: DEFAULT_DATABASE_URL),
-    "database_password": (_secret, lambda: None),
-    "topic": (_str, lambda: DEFAULT_TOPIC),
-    "schema_dir": (_path, _builtin_schema_dir),
-    "schema_path": (_paths, tuple),
-    "replication_factor": (_int, lambda: -1),
-    "min_insync_replicas": (lambda v: None if v is None else _int(v, 1), lambda: None),
-    "token_key": (_secret, lambda: None),
-    "swarm": (_str_or_none, lambda: None),
-    "connect_timeout": (_float_above_0, lambda: 10.0),
-    "state_digest_every": (lambda v: _int(v, 0), lambda: 1),
-    "kafka": (_kafka, dict),
-}
-
-
 def _plain(values: Mapping[str, Any]) -> dict[str, Any] | None:
     """Every field, if every value given is spelt as :func:`_pydantic_settings` reads it with no doubt
     (and to the same value); else None. Also takes a password out of the URL, as the model does."""
@@ -476,8 +453,8 @@ def _plain(values: Mapping[str, Any]) -> dict[str, Any] | None:
     except ValueError:
         return None  # the model says what is wrong with it
     fields: dict[str, Any] = {}
-    for name, (check, default) in _PLAIN.items():
-        value = check(values[name]) if name in values else default()
+    for name, (check, bound, row) in _PLAIN.items():
+        value = check(values[name], bound) if name in values else _default(row)
         if value is _NO:
             return None
         fields[name] = value
@@ -509,42 +486,34 @@ def _from_pydantic(value: object) -> object:
 
 @cache
 def _pydantic_settings() -> Any:
-    """The specification of :class:`Settings`' fields: a pydantic model, built on first use.
+    """The rows as a pydantic model, built on first use: what ``Settings`` was, field for field, for
+    the values :func:`_plain` cannot vouch for (its types with pydantic's ``SecretStr``, its defaults
+    and bounds, and the two rules of the settings: no password in the URL, secret librdkafka
+    properties held as secrets)."""
+    from typing import get_type_hints
 
-    What ``Settings`` was, field for field; used for the values :func:`_plain` cannot vouch for.
-    """
-    from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+    from pydantic import ConfigDict, Field, create_model, field_validator, model_validator
     from pydantic import SecretStr as PydanticSecret
 
-    class Settings(BaseModel):
-        model_config = ConfigDict(frozen=True)
+    types = get_type_hints(Settings, localns={"SecretStr": PydanticSecret})  # the rows' types, pydantic's secret
 
-        bootstrap_servers: str = DEFAULT_BOOTSTRAP_SERVERS
-        database_url: str = DEFAULT_DATABASE_URL
-        database_password: PydanticSecret | None = None
-        topic: str = DEFAULT_TOPIC
-        schema_dir: Path = Field(default_factory=_builtin_schema_dir)
-        schema_path: tuple[Path, ...] = ()
-        replication_factor: int = -1
-        min_insync_replicas: int | None = Field(default=None, ge=1)
-        token_key: PydanticSecret | None = None
-        swarm: str | None = None
-        connect_timeout: float = Field(default=10.0, gt=0)
-        state_digest_every: int = Field(default=1, ge=0)
-        kafka: Mapping[str, str | PydanticSecret] = Field(default_factory=dict)
+    def spec(row: Any) -> tuple[Any, Any]:
+        bounds = {k: row.metadata[k] for k in ("ge", "gt") if row.metadata[k] is not None}
+        default = {"default": row.default} if row.default is not MISSING else {"default_factory": row.default_factory}
+        return types[row.name], Field(**default, **bounds)
 
-        @model_validator(mode="before")
-        @classmethod
-        def _password_out_of_the_url(cls, values: object) -> object:
-            # Before validation, so that the password never sits in a str field, even briefly.
-            return _password_out_of_the_url(values) if isinstance(values, Mapping) else values
+    def password_out_of_the_url(cls: Any, values: object) -> object:
+        # Before validation, so that the password never sits in a str field, even briefly.
+        return _password_out_of_the_url(values) if isinstance(values, Mapping) else values
 
-        @field_validator("kafka", mode="after")
-        @classmethod
-        def _kafka_secrets_hidden(cls, kafka: Mapping[str, str | PydanticSecret]) -> Mapping[str, str | PydanticSecret]:
-            return _kafka_secrets_hidden(kafka, PydanticSecret)
+    def kafka_secrets_hidden(cls: Any, kafka: Mapping[str, Any]) -> Mapping[str, Any]:
+        return _kafka_secrets_hidden(kafka, PydanticSecret)
 
-    return Settings
+    validators = {"_password_out_of_the_url": model_validator(mode="before")(password_out_of_the_url),
+                  "_kafka_secrets_hidden": field_validator("kafka", mode="after")(kafka_secrets_hidden)}
+    return create_model(  # type: ignore[call-overload]
+        "Settings", __config__=ConfigDict(frozen=True), __validators__=validators,
+        **{row.name: spec(row) for row in _ROWS})
 
 
 def _libpq_problem(url: str) -> str | None:
@@ -566,16 +535,14 @@ def _libpq_problem(url: str) -> str | None:
     return None
 
 
-def _invalid_setting(exc: ValidationError, env: Mapping[str, str], variables: Mapping[str, str],
-                     overrides: Mapping[str, object]) -> InvalidSetting:
+def _invalid_setting(exc: ValidationError, env: Mapping[str, str], overrides: Mapping[str, object]) -> InvalidSetting:
     """The first problem pydantic found, named by the variable the user set (never a traceback)."""
     err = exc.errors()[0]
     field = str(err["loc"][0]) if err["loc"] else ""
-    by_field = {f: v for v, f in variables.items()} | {"schema_path": "SWARMLOG_SCHEMA_PATH"}
+    by_field = {row.name: row.metadata["variable"] for row in _ROWS}
     variable = by_field.get(field, field)
     value = str(overrides[field]) if overrides.get(field) is not None else env.get(variable, "")
-    secret = variable in ("SWARMLOG_TOKEN_KEY", "SWARMLOG_DATABASE_URL",  # a URL may hold a password
-                          "SWARMLOG_DATABASE_PASSWORD") or is_secret_kafka_property(
-        variable.removeprefix("SWARMLOG_KAFKA_").lower().replace("_", "."))
+    secret = variable in _SECRET_VARIABLES or is_secret_kafka_property(
+        variable.removeprefix(_KAFKA_PREFIX).lower().replace("_", "."))
     return InvalidSetting(variable=variable, value=None if secret else value,
                           problem=str(err["msg"]).removeprefix("Value error, "), hint=_HINTS.get(variable, ""))

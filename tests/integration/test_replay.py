@@ -11,7 +11,6 @@ import pytest
 from confluent_kafka import Consumer
 from fastavro.utils import generate_many
 
-from swarmlog.demo import main as demo_main
 from swarmlog.errors import GroupHasActiveMembers, GroupNotAtStart
 from swarmlog.events import Event
 from swarmlog.kafka.reader import LogReader
@@ -20,6 +19,7 @@ from swarmlog.log.hashing import state_hash
 from swarmlog.replaying import Fold, replay
 from swarmlog.replaying.ledger import Ledger
 from swarmlog.schema.codec import Decoder, Encoder
+from swarmlog_connectors.demo import main as demo_main
 
 from .conftest import subprocess_env
 

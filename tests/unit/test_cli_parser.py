@@ -65,20 +65,29 @@ def test_workers_outside_a_swarm_replay_or_below_one_is_a_usage_error(capsys, ar
     assert says in capsys.readouterr().err
 
 
-def test_the_token_debug_and_ui_commands_are_the_ones_their_modules_add():
-    # build_parser imports swarmlog.token.command, swarmlog.debug.command and swarmlog.ui.command only for these.
-    from swarmlog.debug.command import add_parsers as add_debug
-    from swarmlog.token.command import add_parsers as add_token
-    from swarmlog.ui.command import add_parsers as add_ui
+def test_the_postgres_commands_are_added_from_the_connectors_and_the_core_names_none_of_their_modules():
+    # Imports run one way: swarmlog_connectors registers sink, mirror and demo (entry points), the core's
+    # own table names only swarmlog's modules.
+    plugins = cli.command_modules()
+    assert {name for name, module in plugins.items() if module.startswith("swarmlog_connectors.")} == \
+           {"sink", "mirror", "demo"}
+    assert {name for name, module in cli.COMMANDS.items() if module is None} == {"sink", "mirror", "demo"}
+    assert all(module.startswith("swarmlog.") for module in cli.COMMANDS.values() if module is not None)
 
-    def added(add) -> set[str]:
-        sub = argparse.ArgumentParser().add_subparsers()
-        add(sub)
-        return set(sub.choices)
 
-    assert added(add_token) == cli._TOKEN_COMMANDS
-    assert added(add_debug) == cli._DEBUG_COMMANDS
-    assert added(add_ui) == cli._UI_COMMANDS
+@pytest.mark.parametrize(("command", "module"), [("replay", "swarmlog.replaying.command"),
+                                                 ("log", "swarmlog.debug.command"),
+                                                 ("sink", "swarmlog_connectors.command")])
+def test_building_one_commands_parser_imports_its_module_and_no_other_commands(command, module):
+    code = (f"import sys\nfrom swarmlog import cli\ncli.build_parser({command!r})\n"
+            "print(sorted(m for m in sys.modules if m.endswith('.command') or m == 'swarmlog.schema.check'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == [repr([module])]
+
+
+def test_run_and_sink_are_the_services_that_log_their_lifecycle_without_v():
+    services = {name for name, parser in WHOLE.items() if parser.get_default("service")}
+    assert services == {"run", "sink"}
 
 
 def test_only_a_process_started_as_the_command_line_freezes_its_objects():

@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 from swarmlog.errors import SchemaError
 from swarmlog.schema.compat import (
     DEFAULT_MODE,
+    CompatibilityViolation,
     Incompatibility,
     Mode,
     Rule,
-    Violation,
     check_versions,
     reader_incompatibilities,
 )
@@ -447,7 +447,7 @@ def test_every_rule_has_an_actionable_line(writer, reader, words):
 
 def test_incompatibilities_and_violations_are_frozen():
     inc = only(record(field("n", "long")), record(field("n", "int")))
-    violation = Violation(event_type="e", writer_version=1, reader_version=2, incompatibility=inc)
+    violation = CompatibilityViolation(event_type="e", writer_version=1, reader_version=2, incompatibility=inc)
     with pytest.raises(dataclasses.FrozenInstanceError):
         inc.rule = "x"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):

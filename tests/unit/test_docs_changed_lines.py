@@ -63,7 +63,8 @@ def _split(code: str) -> tuple[list[str], list[str], list[str]]:
         if isinstance(node, ast.ClassDef) and any(isinstance(b, ast.Name) and b.id in swarm_agent for b in node.bases):
             wrapper.append(node)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
-                isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "Swarm" for n in ast.walk(node)):
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "Swarm"
+                for n in ast.walk(node)):
             wrapper.append(node)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "main":
             entry.append(node)

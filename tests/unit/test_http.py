@@ -18,17 +18,13 @@ import pytest
 from swarmlog.guard import ForbiddenCall, guarded
 from swarmlog.llm.compare import _first_difference, comparable_body, tool_result_named
 from swarmlog.llm.http import (
-    REDACTED,
     HTTPRequestDiverged,
     RecordedHTTP,
-    Redaction,
     _body_field,
-    _redact_headers,
-    _redact_url,
-    _Scrubber,
     _sse_chunks,
     transport_type,
 )
+from swarmlog.redaction import REDACTED, Redaction, Scrubber, redact_headers, redact_url
 from swarmlog.testing import StubServer
 
 KEY = "sk-unit-SECRET-0123456789"
@@ -65,8 +61,8 @@ def client(recorder: ListRecorder, lib=httpx2, **options: Any) -> tuple[Any, Rec
 
 
 def test_credential_headers_are_redacted_and_their_values_scrubbed_everywhere():
-    scrub = _Scrubber()
-    headers = _redact_headers([("Authorization", f"Bearer {KEY}"), ("x-api-key", "k" * 20), ("api-key", "a" * 20),
+    scrub = Scrubber()
+    headers = redact_headers([("Authorization", f"Bearer {KEY}"), ("x-api-key", "k" * 20), ("api-key", "a" * 20),
                                ("Cookie", "session=abcdefghijkl"), ("X-Portkey-Api-Key", "p" * 20),
                                ("X-My-Gateway", "g" * 20), ("Content-Type", "application/json")],
                               Redaction(headers=frozenset({"x-my-gateway"})), scrub)
@@ -77,8 +73,8 @@ def test_credential_headers_are_redacted_and_their_values_scrubbed_everywhere():
 
 
 def test_credentials_in_the_url_are_redacted():
-    scrub = _Scrubber()
-    url = _redact_url(f"https://user:hunter2hunter2@api.example.com/v1/x?key={KEY}&model=m&access_token=tok-123456789",
+    scrub = Scrubber()
+    url = redact_url(f"https://user:hunter2hunter2@api.example.com/v1/x?key={KEY}&model=m&access_token=tok-123456789",
                       Redaction(), scrub)
     assert KEY not in url and "hunter2hunter2" not in url and "tok-123456789" not in url
     assert "model=m" in url and url.startswith(f"https://{REDACTED}@api.example.com/v1/x?")

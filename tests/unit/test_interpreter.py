@@ -102,8 +102,10 @@ def test_the_image_and_the_chart_set_the_seed():
 
 
 def test_only_the_command_line_process_may_reexecute(monkeypatch):
+    from swarmlog_connectors import command
+
     seen = []
-    monkeypatch.setattr(cli, "cmd_demo", lambda args: seen.append(args.may_reexec) or 0)
+    monkeypatch.setattr(command, "cmd_demo", lambda args: seen.append(args.may_reexec) or 0)
     assert cli.main(["demo"]) == 0
     assert seen == [False]
 

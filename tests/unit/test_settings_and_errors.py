@@ -20,6 +20,7 @@ from swarmlog.errors import (
     ConfigurationError,
     InvalidSetting,
     KafkaHandshakeFailed,
+    KafkaUnavailable,
     NondeterminismError,
     SchemaError,
     ServiceUnavailable,
@@ -147,8 +148,8 @@ def test_a_usage_error_from_argparse_exits_2(capsys):
 def test_verbosity_is_read_before_and_after_the_command(argv, verbosity, monkeypatch):
     seen = []
     monkeypatch.setattr(cli, "configure_logging", lambda v, service=False: seen.append(v))
-    monkeypatch.setattr(cli, "cmd_replay", lambda args: 0)
-    monkeypatch.setattr(cli, "cmd_dev", lambda argv: 0)
+    monkeypatch.setattr("swarmlog.replaying.command.cmd_replay", lambda args: 0)
+    monkeypatch.setattr("swarmlog.dev.command.run", lambda argv: 0)
     monkeypatch.setattr("swarmlog.schema.check.run", lambda argv: 0)
     assert cli.main(argv) == 0
     assert seen == [verbosity]
@@ -189,7 +190,6 @@ def test_a_service_logs_its_lifecycle_without_v_and_librdkafka_still_only_with_i
     service = _levels(0, service=True)
     assert service["swarmlog"] == logging.INFO and service["connectors"] == logging.INFO
     assert service["librdkafka"] > logging.CRITICAL
-    assert cli._SERVICES == {"run", "sink"}
 
 
 def test_a_host_programs_logging_configuration_wins():
@@ -211,7 +211,7 @@ def test_a_refused_connection_is_reported_with_librdkafkas_reason_and_the_timeou
                                       "failed: Connection refused (after 0ms in state CONNECT)"),
           KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
     err = connect_failure("10.0.0.1:9092", operation="describing topic 't'", timeout_s=10)
-    assert type(err) is ServiceUnavailable and err.address == "10.0.0.1:9092"
+    assert type(err) is KafkaUnavailable and err.address == "10.0.0.1:9092"
     assert "no answer within 10 s" in err.detail and "Connection refused" in err.detail
     assert "brokers are down" not in err.detail
 
@@ -236,4 +236,4 @@ def test_a_failed_sasl_handshake_is_named_with_a_sasl_hint():
 def test_errors_of_another_cluster_do_not_explain_this_one():
     _seen("10.0.0.4:9092", KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error"))
     err = connect_failure("10.0.0.5:9092", operation="reading", timeout_s=10)
-    assert type(err) is ServiceUnavailable and "SASL" not in err.detail
+    assert type(err) is KafkaUnavailable and "SASL" not in err.detail

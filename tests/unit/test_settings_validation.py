@@ -9,6 +9,7 @@ the environment without importing pydantic changed no value, no error and no mes
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import pickle
 import subprocess
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 from pydantic import SecretStr as PydanticSecret
 from pydantic import ValidationError
 
+from swarmlog import settings as settings_module
 from swarmlog.errors import InvalidSetting
 from swarmlog.redaction import SecretStr
 from swarmlog.settings import _VARIABLES, Settings, _by_pydantic, _env_values, _plain, _pydantic_settings
@@ -180,3 +182,42 @@ def test_reading_the_settings_imports_no_pydantic():
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pydantic'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+# --- one row a setting ----------------------------------------------------------------------------
+
+_ROWS = [row for row in dataclasses.fields(Settings) if row.name != "kafka"]
+_TEXT = {"str": "x.y", "str | None": "m:s", "SecretStr | None": "s3cret-value", "Path": "/tmp",
+         "tuple[Path, ...]": "/a:/b", "int": "3", "int | None": "2", "float": "2.5"}
+_READ = {"SecretStr | None": SecretStr("s3cret-value"), "Path": Path("/tmp"),
+         "tuple[Path, ...]": (Path("/a"), Path("/b")), "int": 3, "int | None": 2, "float": 2.5}
+
+
+@pytest.mark.parametrize("row", _ROWS, ids=lambda r: r.name)
+def test_each_row_is_read_from_its_variable_and_defaults_without_it(row):
+    variable = row.metadata["variable"]
+    assert _VARIABLES[variable] == row.name
+    text = _TEXT[str(row.type)]
+    read = Settings.from_env({variable: text})
+    assert getattr(read, row.name) == _READ.get(str(row.type), text)
+    default = row.default_factory() if callable(row.default_factory) else row.default
+    assert getattr(Settings.from_env({}), row.name) == default == getattr(Settings(), row.name)
+    assert f"``{variable}``" in (settings_module.__doc__ or "")  # the module's list of variables
+
+
+@pytest.mark.parametrize("row", [r for r in _ROWS if str(r.type) in ("int", "int | None", "float")],
+                         ids=lambda r: r.name)
+def test_each_rows_refusal_names_its_variable_and_its_hint(row):
+    variable = row.metadata["variable"]
+    with pytest.raises(InvalidSetting) as caught:
+        Settings.from_env({variable: "not-a-number"})
+    assert caught.value.variable == variable and caught.value.hint == row.metadata["hint"]
+    assert caught.value.value == "not-a-number"
+
+
+@pytest.mark.parametrize("row", [r for r in _ROWS if r.metadata["secret"]], ids=lambda r: r.name)
+def test_a_secret_rows_value_is_never_shown(row):
+    variable, secret = row.metadata["variable"], "hunter2-secret"
+    settings = Settings.from_env({variable: secret} if str(row.type) != "str" else
+                                 {variable: f"postgresql://app:{secret}@db/x"})
+    assert secret not in repr(settings) and secret not in str(settings) and secret not in settings.model_dump_json()

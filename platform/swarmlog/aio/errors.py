@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import EffectDiverged, SwarmlogError
+from ..errors import EffectDiverged, RunError
 
 __all__ = ["AsyncCallDiverged", "AsyncStepError", "NestedRun", "StepCancelled", "StepLeftWork", "StepStalled"]
 
 
-class AsyncStepError(SwarmlogError):
+class AsyncStepError(RunError):
     """An async step did something a step cannot do (see the module)."""
 
     def __init__(self, message: str, *, agent: str, offset: int) -> None:

@@ -34,8 +34,9 @@ from .._lazy import exports
 from .fork import Forked, fork
 
 if TYPE_CHECKING:
+    from ..errors import SnapshotStale
     from ._debugger import Stop
-    from ._rebuild import AgentStep, SnapshotStale
+    from ._rebuild import AgentStep
     from .breakpoints import Breakpoint
     from .diff import Change, StateDiff
     from .logview import CausalGraph, Explained, LoggedEvent, LogView
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 # runtime and the determinism guard along.
 __getattr__ = exports(globals(), {
     "Stop": "._debugger",
-    "SnapshotStale": "._rebuild",
+    "SnapshotStale": "..errors",
     "AgentStep": "._rebuild",
     "Breakpoint": ".breakpoints",
     "Change": ".diff",

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..agent import Agent, Swarm
 from ..context import Output
-from ..errors import SwarmlogError
+from ..errors import SnapshotStale, SwarmlogError
 from ..events import Event
 from ..log.base import LogBackend
 from ..log.hashing import canonical
@@ -41,23 +41,14 @@ from ..schema.codec import Decoder
 
 logger = logging.getLogger(__name__)
 
-class SnapshotStale(SwarmlogError):
-    """The message a snapshot was taken after is not in the log any more: it is another log's."""
-
-    def __init__(self, *, topic: str, offset: int) -> None:
-        self.topic = topic
-        self.offset = offset
-        super().__init__(f"a snapshot of {topic!r} was taken after the message at offset {offset}, which the log no "
-                         f"longer holds as it was: the topic was re-made; delete {topic}.snapshots")
-
 
 TAIL_BATCH = 100
 """Messages the fold's reader asks for, and scans, at a time. ``consume(n, timeout)`` returns before
 its timeout only once n messages are queued, and one fetch response of the debugger's readers
 (``SHORT_READ_TUNING``, 64 KiB) holds ~200: with the replay's 5,000 a fold's reads waited out their
 timeouts, tens of ms a query of ``state --at N`` (bench/README.md, "Time travel with snapshots").
-Small batches also leave unrouted what a fold that stops at N never takes; the fold spends ~30 µs
-a message, so a call's overhead is noise."""
+Small batches also leave unrouted what a fold that stops at N never takes; a call's overhead is noise
+beside the fold's own cost of a message."""
 
 
 @dataclass(frozen=True, slots=True)

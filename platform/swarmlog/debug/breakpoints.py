@@ -29,6 +29,8 @@ from typing import Any
 from ..errors import UsageError
 from ._rebuild import AgentStep
 
+__all__ = ["AGENT", "Breakpoint", "IF", "TYPE", "first_match", "names", "parse"]
+
 logger = logging.getLogger(__name__)
 
 AGENT = "agent"

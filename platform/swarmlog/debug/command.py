@@ -11,10 +11,14 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import MissingDependency, UsageError
 from ..settings import Settings
+
+__all__ = ["add_parser", "cmd_debug", "cmd_fork", "cmd_log", "cmd_show", "cmd_snapshot", "cmd_state", "cmd_step",
+           "cmd_timeline"]
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -258,8 +262,13 @@ def cmd_step(args: argparse.Namespace) -> int:
 # --- parsers ----------------------------------------------------------------------------------
 
 
-def add_parsers(sub: Any) -> None:
-    """Add the debugging commands to ``swarmlog``'s subcommands."""
+def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -> None:
+    """Add the debugging command ``name`` to ``swarmlog``'s subcommands (``-v`` is added after their own
+    options: ``parents`` are not used)."""
+    _PARSERS[name](sub)
+
+
+def _log_parser(sub: Any) -> None:
     lg = sub.add_parser("log", help="print the log's events decoded, one a line")
     lg.add_argument("--from", dest="start", type=int, default=0, metavar="OFFSET", help="first offset")
     lg.add_argument("--to", dest="end", type=int, metavar="OFFSET", help="stop before this offset")
@@ -273,6 +282,8 @@ def add_parsers(sub: Any) -> None:
     lg.add_argument("--topic")
     lg.set_defaults(func=cmd_log)
 
+
+def _show_parser(sub: Any) -> None:
     sh = sub.add_parser("show", help="one event whole: envelope, payload, headers, its causes both ways")
     sh.add_argument("offset", type=int)
     sh.add_argument("--within", type=int, metavar="N", help="look for what it caused only N offsets on")
@@ -282,6 +293,8 @@ def add_parsers(sub: Any) -> None:
     sh.add_argument("--topic")
     sh.set_defaults(func=cmd_show)
 
+
+def _state_parser(sub: Any) -> None:
     st = sub.add_parser("state", help="an agent's state just before an offset, as the swarm's code rebuilds it")
     st.add_argument("agent")
     st.add_argument("--at", type=int, metavar="OFFSET", help="the state just before this offset")
@@ -290,6 +303,8 @@ def add_parsers(sub: Any) -> None:
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_state)
 
+
+def _debug_parser(sub: Any) -> None:
     db = sub.add_parser("debug", help="rebuild everything before a step and run its handler under the debugger")
     db.add_argument("--at", type=int, metavar="OFFSET", help="the step(s) handling this offset")
     db.add_argument("--agent", help="only this agent's step (with --at), or whose step (with --step)")
@@ -299,6 +314,8 @@ def add_parsers(sub: Any) -> None:
     _code_args(db)
     db.set_defaults(func=cmd_debug)
 
+
+def _snapshot_parser(sub: Any) -> None:
     sn = sub.add_parser("snapshot", help="keep per-agent state snapshots, so travel in time starts near")
     sn.add_argument("--every", type=int, default=10_000, metavar="N", help="offsets between snapshots")
     sn.add_argument("--to", type=int, metavar="OFFSET", help="fold up to here (default: the end of the log)")
@@ -306,6 +323,8 @@ def add_parsers(sub: Any) -> None:
     _code_args(sn)
     sn.set_defaults(func=cmd_snapshot)
 
+
+def _step_parser(sub: Any) -> None:
     sp = sub.add_parser("step", help="step through a run in an interactive terminal view (needs swarmlog[tui])")
     sp.add_argument("--at", type=int, default=0, metavar="OFFSET", help="start just before this offset")
     sp.add_argument("--divergence", action="store_true", help="start at the step where the code first diverges")
@@ -319,6 +338,8 @@ def add_parsers(sub: Any) -> None:
     _code_args(sp)
     sp.set_defaults(func=cmd_step)
 
+
+def _timeline_parser(sub: Any) -> None:
     tl = sub.add_parser("timeline", help="a range of the log as a sequence diagram (terminal, or --html FILE)")
     tl.add_argument("--from", dest="start", type=int, default=0, metavar="OFFSET", help="first offset")
     tl.add_argument("--to", dest="end", type=int, metavar="OFFSET", help="stop before this offset")
@@ -329,12 +350,26 @@ def add_parsers(sub: Any) -> None:
     _code_args(tl)
     tl.set_defaults(func=cmd_timeline)
 
+
+def _fork_parser(sub: Any) -> None:
     fk = sub.add_parser("fork", help="copy the log before an offset into a new topic, to go on with new code")
     fk.add_argument("--at", type=int, required=True, metavar="OFFSET", help="copy the offsets before this one")
     fk.add_argument("--to-topic", required=True, metavar="TOPIC", help="the new topic")
     fk.add_argument("--topic", help="the source (default: $SWARMLOG_TOPIC)")
     fk.add_argument("--json", action="store_true")
     fk.set_defaults(func=cmd_fork)
+
+
+_PARSERS: dict[str, Callable[[Any], None]] = {
+    "log": _log_parser,
+    "show": _show_parser,
+    "state": _state_parser,
+    "debug": _debug_parser,
+    "snapshot": _snapshot_parser,
+    "step": _step_parser,
+    "timeline": _timeline_parser,
+    "fork": _fork_parser,
+}
 
 
 def _code_args(p: argparse.ArgumentParser) -> None:

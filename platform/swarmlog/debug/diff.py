@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+__all__ = ["Change", "StateDiff", "diff"]
+
 
 @dataclass(frozen=True, slots=True)
 class Change:

@@ -37,6 +37,8 @@ from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
 
+__all__ = ["FORK_AGENT", "Forked", "check_cut", "fork"]
+
 logger = logging.getLogger(__name__)
 
 FORK_AGENT = "swarmlog"

@@ -46,6 +46,8 @@ from ..schema.registry import SchemaRegistry
 from ..settings import Settings
 from .conversation import Conversation, conversation
 
+__all__ = ["BROADCAST", "CausalGraph", "Explained", "LogView", "LoggedEvent"]
+
 logger = logging.getLogger(__name__)
 
 BROADCAST = "*"

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..agent import Swarm
-from ..errors import ConfigurationError, UsageError
+from ..errors import ConfigurationError, SnapshotStale, UsageError
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
 from ..runtime import code_version
@@ -40,7 +40,7 @@ from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
 from ._debugger import HandlerTrap, Stop
-from ._rebuild import AgentStep, Rebuild, SnapshotStale
+from ._rebuild import AgentStep, Rebuild
 from .diff import StateDiff, diff
 from .logview import LoggedEvent, LogView
 from .snapshots import DEFAULT_EVERY, Chosen, Ignored, SnapshotStore

@@ -16,7 +16,7 @@ a snapshot made by other code or read through other schemas holds a state this c
 would not have built. Those are skipped and *reported* (``ignored``), and the caller
 (the CLI) says so. A snapshot also names the last message it folded (offset and CRC);
 if the log no longer holds that message as it was, the topic was re-made, and the
-fold refuses it (:class:`~swarmlog.debug._rebuild.SnapshotStale`).
+fold refuses it (:class:`~swarmlog.errors.SnapshotStale`).
 
 **Why a snapshot and its tail equal the full replay.** Replay is a pure fold of the
 log: given the same code, schemas and messages, an agent's fold at N is the same
@@ -43,6 +43,9 @@ from ..errors import AppendFailed, TopicNotFound
 from ..log.base import LogBackend
 from ..log.protocol import H_AGENT, H_SNAPSHOT_AT, H_SNAPSHOT_CODE, snapshot_topic
 from ..schema.registry import SchemaRegistry
+
+__all__ = ["Chosen", "DEFAULT_EVERY", "Ignored", "SNAPSHOT_FORMAT", "SnapshotInfo", "SnapshotStore",
+           "VALUES_KEPT_BYTES", "schema_digest"]
 
 logger = logging.getLogger(__name__)
 

@@ -46,6 +46,8 @@ from .logview import LoggedEvent
 from .session import Session
 from .stepper import Hit, Stepper
 
+__all__ = ["EventList", "PAGE", "StepApp"]
+
 logger = logging.getLogger(__name__)
 
 PAGE = 400

@@ -37,6 +37,10 @@ from .kafka import KafkaNode
 from .postgres import PostgresNode
 from .sasl import Credentials
 
+__all__ = ["ClusterInfo", "ClusterStatus", "DEFAULT_CONTROLLER_PORT", "DEFAULT_KAFKA_PORT", "DEFAULT_POSTGRES_PORT",
+           "DEFAULT_SASL_PORT", "MAX_BROKERS", "NODE_PORT_STEP", "Ports", "Progress", "ROOT_HOME", "ServiceStatus",
+           "down", "env_lines", "kafka_tool_argv", "print_progress", "status", "up"]
+
 # Must agree with swarmlog.settings.DEFAULT_BOOTSTRAP_SERVERS / DEFAULT_DATABASE_URL
 # (a test checks), so that a fresh shell needs no `eval "$(swarmlog dev env)"`.
 DEFAULT_KAFKA_PORT = 19092

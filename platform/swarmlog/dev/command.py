@@ -5,16 +5,25 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..errors import SwarmlogError
-from . import cluster
+
+__all__ = ["EXIT_NOT_RUNNING", "add_parser", "run"]
 
 # `status` exits with 3 when the cluster is not running, like `pg_ctl status` and LSB init scripts.
 EXIT_NOT_RUNNING = 3
 
 
+def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -> None:
+    """List ``swarmlog dev`` among ``swarmlog``'s subcommands; :func:`run` parses its own arguments."""
+    sub.add_parser("dev", help="local Kafka (1 or 3 brokers) + Postgres: up | down | status | env", add_help=False)
+
+
 def run(argv: list[str]) -> int:
     """Run ``swarmlog dev`` with ``argv`` (the words after ``dev``); return the exit code."""
+    from . import cluster  # psycopg and the cluster's tools: not for `swarmlog --help`
+
     parser = _parser()
     try:
         args = parser.parse_args(argv)

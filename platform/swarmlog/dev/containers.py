@@ -33,6 +33,9 @@ from urllib.parse import urlparse
 
 from ..errors import MissingDependency, ServiceUnavailable
 
+__all__ = ["ContainerServices", "DEV_CLUSTER_PREFIX", "KAFKA_IMAGE", "POSTGRES_IMAGE", "SERVICE_VARIABLES",
+           "ServiceSource", "containers", "docker_reachable", "kafka_environment", "service_source"]
+
 SERVICE_VARIABLES = ("SWARMLOG_BOOTSTRAP_SERVERS", "SWARMLOG_DATABASE_URL")
 DEV_CLUSTER_PREFIX = "SWARMLOG_DEV_"
 

@@ -35,6 +35,11 @@ from confluent_kafka.admin import AdminClient
 from ..errors import ConfigurationError, MissingDependency, ServiceUnavailable
 from . import process
 
+__all__ = ["KAFKA_VERSION", "KafkaNode", "LOG4J2_CONFIG", "MIN_JAVA", "POM", "Progress", "ensure_formatted",
+           "is_formatted", "is_healthy", "new_cluster_id", "registered_brokers", "replication", "require_java",
+           "resolve_classpath", "running_pid", "server_properties", "start", "stop", "stop_all", "wait_quorum",
+           "wait_ready", "write_config"]
+
 KAFKA_VERSION = "4.1.1"
 MIN_JAVA = 17  # Kafka 4.x brokers need Java 17+
 

@@ -24,6 +24,10 @@ import psycopg
 from ..errors import ConfigurationError, MissingDependency, ServiceUnavailable
 from . import process
 
+__all__ = ["DATABASE", "DEBIAN_LIB_ROOT", "PostgresNode", "Progress", "ROLE", "clear_stale_locks", "ensure_bin_dir",
+           "ensure_database", "find_bin_dir", "initialize", "is_healthy", "is_initialized", "prepare", "running_pid",
+           "service_user", "start", "stop", "write_config"]
+
 ROLE = "swarmlog"
 DATABASE = "swarmlog"
 DEBIAN_LIB_ROOT = Path("/usr/lib/postgresql")

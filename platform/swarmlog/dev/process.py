@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+__all__ = ["cmdline", "cwd", "is_alive", "live_pid", "pids_in", "read_pid", "spawn_detached", "tail", "terminate"]
+
 
 def spawn_detached(argv: Sequence[str], *, env: Mapping[str, str], log: Path) -> int:
     """Start ``argv`` in a new session with stdout and stderr appended to ``log``; return its pid.

@@ -25,8 +25,11 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
-from ..errors import ConfigurationError, ServiceUnavailable
+from ..errors import ConfigurationError, KafkaUnavailable
 from ..redaction import SecretStr
+
+__all__ = ["Credentials", "MECHANISM", "SECURITY_PROTOCOL", "USERNAME", "credentials_file", "ensure_user", "load",
+           "load_or_create", "wait_authenticated"]
 
 USERNAME = "swarmlog"
 MECHANISM = "SCRAM-SHA-512"
@@ -96,7 +99,7 @@ def ensure_user(*, bootstrap_servers: str, credentials: Credentials, replace: bo
     try:
         admin.alter_user_scram_credentials([upsert], request_timeout=timeout)[credentials.username].result()
     except KafkaException as exc:
-        raise ServiceUnavailable(service="Kafka", address=bootstrap_servers,
+        raise KafkaUnavailable(address=bootstrap_servers,
                                  detail=f"creating the SASL user {credentials.username!r} failed: "
                                         f"{exc.args[0].str()}") from None
 
@@ -128,6 +131,6 @@ def _has_user(admin: AdminClient, username: str, timeout: float, *, address: str
     except KafkaException as exc:
         if exc.args[0].code() == KafkaError.RESOURCE_NOT_FOUND:
             return False
-        raise ServiceUnavailable(service="Kafka", address=address,
+        raise KafkaUnavailable(address=address,
                                  detail=f"describing the SASL user {username!r} failed: {exc.args[0].str()}") from None
     return any(info.mechanism == ScramMechanism.SCRAM_SHA_512 for info in description.scram_credential_infos)

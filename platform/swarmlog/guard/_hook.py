@@ -59,7 +59,7 @@ _PACKAGE = __name__.rpartition(".")[0]
 # sys.setprofile and sys.getprofile for a profile function, the guard's own per-thread slot under
 # sys.monitoring. The guard switches its hook off through a C callable that is no C function: under
 # a profile function calling it is no event, so the hook does not see the guard's own
-# setprofile(None) (it would only excuse it, at ~400 ns, twice a step: leaving the handler and
+# setprofile(None) (it would only excuse it, at a cost twice a step: leaving the handler and
 # entering allowed()).
 setprofile: Callable[[Any], object]
 getprofile: Callable[[], object]
@@ -221,7 +221,7 @@ def apply(st: ThreadState) -> None:
 # A Logger call (`log.info(...)`) stamps a record with the clock, the process and the thread,
 # renders it and hands it to handlers; it returns nothing, so the handler sees none of it (the
 # rule in `_exemptions`). Checking each of those reads against the table and walking the stack to
-# excuse it cost a stamped log call twice what logging itself costs. So while `Logger._log` runs,
+# excuse it cost a stamped log call more than logging itself costs. So while `Logger._log` runs,
 # the thread's profile function is a lighter one that refuses nothing and watches for two things
 # only: `Logger._log`'s own return (then the full hook is back), and the two places where the
 # handler's own code runs inside a Logger call — rendering the message (`LogRecord.getMessage`

@@ -11,8 +11,8 @@ the hook finds it with one dict lookup:
 * a Python function, method or class (``uuid.uuid4``, ``os.environ.get``, ``threading.Thread``):
   by its code object (a class by its ``__init__``'s), with the instance it must be bound to, if
   any, in :data:`CODES` — looked up by the code's qualified name, then compared by identity: a
-  code object hashes its bytecode and constants on every lookup (about 2 µs for a large
-  function), a name's hash is cached in the string.
+  code object hashes its bytecode and constants on every lookup (the larger the function, the
+  longer), a name's hash is cached in the string.
 """
 
 from __future__ import annotations

@@ -5,3 +5,5 @@ extension points, installed as an extra of its own and imported only when asked 
   checkpointer on the swarm's log and mirror, and a graph run inside a handler with its model and
   tool calls recorded.
 """
+
+__all__ = []

@@ -18,6 +18,8 @@ from .producer import KafkaAppender
 from .reader import LogReader, watermarks
 from .topic import create_topic, deletes_history, require_single_partition, topic_config
 
+__all__ = ["IDLE_READERS", "KafkaBackend", "backend_for"]
+
 logger = logging.getLogger(__name__)
 
 _warned: set[tuple[str, str]] = set()  # (bootstrap servers, topic): warn once per process about finite history
@@ -69,7 +71,7 @@ class KafkaBackend:
 
         A topic is checked (it exists, it has one partition) by the first reader of it this
         backend makes, not again by the readers that reuse a kept consumer: that check is a
-        metadata request, 1-25 ms each on the dev cluster, and a fold of ``state --at N`` opens
+        metadata request, a round trip to a broker each, and a fold of ``state --at N`` opens
         three readers per query. A topic deleted and made again meanwhile under the same name is
         another log: a fold from a snapshot refuses it by the snapshot's last message
         (``SnapshotStale``); a new backend checks it again.

@@ -28,13 +28,15 @@ from .config import consumer as make_consumer
 from .errors import translate
 from .topic import cluster_metadata
 
+__all__ = ["KafkaAgentChannel", "next_batch"]
+
 logger = logging.getLogger(__name__)
 
 _TXN_TIMEOUT_S = 30.0
 """How long one transactional call may take before it counts as failed."""
 _TXN_RETRY_S = 40.0
 """How long a transactional call is retried while the coordinator moves (see :func:`_retrying`):
-past a leader election (~10 s: the dead broker's session timeout, then the election), and well
+past a leader election (the dead broker's session timeout, then the election), and well
 inside ``transaction.timeout.ms`` (60 s), after which the coordinator aborts the transaction itself."""
 _OFFSETS_TIMEOUT_S = 20.0
 _STUCK_GRACE_S = 10.0
@@ -300,7 +302,7 @@ def next_batch(consumer: Any, size: int, wait: float) -> list[Any]:
 
     ``consume(size, wait)`` returns a short batch only when ``wait`` expires, so a lone
     message (one chain, one hop at a time) would sit in the queue for the rest of the
-    timeout: ~50 ms a hop with ``wait=0.1`` (bench/README.md, "Where a hop's time goes").
+    timeout, for every hop (bench/README.md, "Where a hop's time goes").
     Waiting for the first message only and then taking, without waiting, whatever else
     has already been fetched commits a lone step at once and, under load, as big a batch
     as the backlog (up to ``size``) in one transaction.

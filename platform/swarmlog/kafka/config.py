@@ -36,6 +36,10 @@ from ..redaction import SecretStr
 from ..settings import Settings
 from .errors import error_recorder, kafka_error
 
+__all__ = ["APPENDER_REQUIRED", "CLIENT_TUNING", "CONSUMER_REQUIRED", "CONSUMER_TUNING", "Client",
+           "LIBRDKAFKA_LOGGER", "PRODUCER_REQUIRED", "PRODUCER_TUNING", "SHORT_READ_TUNING", "TRANSACTION_TIMEOUT_MS",
+           "admin_client", "consumer", "new_client", "settings_variable", "watermark_consumer"]
+
 LIBRDKAFKA_LOGGER = "swarmlog.librdkafka"
 """Where librdkafka's log lines go (hidden by the command line unless ``-v``)."""
 _librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
@@ -47,11 +51,12 @@ CLIENT_TUNING: dict[str, object] = {
     # A new client's first request (the metadata every command starts with) goes out on the
     # bootstrap connection; once the answer names the broker, librdkafka (2.10 on) decommissions
     # that connection, failing a request still in flight on it, and may connect to the named
-    # broker only after its "sparse connection" interval: half of reconnect.backoff.ms, at least
-    # 11 ms. At the default 100 ms, about one first request in two waited the 50 ms out
-    # (measured: list_topics on a fresh consumer, median 54 ms at 100, 15 ms at 20; a third of a
-    # 3-event `swarmlog replay`, cli_replay_3 in bench/cli.py). A broker that is down is still
-    # retried with exponential backoff up to reconnect.backoff.max.ms (10 s).
+    # broker only after its "sparse connection" interval: half of reconnect.backoff.ms. At
+    # librdkafka's default about one first request in two waited that interval out, a large part
+    # of a short command's start (cli.cli_replay_3; the figures in bench/README.md, "The figures
+    # behind the code's comments").
+    # A broker that is down is still retried with exponential backoff up to
+    # reconnect.backoff.max.ms (10 s).
     "reconnect.backoff.ms": 20,
 }
 PRODUCER_REQUIRED: dict[str, object] = {
@@ -95,9 +100,10 @@ CONSUMER_TUNING: dict[str, object] = {
     "fetch.min.bytes": 1,
     "queued.min.messages": 200_000,
     "fetch.max.bytes": 64 * 1024 * 1024,
-    # librdkafka's default. Measured (bench/replay.py): at 16 MiB a replay's peak RSS was
-    # ~560 MB (prefetched, decompressed batches), at 1 MiB ~190 MB, with the same replay
-    # throughput: decoding and folding in Python, not fetching, set the pace.
+    # Below librdkafka's default (16 MiB): a replay's peak RSS is mostly prefetched, decompressed
+    # batches, and a smaller fetch keeps the same throughput, since decoding and folding in Python,
+    # not fetching, set the pace (replay.swarmlog's peak RSS; bench/README.md, "The figures behind
+    # the code's comments").
     "max.partition.fetch.bytes": 1024 * 1024,
     "auto.offset.reset": "earliest",
 }
@@ -105,16 +111,15 @@ CONSUMER_TUNING: dict[str, object] = {
 SHORT_READ_TUNING: dict[str, object] = {
     # The debugger's readers start at an offset, read a tail of a few thousand messages and stop
     # (``state --at N`` from a snapshot, once per query), and the next query's reader is the same
-    # consumer, assigned elsewhere. Measured on the dev cluster (bench/README.md, "Time travel
-    # with snapshots"): with the replay's tuning, a reader's first message came
-    # 10 ms (up to 50) after its assign, and each query burnt ~23 ms of CPU in librdkafka's
-    # threads fetching ahead of a fold that stops (up to queued.min.messages, 200k) — a
-    # fetch still under way, or held at the log's end, delays the next assign's first fetch.
-    # With these: 2.7 ms (max 8) and 5 ms of CPU.
+    # consumer, assigned elsewhere. With the replay's tuning a reader's first message came late
+    # after its assign, and each query burnt CPU in librdkafka's threads fetching ahead of a fold
+    # that stops (up to queued.min.messages, 200k) — a fetch still under way, or held at the log's
+    # end, delays the next assign's first fetch. These make both a fraction of what they were
+    # (snapshots.*; bench/README.md, "The figures behind the code's comments").
     # The first response arrives whole before its first message: 64 KiB, ~200 messages.
     "max.partition.fetch.bytes": 64 * 1024,
-    # Fetch ahead only a few thousand messages (the fold spends ~30 µs of Python on each, so
-    # that is ~60 ms of work queued) ...
+    # Fetch ahead only a few thousand messages (the fold's Python takes tens of ms over that
+    # many) ...
     "queued.min.messages": 2000,
     # ... and resume fetching soon once the fold has taken them (librdkafka waits 1 s by
     # default once its queue is over that threshold).

@@ -45,6 +45,8 @@ from .errors import translate
 from .reader import watermarks
 from .topic import TOPIC_CONFIG, create_topic, set_topic_config
 
+__all__ = ["create_copy"]
+
 logger = logging.getLogger(__name__)
 
 _FILLER = b"swarmlog copy: a gap of the source log (aborted, never read)"

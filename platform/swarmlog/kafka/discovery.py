@@ -33,6 +33,8 @@ from ..log.protocol import is_side_topic
 from ..settings import Settings
 from .errors import translate
 
+__all__ = ["Discovered", "TopicPattern", "discover"]
+
 _TIMEOUT_S = 10.0
 
 logger = logging.getLogger(__name__)

@@ -21,11 +21,14 @@ from ..errors import (
     AgentFenced,
     KafkaHandshakeFailed,
     KafkaOperationFailed,
+    KafkaUnavailable,
     ServiceUnavailable,
     SwarmlogError,
     TopicNotFound,
     TransactionAborted,
 )
+
+__all__ = ["FENCED", "UNKNOWN_TOPIC", "UNREACHABLE", "connect_failure", "error_recorder", "kafka_error", "translate"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +44,7 @@ UNKNOWN_TOPIC = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN
 
 _SASL = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
 # librdkafka says in which state of the connection a broker failed only in its message,
-# "(after 12ms in state SSL_HANDSHAKE)": the one piece of its text read here, to tell a
+# "(after <N>ms in state SSL_HANDSHAKE)": the one piece of its text read here, to tell a
 # TLS handshake that failed from a connection that was refused.
 _BROKER_STATE = re.compile(r"in state ([A-Z_]+)\)")
 
@@ -88,7 +91,7 @@ def connect_failure(bootstrap: str, *, operation: str, timeout_s: float | None =
         if err.code() == KafkaError._SSL or (state is not None and state.group(1) == "SSL_HANDSHAKE"):
             return KafkaHandshakeFailed(address=bootstrap, stage="TLS", detail=f"{operation}: {err.str()}")
     reason = f": {events[-1].str()}" if events else ""
-    return ServiceUnavailable(service="Kafka", address=bootstrap, detail=f"{operation}: {waited}{reason}")
+    return KafkaUnavailable(address=bootstrap, detail=f"{operation}: {waited}{reason}")
 
 
 def translate(exc: KafkaException | KafkaError, *, operation: str, bootstrap: str, topic: str | None = None,

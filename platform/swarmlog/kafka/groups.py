@@ -21,6 +21,8 @@ from confluent_kafka.admin import AdminClient
 from ..errors import GroupHasActiveMembers, GroupResetFailed
 from .errors import translate
 
+__all__ = ["AdvisoryCommits", "committed_offset", "group_members", "reset_group"]
+
 _TIMEOUT_S = 30.0
 
 logger = logging.getLogger(__name__)

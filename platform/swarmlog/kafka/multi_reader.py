@@ -39,6 +39,8 @@ from .config import consumer as make_consumer
 from .errors import UNKNOWN_TOPIC, translate
 from .groups import AdvisoryCommits
 
+__all__ = ["MULTI_TUNING", "MultiTopicReader"]
+
 _error = Message.error
 _topic = Message.topic
 _LIST_OFFSETS_TIMEOUT_S = 30.0
@@ -48,8 +50,8 @@ logger = logging.getLogger(__name__)
 
 MULTI_TUNING: dict[str, object] = {
     # A fetch request names every assigned partition; with a thousand topics mostly at their
-    # end, the 50 ms of one topic's reader would have the broker answer a thousand-partition
-    # fetch 20 times a second for nothing. The broker answers as soon as any data arrives
+    # end, one topic's reader's fetch.wait.max.ms would have the broker answer a thousand-partition
+    # fetch many times a second for nothing. The broker answers as soon as any data arrives
     # (fetch.min.bytes 1), so the longer wait costs no latency.
     "fetch.wait.max.ms": 500,
     # How long a member that stopped answering (SIGKILLed, its node gone) keeps its topics

@@ -27,6 +27,8 @@ from ..settings import Settings
 from .config import APPENDER_REQUIRED, PRODUCER_TUNING, new_client
 from .errors import translate
 
+__all__ = ["KafkaAppender"]
+
 _POLL_EVERY = 1000
 """Serve delivery reports every this many sends, so their queue stays short."""
 

@@ -29,6 +29,8 @@ from .errors import translate
 from .groups import AdvisoryCommits
 from .topic import require_single_partition
 
+__all__ = ["LogReader", "WATERMARK_TIMEOUT_S", "high_watermark", "watermarks"]
+
 _error = Message.error
 WATERMARK_TIMEOUT_S = 30.0
 """How long a watermark read may take. It waits for the partition to have a leader: when the

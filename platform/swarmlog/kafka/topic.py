@@ -37,6 +37,9 @@ from ..settings import Settings
 from .config import admin_client, new_client
 from .errors import UNKNOWN_TOPIC, translate
 
+__all__ = ["TOPIC_CONFIG", "TopicInfo", "cluster_metadata", "create_topic", "deletes_history", "describe_topic",
+           "fragility", "require_single_partition", "set_topic_config", "topic_config", "wait_until_known"]
+
 TOPIC_CONFIG = {
     "retention.ms": "-1",
     "retention.bytes": "-1",

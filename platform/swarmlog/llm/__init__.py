@@ -6,14 +6,15 @@ import httpx):
 * the clients of ``ctx.llm`` (``clients``): :class:`LLMClient`, the protocol ``Swarm(llm=...)``
   takes; :class:`OpenAIChat`, any OpenAI-compatible endpoint; :class:`ScriptedLLM`, a deterministic
   offline model; :func:`content` and :func:`completion`, reading and writing OpenAI-shaped replies;
-  their errors :class:`LLMUnavailable`, :class:`LLMRequestFailed`, :class:`LLMResponseInvalid`,
-  :class:`ScriptExhausted`;
+  their errors (``errors``), under :class:`LLMError`: :class:`LLMUnavailable`, :class:`LLMRequestFailed`,
+  :class:`LLMResponseInvalid`, :class:`ScriptExhausted`;
 * the official SDKs as that client (``sdk``): :class:`SDKChat`, :func:`llm_client`;
-* recorded HTTP, ``ctx.http()`` (``http``): :class:`RecordedHTTP`, :class:`Redaction` (which header
-  and query-parameter names carry credentials), :class:`HTTPRequestDiverged`; how a replayed request
-  is compared with the record (``compare``);
+* recorded HTTP, ``ctx.http()`` (``http``): :class:`RecordedHTTP`, and its replay's :class:`HTTPRequestDiverged`;
 * an SDK's key, ``ctx.credential()`` (``credentials``): the environment's live, a placeholder on
-  replay; :class:`CredentialMissing`.
+  replay; :class:`CredentialMissing`;
+* what both do alike: :class:`RetryPolicy` (``retry``), the one retry policy of live calls, and
+  :class:`Redaction`, which header and query-parameter names carry credentials (re-exported from
+  :mod:`swarmlog.redaction`, swarmlog's one home of redaction).
 
 ``from swarmlog.llm import OpenAIChat, content`` is the usual import.
 """
@@ -25,29 +26,33 @@ from typing import TYPE_CHECKING
 from .._lazy import exports
 
 if TYPE_CHECKING:
-    from .clients import (
-        LLMClient,
+    from ..redaction import Redaction
+    from .clients import LLMClient, OpenAIChat, ScriptedLLM, completion, content
+    from .errors import (
+        CredentialMissing,
+        HTTPRequestDiverged,
+        LLMError,
         LLMRequestFailed,
         LLMResponseInvalid,
         LLMUnavailable,
-        OpenAIChat,
-        ScriptedLLM,
         ScriptExhausted,
-        completion,
-        content,
     )
-    from .credentials import CredentialMissing
-    from .http import HTTPRequestDiverged, RecordedHTTP, Redaction
+    from .http import RecordedHTTP
+    from .retry import RetryPolicy
     from .sdk import SDKChat, llm_client
 
 __getattr__ = exports(globals(), {
-    **dict.fromkeys(["LLMClient", "LLMRequestFailed", "LLMResponseInvalid", "LLMUnavailable", "OpenAIChat",
-                     "ScriptedLLM", "ScriptExhausted", "completion", "content"], ".clients"),
-    "CredentialMissing": ".credentials",
-    **dict.fromkeys(["HTTPRequestDiverged", "RecordedHTTP", "Redaction"], ".http"),
+    **dict.fromkeys(["LLMClient", "OpenAIChat", "ScriptedLLM", "completion", "content"], ".clients"),
+    **dict.fromkeys(["CredentialMissing", "HTTPRequestDiverged", "LLMError", "LLMRequestFailed", "LLMResponseInvalid",
+                     "LLMUnavailable",
+                     "ScriptExhausted"], ".errors"),
+    "RecordedHTTP": ".http",
+    "Redaction": "..redaction",
+    "RetryPolicy": ".retry",
     **dict.fromkeys(["SDKChat", "llm_client"], ".sdk"),
 })
 
-__all__ = ["CredentialMissing", "HTTPRequestDiverged", "LLMClient", "LLMRequestFailed", "LLMResponseInvalid",
-           "LLMUnavailable", "OpenAIChat", "RecordedHTTP", "Redaction", "SDKChat", "ScriptExhausted", "ScriptedLLM",
+__all__ = ["CredentialMissing", "HTTPRequestDiverged", "LLMClient", "LLMError", "LLMRequestFailed",
+           "LLMResponseInvalid", "LLMUnavailable", "OpenAIChat",
+           "RecordedHTTP", "Redaction", "RetryPolicy", "SDKChat", "ScriptExhausted", "ScriptedLLM",
            "completion", "content", "llm_client"]

@@ -20,7 +20,7 @@ log and the client is never called::
   check replay never calls the model.
 * :func:`content` extracts the reply text from an OpenAI-shaped response.
 
-Every failure is one of the typed errors below and says what to do. Because a
+Every failure is one of the typed errors of :mod:`swarmlog.llm.errors` and says what to do. Because a
 failing ``complete`` raises before ``ctx.llm`` records anything, a failed call
 leaves no ``llm.call`` event behind.
 """
@@ -39,91 +39,20 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from ..errors import ConfigurationError, SwarmlogError
+from ..errors import ConfigurationError
 from ..log.hashing import canonical
+from ..redaction import Scrubber
+from .errors import LLMRequestFailed, LLMResponseInvalid, LLMUnavailable, ScriptExhausted
+from .retry import RetryPolicy, retry_after
 
-__all__ = [
-    "LLMClient",
-    "LLMRequestFailed",
-    "LLMResponseInvalid",
-    "LLMUnavailable",
-    "OpenAIChat",
-    "ScriptExhausted",
-    "ScriptedLLM",
-    "completion",
-    "content",
-]
+__all__ = ["LLMClient", "OpenAIChat", "ScriptedLLM", "completion", "content"]
 
 _log = logging.getLogger("swarmlog.llm")
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 
-# HTTP statuses worth retrying: rate limiting and server-side trouble. Every other non-2xx is the
-# request's fault and fails at once, because sending it again would fail the same way.
-_RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
-# Transport failures worth retrying: the endpoint was unreachable, slow or hung up on us.
-_RETRY_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError)
-# A server's Retry-After is honoured up to this many seconds; longer waits fall back to backoff.
-_MAX_RETRY_AFTER = 60.0
 _MAX_BODY_IN_MESSAGE = 2000
-
-
-# --- errors --------------------------------------------------------------------------
-
-
-class LLMUnavailable(SwarmlogError):
-    """The endpoint could not be reached, timed out, or kept answering 429/5xx, after retries."""
-
-    def __init__(self, *, url: str, detail: str, status: int | None = None, attempts: int = 1) -> None:
-        self.url = url
-        self.detail = detail
-        self.status = status
-        self.attempts = attempts
-        if status is None:
-            hint = ("check that the server is up and that base_url is right; for a slow model "
-                    "raise OpenAIChat(timeout=...)")
-        elif status == 429:
-            hint = "the endpoint is rate limiting: lower the swarm's concurrency or raise OpenAIChat(max_retries=...)"
-        else:
-            hint = "the server is failing; try again later or raise OpenAIChat(max_retries=...)"
-        super().__init__(f"LLM endpoint {url} unavailable after {attempts} attempt(s): {detail}. {hint}. "
-                         f"Nothing was recorded for this call.")
-
-
-class LLMRequestFailed(SwarmlogError):
-    """The endpoint rejected the request (a 4xx other than 408/409/429); retrying cannot help."""
-
-    def __init__(self, *, status: int, body: str, url: str | None = None, api_key_env: str | None = None) -> None:
-        self.status = status
-        self.body = body
-        self.url = url
-        if status in (401, 403):
-            where = f"set {api_key_env} or pass " if api_key_env else "pass "
-            hint = f"check the API key ({where}OpenAIChat(api_key=...))"
-        elif 300 <= status < 400:
-            hint = "the endpoint redirects; set base_url to where it redirects to"
-        elif status == 404:
-            hint = ("check base_url (OpenAI-compatible servers usually serve under /v1) "
-                    "and the request's model name")
-        else:
-            hint = "fix the request passed to ctx.llm (model name, messages, parameters)"
-        shown = body if len(body) <= _MAX_BODY_IN_MESSAGE else body[:_MAX_BODY_IN_MESSAGE] + "..."
-        at = f" at {url}" if url else ""
-        super().__init__(f"LLM endpoint{at} rejected the request with HTTP {status}: {shown}. {hint}.")
-
-
-class LLMResponseInvalid(SwarmlogError):
-    """A response is not what an OpenAI-compatible chat completion looks like."""
-
-    def __init__(self, *, problem: str, response: object = None) -> None:
-        self.problem = problem
-        self.response = response
-        shown = repr(response)
-        if len(shown) > _MAX_BODY_IN_MESSAGE:
-            shown = shown[:_MAX_BODY_IN_MESSAGE] + "..."
-        super().__init__(f"invalid LLM response: {problem}. Check that the endpoint speaks the OpenAI "
-                         f"chat-completions API (response: {shown})")
 
 
 # --- the client protocol -------------------------------------------------------------------
@@ -183,7 +112,8 @@ class OpenAIChat:
     ``timeout``       seconds for each of connect, read, write and pool acquisition.
     ``max_retries``   extra attempts after a connection error, a timeout, or HTTP 408/409/429/5xx,
                       with exponential backoff (``backoff`` seconds doubling up to ``max_backoff``,
-                      with full jitter; a server's ``Retry-After`` is honoured up to 60 s).
+                      with full jitter; a server's ``Retry-After`` is honoured up to 60 s): the one
+                      retry policy of recorded calls, :class:`~swarmlog.llm.retry.RetryPolicy`.
     ``default_model`` used when a request has no ``"model"``. Prefer putting the model in the
                       request: only the request is recorded in the log.
     ``extra_headers`` sent with every request (e.g. ``{"OpenAI-Organization": ...}``).
@@ -227,6 +157,11 @@ class OpenAIChat:
         self.max_backoff = max_backoff
         self.default_model = default_model
         self._api_key = api_key
+        # Some servers echo the credentials they rejected: the key never reaches a message.
+        self._scrub = Scrubber()
+        if api_key is not None:
+            self._scrub.keep(api_key, min_length=1)
+        self.retry = RetryPolicy(retries=max_retries, backoff=backoff, max_backoff=max_backoff)
         headers = {"Accept": "application/json", "User-Agent": "swarmlog"}
         headers.update(extra_headers or {})
         if api_key is not None:
@@ -277,30 +212,30 @@ class OpenAIChat:
         if self.default_model is not None and "model" not in request:
             request = {**request, "model": self.default_model}  # never mutate the caller's dict
         client = self._http()
-        attempts = self.max_retries + 1
+        retry = self.retry
+        attempts = retry.retries + 1
         for attempt in range(1, attempts + 1):
-            retry_after: float | None = None
+            wait: float | None = None  # what the server asks for (Retry-After)
             try:
                 response = client.post(self.url, json=request)
-            except _RETRY_ERRORS as exc:
+            except httpx.TransportError as exc:  # some not worth retrying (e.g. a malformed header value)
                 detail = self._describe_transport(exc)
-                if attempt == attempts:
+                if attempt == attempts or not retry.retryable_error(exc, httpx):
                     raise LLMUnavailable(url=self.url, detail=detail, attempts=attempt) from None
-            except httpx.TransportError as exc:  # not worth retrying (e.g. a malformed header value)
-                raise LLMUnavailable(url=self.url, detail=self._describe_transport(exc),
-                                     attempts=attempt) from None
             else:
                 status = response.status_code
                 if 200 <= status < 300:
                     return self._parse(response)
-                body = self._redact(response.text)
-                if status not in _RETRY_STATUSES:
+                body = self._scrub.text(response.text)
+                if not retry.retryable_status(status):
                     raise LLMRequestFailed(status=status, body=body, url=self.url, api_key_env=self.api_key_env)
                 detail = f"HTTP {status}: {body[:_MAX_BODY_IN_MESSAGE]}"
                 if attempt == attempts:
                     raise LLMUnavailable(url=self.url, detail=detail, status=status, attempts=attempt)
-                retry_after = _retry_after(response.headers)
-            delay = self._delay(attempt, retry_after)
+                wait = retry_after(response.headers)
+            if self._rng is None:  # jitter of this client's own, live only
+                self._rng = random.Random()
+            delay = retry.delay(attempt, wait, self._rng)
             _log.warning("LLM endpoint %s: %s; retry %d/%d in %.2fs", self.url, detail, attempt,
                          self.max_retries, delay)
             time.sleep(delay)
@@ -313,44 +248,17 @@ class OpenAIChat:
             parsed = response.json()
         except ValueError:
             raise LLMResponseInvalid(problem=f"HTTP {response.status_code} body is not JSON",
-                                     response=self._redact(response.text)) from None
+                                     response=self._scrub.text(response.text)) from None
         if not isinstance(parsed, dict):
             raise LLMResponseInvalid(problem="the JSON body is not an object", response=parsed)
         return parsed
-
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None and 0 <= retry_after <= _MAX_RETRY_AFTER:
-            return retry_after
-        # Full jitter: agents that hit a rate limit together do not come back together.
-        if self._rng is None:
-            self._rng = random.Random()
-        cap = min(self.max_backoff, self.backoff * (2 ** (attempt - 1)))
-        return self._rng.uniform(cap / 2, cap)
 
     def _describe_transport(self, exc: httpx.TransportError) -> str:
         name = type(exc).__name__
         if isinstance(exc, httpx.TimeoutException):
             return f"timed out after {self.timeout}s ({name})"
-        text = self._redact(str(exc)) or "no detail"
+        text = self._scrub.text(str(exc)) or "no detail"
         return f"{name}: {text}"
-
-    def _redact(self, text: str) -> str:
-        # Some servers echo the credentials they rejected; never let the key reach a message.
-        if self._api_key:
-            text = text.replace(self._api_key, "<redacted>")
-        return text
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds from ``retry-after-ms`` (OpenAI) or a numeric ``Retry-After``; dates are ignored."""
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is not None:
-            try:
-                return float(value) * scale
-            except ValueError:
-                continue
-    return None
 
 
 # --- the deterministic model -----------------------------------------------------------------
@@ -406,17 +314,6 @@ class ScriptedLLM:
         if not isinstance(reply, str):
             raise TypeError(f"ScriptedLLM replies must be str or dict, got {type(reply).__name__}")
         return completion(request, reply, model=str(request.get("model") or self.model))
-
-
-class ScriptExhausted(SwarmlogError):
-    """A :class:`ScriptedLLM` built from a list was called more times than the list is long."""
-
-    def __init__(self, *, replies: int, request: dict[str, Any]) -> None:
-        self.replies = replies
-        self.request = request
-        super().__init__(f"ScriptedLLM ran out of replies: its script has {replies}, and call "
-                         f"{replies + 1} asked {canonical(request)[:500]}. Add replies to the list, or "
-                         f"build it from a function request -> reply")
 
 
 def completion(request: Mapping[str, Any], text: str, *, model: str) -> dict[str, Any]:

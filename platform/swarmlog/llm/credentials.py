@@ -40,24 +40,13 @@ import os
 import re
 
 from ..errors import ConfigurationError
+from .errors import CredentialMissing
 
-__all__ = ["CredentialMissing", "placeholder", "read_credential"]
+__all__ = ["placeholder", "read_credential"]
 
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class CredentialMissing(ConfigurationError):
-    """``ctx.credential(variable)`` found the variable unset (or empty) in a live step's environment."""
-
-    def __init__(self, *, variable: str, agent: str) -> None:
-        self.variable = variable
-        self.agent = agent
-        super().__init__(
-            f"agent {agent!r}: {variable} is not set in this process's environment, so ctx.credential("
-            f"{variable!r}) has no key to give the SDK. Set it where the agent runs (`swarmlog run`'s "
-            f"environment; in the chart, the agents' extraEnv from a Secret). A replay does not need it")
 
 
 def placeholder(variable: str) -> str:

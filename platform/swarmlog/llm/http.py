@@ -57,143 +57,27 @@ import platform
 import random
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import ConfigurationError, EffectDiverged
+from ..errors import ConfigurationError
 from ..guard import allowed
 from ..log.protocol import HTTP_EXCHANGE
-from .compare import field_bytes, request_difference, show
+from ..redaction import REDACTED, Redaction, Scrubber, redact_headers, redact_url
+from .compare import field_bytes, request_difference
+from .errors import HTTPRequestDiverged
+from .retry import RetryPolicy, retry_after
 
-__all__ = ["EVENT_TYPE", "HTTPRequestDiverged", "RecordedHTTP", "Redaction", "httpx_library", "transport_type"]
+__all__ = ["EVENT_TYPE", "RecordedHTTP", "httpx_library", "transport_type"]
 
 logger = logging.getLogger(__name__)
 
 EVENT_TYPE = HTTP_EXCHANGE
-REDACTED = "<redacted>"
-
-# A header whose name says it carries a credential. Matched on the whole lower-cased name,
-# so gateways' own names (x-portkey-api-key, helicone-auth, x-goog-api-key) are caught too.
-_SECRET_HEADER = re.compile(r"auth|api[-_]?key|token|secret|passw|cookie|session|signature|credential")
-# A query parameter that carries a credential (?key=... is Google's, ?api-key=... Azure's).
-_SECRET_PARAM = re.compile(r"^(key|sig|code)$|api[-_]?key|token|secret|passw|signature|credential")
-# Shorter values are not scrubbed from bodies: replacing "1" everywhere would wreck them.
-_MIN_SCRUB = 8
-
-# Retried live, here: rate limiting, server trouble, and a connection that failed or hung.
-_RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
-_MAX_RETRY_AFTER = 60.0
 # Hop-by-hop framing of the received body: the body is recorded decoded and whole, so these
 # no longer describe it (and a client would try to gunzip it again).
 _FRAMING = frozenset({"content-encoding", "content-length", "transfer-encoding"})
-
-
-class HTTPRequestDiverged(EffectDiverged):
-    """A replayed step sent a different HTTP request than the one the log recorded at its place.
-
-    An :class:`~swarmlog.errors.EffectDiverged`: the handler cannot be served the response, so
-    the agent's replay stops there.
-
-    ``part`` is what differs first: ``"method"``, ``"url"``, ``"body"``, or a JSON path into
-    the body such as ``"body.messages[0].content"``; ``recorded_value`` / ``replayed_value``
-    are that part on each side (credentials redacted, long values cut).
-    """
-
-    def __init__(self, *, offset: int | None, agent: str | None, method: str, url: str, part: str,
-                 recorded_value: Any, replayed_value: Any, about: str | None = None) -> None:
-        self.method = method
-        self.url = url
-        self.part = part
-        self.recorded_value = recorded_value
-        self.replayed_value = replayed_value
-        self.about = about
-        """What the differing part is, when the body says (``the result of tool 'word_count' (call ...)``)."""
-        where = f"{part} ({about})" if about else part
-        super().__init__(
-            offset=offset, agent=agent,
-            detail=(f"the HTTP request {method} {url} differs from the recorded one at {where}: "
-                    f"recorded {show(recorded_value)}, now {show(replayed_value)}. Fix the handler, "
-                    f"or replay with the code that made the log"),
-            recorded={"method": method, "url": url, "part": part, "value": recorded_value},
-            replayed={"part": part, "value": replayed_value})
-
-
-# --- redaction -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Redaction:
-    """Which header and query-parameter names carry credentials (beyond the built-in patterns)."""
-
-    headers: frozenset[str] = frozenset()
-    params: frozenset[str] = frozenset()
-
-    def secret_header(self, name: str) -> bool:
-        lower = name.lower()
-        return lower in self.headers or _SECRET_HEADER.search(lower) is not None
-
-    def secret_param(self, name: str) -> bool:
-        lower = name.lower()
-        return lower in self.params or _SECRET_PARAM.search(lower) is not None
-
-
-class _Scrubber:
-    """The credentials of one request, and their removal from everything recorded about it."""
-
-    __slots__ = ("secrets",)
-
-    def __init__(self) -> None:
-        self.secrets: list[str] = []
-
-    def keep(self, value: str) -> None:
-        value = value.strip()
-        for part in (value, value.partition(" ")[2].strip()):  # "Bearer sk-..." -> also "sk-..."
-            if len(part) >= _MIN_SCRUB and part not in self.secrets:
-                self.secrets.append(part)
-        self.secrets.sort(key=len, reverse=True)  # a longer secret first: it may contain a shorter one
-
-    def text(self, value: str) -> str:
-        for s in self.secrets:
-            value = value.replace(s, REDACTED)
-        return value
-
-    def data(self, value: bytes) -> bytes:
-        for s in self.secrets:
-            value = value.replace(s.encode(), REDACTED.encode())
-        return value
-
-
-def _redact_url(url: str, redaction: Redaction, scrub: _Scrubber) -> str:
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:  # user:password@host
-        userinfo, _, host = netloc.rpartition("@")
-        scrub.keep(userinfo.partition(":")[2] or userinfo)
-        netloc = f"{REDACTED}@{host}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(redaction.secret_param(k) for k, _ in pairs):
-            for k, v in pairs:
-                if redaction.secret_param(k):
-                    scrub.keep(v)
-            query = urlencode([(k, REDACTED if redaction.secret_param(k) else v) for k, v in pairs])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def _redact_headers(headers: Iterable[tuple[str, str]], redaction: Redaction,
-                    scrub: _Scrubber | None) -> list[dict[str, str]]:
-    out = []
-    for name, value in headers:
-        if redaction.secret_header(name):
-            if scrub is not None:
-                scrub.keep(value)
-            value = REDACTED
-        out.append({"name": name.lower(), "value": value})
-    return out
 
 
 def _body_field(data: bytes) -> str | bytes | None:
@@ -249,7 +133,11 @@ class _Sent:
     url: str
     headers: list[dict[str, str]]
     body: str | bytes | None
-    scrub: _Scrubber
+    scrub: Scrubber
+
+
+_BUILT_IN = Redaction()
+"""The built-in credential patterns alone."""
 
 
 class RecordedHTTP:
@@ -257,20 +145,19 @@ class RecordedHTTP:
 
     Keyword-only: ``ctx`` (the agent's context), ``library`` (``httpx`` or ``httpx2``, whose
     network transport runs live requests), ``retries``, ``backoff``/``max_backoff`` (seconds,
-    full jitter), ``redaction``.
+    full jitter: :class:`~swarmlog.llm.retry.RetryPolicy`), ``redaction``.
     """
 
     def __init__(self, *, ctx: _Recorder, library: ModuleType, retries: int = 2, backoff: float = 0.5,
-                 max_backoff: float = 8.0, redaction: Redaction = Redaction()) -> None:
+                 max_backoff: float = 8.0, redaction: Redaction = _BUILT_IN) -> None:
         if retries < 0:
             raise ConfigurationError(f"ctx.http(retries={retries!r}) must be >= 0")
         self.ctx = ctx
         self.library = library
-        self.retries = retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
+        self.retry = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
         self.redaction = redaction
         self._network: Any = None  # the library's HTTPTransport, made on the first live request
+        self._jitter: random.Random | None = None  # made on the first retry, live (inside allowed())
         _learn_host()
         self.live_requests = 0
         """Requests sent to the network by this recorder (retries included): 0 on replay."""
@@ -287,11 +174,11 @@ class RecordedHTTP:
 
     def sent(self, request: Any, body: bytes) -> _Sent:
         """The request as it is recorded and compared: credentials redacted and scrubbed."""
-        scrub = _Scrubber()
+        scrub = Scrubber()
         for secret in getattr(self.ctx, "_secrets", ()):  # what ctx.credential handed out (swarmlog.llm.credentials)
             scrub.keep(secret)
-        headers = _redact_headers(request.headers.multi_items(), self.redaction, scrub)
-        url = _redact_url(str(request.url), self.redaction, scrub)
+        headers = redact_headers(request.headers.multi_items(), self.redaction, scrub)
+        url = redact_url(str(request.url), self.redaction, scrub)
         return _Sent(method=request.method, url=scrub.text(url), headers=headers,
                      body=_body_field(scrub.data(body)), scrub=scrub)
 
@@ -307,6 +194,7 @@ class RecordedHTTP:
         """Send the request (retrying what is worth it); the exchange as recorded. The real values
         of the response's credential headers go to ``secret_headers``, never into the record."""
         lib = self.library
+        retry = self.retry
         status: int | None = None
         response_headers: list[dict[str, str]] = []
         data = b""
@@ -318,7 +206,7 @@ class RecordedHTTP:
             while True:
                 attempt += 1
                 self.live_requests += 1
-                retry_after: float | None = None
+                wait: float | None = None  # what the server asks for (Retry-After)
                 data, response_headers = b"", []  # only the last attempt is recorded
                 try:
                     received = network.handle_request(request)
@@ -331,18 +219,20 @@ class RecordedHTTP:
                         received.close()
                 except lib.RequestError as exc:  # no response: unreachable, timed out, undecodable body
                     status, error = None, f"{type(exc).__name__}: {exc}"
-                    retryable = isinstance(exc, (lib.TimeoutException, lib.NetworkError, lib.RemoteProtocolError))
+                    retryable = retry.retryable_error(exc, lib)
                 else:
                     status, error = response.status_code, None
                     response_headers = [{"name": k.lower(), "value": v} for k, v in response.headers.multi_items()
                                         if k.lower() not in _FRAMING]
-                    retryable = status in _RETRY_STATUSES
-                    retry_after = _retry_after(response.headers)
-                if not retryable or attempt > self.retries:
+                    retryable = retry.retryable_status(status)
+                    wait = retry_after(response.headers)
+                if not retryable or attempt > retry.retries:
                     break
-                delay = self._delay(attempt, retry_after)
+                if self._jitter is None:
+                    self._jitter = random.Random()
+                delay = retry.delay(attempt, wait, self._jitter)
                 logger.warning("%s %s: %s; retry %d/%d in %.2fs", sent.method, sent.url,
-                               error or f"HTTP {status}", attempt, self.retries, delay)
+                               error or f"HTTP {status}", attempt, retry.retries, delay)
                 time.sleep(delay)
         scrub = sent.scrub
         secret_headers.extend((h["name"], h["value"]) for h in response_headers
@@ -366,12 +256,6 @@ class RecordedHTTP:
             with allowed():
                 self._network = self.library.HTTPTransport()
         return self._network
-
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None and 0 <= retry_after <= _MAX_RETRY_AFTER:
-            return retry_after
-        cap = min(self.max_backoff, self.backoff * (2 ** (attempt - 1)))
-        return random.uniform(0, cap)  # full jitter; live only, inside allowed()
 
     def _serve(self, payload: dict[str, Any], request: Any, secret_headers: list[tuple[str, str]], *,
                stream: type | None = None) -> Any:
@@ -397,18 +281,6 @@ class RecordedHTTP:
             headers.append(("content-length", str(len(data))))
         return lib.Response(payload["status"], headers=headers, request=request,
                             stream=(stream or _stream_type(lib))(_sse_chunks(data) if sse else [data]))
-
-
-def _retry_after(headers: Any) -> float | None:
-    """Seconds from ``retry-after-ms`` (OpenAI) or a numeric ``Retry-After``; dates are ignored."""
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is not None:
-            try:
-                return float(value) * scale
-            except ValueError:
-                continue
-    return None
 
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")

@@ -38,6 +38,8 @@ from ..settings import Settings
 from .base import Appender, Delivered, LogBackend
 from .protocol import Headers
 
+__all__ = ["EventLog"]
+
 logger = logging.getLogger(__name__)
 
 _NOT_SEEN: Any = object()

@@ -37,6 +37,9 @@ from typing import Any, Protocol
 from ..errors import GroupNotAtStart, HistoryIncomplete
 from .protocol import Headers
 
+__all__ = ["AgentChannel", "Appender", "BATCH", "Delivered", "History", "LogBackend", "Message", "ReadPosition",
+           "Reader", "read_from_log_start", "require_complete_history"]
+
 BATCH = 5000
 """Messages per batch a reader hands out at most."""
 

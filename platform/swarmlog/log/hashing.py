@@ -19,6 +19,9 @@ from collections.abc import Callable
 from json.encoder import encode_basestring
 from typing import Any
 
+__all__ = ["FRAME", "SHORT_SHA256", "StreamHasher", "canonical", "canonical_json", "frame", "sha256_digest",
+           "short_sha256", "state_hash"]
+
 try:
     from json.encoder import c_make_encoder  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - CPython always has it
@@ -48,8 +51,8 @@ def _make_canonical_encode() -> Callable[[Any], str]:
     """:data:`_reference_encode`'s output, with CPython's C encoder built once.
 
     ``JSONEncoder.encode`` builds a new C encoder on every call, which costs more than
-    encoding a small value: 12 µs of the 16 µs it takes for a two-key state, on a
-    loaded 2-core machine; kept, the C encoder does it in 4. This runs for every
+    encoding a small value (most of what a two-key state's encoding took; the figures in
+    bench/README.md, "The figures behind the code's comments"). This runs for every
     message a handler sends and, for the state digests, after every step. Without
     circular-reference markers (they cannot be reset between calls), a cycle ends in
     RecursionError, turned into the ValueError the reference encoder raises.
@@ -72,7 +75,7 @@ canonical = _make_canonical_encode()
 """``canonical(value)``: canonical JSON text: sorted keys, no whitespace; bytes as hex, sets sorted.
 
 What states are hashed by and what recorded requests and results are compared by. ctx.send
-calls this inside the handler, where the guard's profile hook makes every call cost twice: it
+calls this inside the handler, where the guard's profile hook adds to the cost of every call: it
 is the encoding function itself (one Python call and one C call), no wrapper, no JSONEncoder
 frames."""
 
@@ -97,10 +100,10 @@ short_sha256: Callable[[bytes], Any] = _builtin_sha256
 """A sha256 constructor for short inputs (a step's derived draw, a small state's canonical JSON):
 CPython's own implementation, where there is one, rather than OpenSSL's. The digests are the same
 (sha256 is sha256); what differs is the cost. Between a handler's calls OpenSSL's code and state
-are out of the caches, and setting up its context then costs about 3 µs — measured in a ring
-agent's step loop (``agent_steps_cpu``, bench/swarm.py), a digest of a 20-byte state took 4.2 µs
-with ``hashlib.sha256`` and 1.3 µs with this — while OpenSSL is the faster per byte (4 KiB: 3.2
-against 15.5 µs). Hence the cut-over at :data:`SHORT_SHA256` bytes (:func:`sha256_digest`)."""
+are out of the caches, and setting up its context then costs more than hashing a short input
+(measured in a ring agent's step loop, ``swarm.agent_steps_cpu``) — while OpenSSL is the faster
+per byte. Hence the cut-over at :data:`SHORT_SHA256` bytes (:func:`sha256_digest`); the figures
+in bench/README.md, "The figures behind the code's comments"."""
 
 
 def sha256_digest(data: bytes) -> bytes:

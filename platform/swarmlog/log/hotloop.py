@@ -4,7 +4,7 @@ Two of CPython's process-wide knobs cost the loops over the log measurable time 
 defaults. Each is changed for the duration of a ``with`` block and put back by the
 outermost block to leave (blocks nest and may run on several threads at once). A program
 that changes the same knob while a block runs gets its own value back when the block ends.
-Measured in bench/README.md, "Issue 14, fourth pass".
+Measured in bench/README.md, "Issue 14, fourth pass" (``sink.swarmlog``).
 
 **The cyclic collector** (:func:`fewer_collections`). A loop over the log allocates a few
 container objects an event (the message, the decoded record's dicts and tuples) and frees
@@ -13,7 +13,7 @@ in them. It still walks them. At CPython's default thresholds (700, 10, 10) a yo
 runs every 700 allocations, and every object still alive then (the sink's batches of messages
 waiting for their Postgres transaction, an agent's state, the lookahead's index) is walked
 again as it ages, up to full collections of the whole heap: the sink's decoding thread spent
-about a third of its CPU there, in pauses of up to 110 ms. Inside the block a young
+a good part of its CPU there, in long pauses. Inside the block a young
 collection runs every :data:`YOUNG_THRESHOLD` allocations: cycles are still collected, in
 larger batches, and the memory they hold meanwhile is bounded by that many objects.
 
@@ -39,9 +39,10 @@ __all__ = ["SWITCH_INTERVAL_S", "YOUNG_THRESHOLD", "fewer_collections", "prompt_
 YOUNG_THRESHOLD = 50_000
 """Allocations (less deallocations) of container objects between young collections in a hot loop.
 
-Ten batches' worth of the sink's messages; CPython's default is 700. The sink's decoding
-thread over 200k events, thread CPU: 700 → 1.85 s, 10,000 → 1.39 s, 50,000 → 1.38 s, the
-collector off → 1.21 s.
+Ten batches' worth of the sink's messages; CPython's default is 700. At the default the sink's
+decoding thread spent far more CPU than with the collector off; from ten thousand on, about as
+little, and no less above (``sink.swarmlog``; the figures in bench/README.md, "The figures behind
+the code's comments").
 """
 
 SWITCH_INTERVAL_S = 0.0005

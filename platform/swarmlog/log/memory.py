@@ -35,6 +35,9 @@ from ..guard import allowed
 from .base import BATCH, AgentChannel, Delivered, History, ReadPosition
 from .protocol import Headers, agent_group, agent_transactional_id
 
+__all__ = ["InMemoryLog", "MemoryAgentChannel", "MemoryAppender", "MemoryMessage", "MemoryReader",
+           "TIMESTAMP_LOG_APPEND_TIME"]
+
 logger = logging.getLogger(__name__)
 
 TIMESTAMP_LOG_APPEND_TIME = 2

@@ -23,6 +23,16 @@ from typing import Any, NamedTuple, NoReturn
 
 from ..errors import RoutingHeaderMismatch
 
+__all__ = ["AGENT_NAME_FORBIDDEN", "EFFECT_RECORDED", "HANDLER_FAILED", "HTTP_EXCHANGE", "H_AGENT", "H_SNAPSHOT_AT",
+           "H_SNAPSHOT_CODE", "H_STEP", "H_TO", "H_TYPE", "H_VERSION", "Headers", "LANGGRAPH_CHECKPOINT",
+           "LANGGRAPH_DELETED", "LANGGRAPH_WRITES", "LLM_CALL", "MESSAGE", "RECORDED_EFFECTS",
+           "RECORDED_EFFECT_HEADERS", "RUN_FORKED", "RUN_STARTED", "RUN_STARTED_HEADER", "RUN_STARTER_CHANNEL",
+           "RUN_WRITER", "Route", "SELF_RECORDS", "SIDE_TOPIC_SUFFIXES", "STATE_DIGEST", "STATE_DIGEST_TYPE",
+           "TIMER_CANCELLED", "TIMER_FIRED", "TIMER_SET", "agent_group", "agent_transactional_id", "checked_route",
+           "copy_transactional_ids", "is_side_topic", "new_route", "output_id", "output_id_prefix", "parse_step",
+           "replay_group", "route", "run_started_id", "sink_group", "snapshot_topic", "state_digest_id", "step_of",
+           "stop_digest_id", "wall_timer_id"]
+
 # --- event types ------------------------------------------------------------------------
 
 RUN_STARTED = "run.started"
@@ -92,7 +102,7 @@ class Route(NamedTuple):
 _NO_ROUTE = Route("", "", None, None)
 new_route = tuple.__new__
 """``new_route(Route, (type, agent, to, step))``: a Route without the named tuple's Python-level
-``__new__`` (a frame on every message routed: ~0.1 µs of a route's ~1.5)."""
+``__new__`` (a frame on every message routed, a part of a route's cost: ``route.*``)."""
 
 
 def route(headers: Headers | None) -> Route:

@@ -44,8 +44,7 @@ def regress(*, settings: Settings, swarm: str, topics: list[str], jobs: int | No
     verdict (``unreadable``, ``history-incomplete``, ``failed``).
     """
     from ..errors import UsageError
-    from ..runtime import interpreter, load_swarm
-    from ..runtime._processes import available_cpus
+    from ..runtime import available_cpus, interpreter, load_swarm
     from ._pool import run_pool
 
     loaded = load_swarm(swarm)  # here first: a swarm that does not load is one clear error, not one per worker

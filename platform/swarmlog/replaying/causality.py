@@ -28,6 +28,8 @@ from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
 
+__all__ = ["CausalityViolation", "check_causality"]
+
 
 @dataclass(frozen=True, slots=True)
 class CausalityViolation:

@@ -18,6 +18,8 @@ from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from .ledger import Ledger
 
+__all__ = ["Fold", "Reducer", "ReplayResult", "Undecodable"]
+
 
 class Reducer(Protocol):
     """Folds one event into the states of the agents it concerns."""

@@ -17,6 +17,8 @@ from ..errors import SwarmlogError
 from ..events import Event
 from ..log.hashing import FRAME
 
+__all__ = ["Ledger", "LedgerRow", "mark_json"]
+
 LedgerRow = tuple[int, str, str, str | None, dict[str, Any]]
 """What the ledger reads of an event: (offset, event_type, agent_id, to, payload)."""
 
@@ -89,8 +91,9 @@ class Ledger:
         and given to ``undecodable(offset, error)``; the fold goes on with the next.
 
         Why one pass: a second loop over the batch for the hash, and a generator handing rows
-        from the decoding loop to the folding one, cost about 0.4 and 0.2 us an event, of the
-        2.5 us that replay did beyond consuming and decoding (bench/README.md, Replay). The
+        from the decoding loop to the folding one, cost a good part of what replay did beyond
+        consuming and decoding (``replay.swarmlog``; the figures in bench/README.md, "The figures
+        behind the code's comments"). The
         body is :meth:`fold_rows`' with :func:`swarmlog.log.hashing.frame` inlined before it;
         ``test_the_fused_fold_gives_the_two_pass_hash_and_states`` holds the two to the same
         digest and states.
@@ -142,8 +145,8 @@ _MARK = struct.Struct(">I")
 _mark_json: Callable[[Any], bytes] = SchemaSerializer(
     core_schema.any_schema(), core_schema.CoreConfig(ser_json_bytes="hex", ser_json_inf_nan="constants")).to_json
 """``pydantic_core.to_json(value, bytes_mode="hex", inf_nan_mode="constants")``, its configuration
-built once: the function parses its keywords and builds a serializer on every call, a quarter of
-the 0.43 us it takes for the bench's payload (0.33 us this way). The same bytes for every value
+built once: the function parses its keywords and builds a serializer on every call, a good part of
+what marking the bench's payload costs (``replay.swarmlog``). The same bytes for every value
 (``test_the_marks_serializer_writes_to_jsons_bytes``)."""
 
 
@@ -158,7 +161,7 @@ def mark_json(payload: dict[str, Any]) -> bytes:
     holds the schemas to that, so an event written by an old and by the newest
     writer marks the same. Bytes are hex; NaN and infinities are ``NaN`` and
     ``Infinity``. pydantic-core's encoder: the fold runs this once per event of
-    the log, and it is about five times faster than ``json`` with sorted keys.
+    the log, and it is much faster than ``json`` with sorted keys (``replay.swarmlog``).
     """
     return _mark_json(payload)
 

@@ -15,6 +15,8 @@ from typing import Any
 from ..runtime import SwarmReplayResult
 from ..token import ReplayToken
 
+__all__ = ["MAX_DIVERGENCES", "swarm_report"]
+
 MAX_DIVERGENCES = 100
 """Divergences listed in full; ``divergences`` still counts them all."""
 

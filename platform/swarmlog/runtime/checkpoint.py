@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import Output
-from ..errors import SwarmlogError
+from ..errors import CheckpointUnreadable, StateNotCapturable
 from ..log.hashing import state_hash
 from . import interpreter
 from .engine import AgentCore, Divergence, Timer
@@ -60,26 +60,6 @@ WIRING_FIELDS = frozenset({
 and ``tracer`` its spans (what the process observes, not what the fold is); ``recorder`` holds a live agent's
 digests until its transaction commits (None in a replay, which snapshots are of); ``live_states`` is where a
 replay may ask for the live run's states."""
-
-
-class StateNotCapturable(SwarmlogError):
-    """An agent's state holds a value a snapshot cannot keep faithfully."""
-
-    def __init__(self, *, agent: str, path: str, type_name: str) -> None:
-        self.agent = agent
-        self.path = path
-        self.type_name = type_name
-        super().__init__(f"agent {agent!r}: state{path} is a {type_name}; snapshots keep plain data (dict, list, "
-                         f"tuple, set, str, int, float, bool, None, bytes) — keep {type_name} out of self.state")
-
-
-class CheckpointUnreadable(SwarmlogError):
-    """A captured fold this swarmlog cannot restore (another format, or damaged)."""
-
-    def __init__(self, *, agent: str, reason: str) -> None:
-        self.agent = agent
-        self.reason = reason
-        super().__init__(f"agent {agent!r}: cannot restore its captured fold: {reason}")
 
 
 # --- the tagged JSON codec -------------------------------------------------------------------

@@ -40,6 +40,9 @@ from dataclasses import dataclass
 
 from ..errors import HashSeedMismatch
 
+__all__ = ["DEFAULT_HASH_SEED", "HASH_SEED_ENV", "HashPin", "UNPINNED", "as_recorded", "current", "hash_algorithm",
+           "reexec_with", "require", "seed_for_new_run"]
+
 logger = logging.getLogger(__name__)
 
 HASH_SEED_ENV = "PYTHONHASHSEED"

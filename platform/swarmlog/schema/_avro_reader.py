@@ -5,14 +5,14 @@ varints with :func:`read_long` and :func:`read_length`; whole records and payloa
 reader from :func:`compile_reader`).
 
 Why compiled: ``fastavro.schemaless_reader`` parses the schema argument and walks it for
-every datum; for the bench's 195-byte ``agent.message`` event that is about 5.8 us, the
-payload alone 2.4 us. :func:`compile_reader` walks the parsed schema once and builds
+every datum, most of what reading the bench's ``agent.message`` event took. :func:`compile_reader`
+walks the parsed schema once and builds
 (``exec``) one Python function whose body reads each field in place from the message's
 bytes, nested records inline (a recursive one gets a function of its own): a string under
 8 KiB is a byte or two read, a slice and a ``decode``; a long under 64 in magnitude a byte
 read and a table index; an enum a byte read and a tuple index. No ``BytesIO``, no call per
-field. Measured over the bench's events: ``Decoder.decode`` 6.7 -> 2.9 us, the payload
-alone about 0.7 us (bench/README.md, Replay and Sink).
+field. Measured over the bench's events (``replay.swarmlog``, ``sink.swarmlog``; the figures in
+bench/README.md, "The figures behind the code's comments").
 
 **The same datum, or an error.** For bytes fastavro reads, the datum is fastavro's: the same
 types (``str`` for a string, ``bytes`` for bytes and fixed, ``int``, ``float`` with -0.0 and

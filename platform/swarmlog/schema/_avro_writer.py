@@ -5,7 +5,8 @@ with :func:`avro_long` and :func:`avro_string`; the payload with a writer from
 :func:`payload_writer`).
 
 Why compiled: ``fastavro.schemaless_writer`` walks the schema for every datum; for a payload
-of two strings and an enum that walk is about 4.5 us of the 5 us an event's encoding takes.
+of two strings and an enum that walk is most of what an event's encoding takes (``append.*``;
+the figures in bench/README.md, "The figures behind the code's comments").
 :func:`compile_writer` walks the parsed schema once and builds (``exec``) one Python function
 per record whose body writes each field directly: a string is ``str.encode``, its length's
 bytes from a table (under 8 KiB), a join; an enum a dict lookup of its index's bytes.

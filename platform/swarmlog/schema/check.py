@@ -41,7 +41,7 @@ from fastavro.validation import validate
 
 from ..errors import SchemaError
 from .codec import Decoder, Encoder
-from .compat import DEFAULT_MODE, Mode, Violation, check_versions
+from .compat import DEFAULT_MODE, CompatibilityViolation, Mode, check_versions
 from .registry import EventSchema, SchemaRegistry
 from .upcasting import Upcaster, discover_upcasters
 
@@ -111,9 +111,9 @@ def _mode(value: Any, *, where: str) -> Mode:
     return mode
 
 
-def check_schemas(registry: SchemaRegistry, modes: dict[str, Mode]) -> list[Violation]:
+def check_schemas(registry: SchemaRegistry, modes: dict[str, Mode]) -> list[CompatibilityViolation]:
     """Every violation of BACKWARD_TRANSITIVE plus each type's own mode, per type in order."""
-    violations: list[Violation] = []
+    violations: list[CompatibilityViolation] = []
     for event_type in registry.event_types():
         versions = {s.version: s.schema for s in registry.versions(event_type)}
         found = check_versions(event_type=event_type, versions=versions, mode=DEFAULT_MODE)
@@ -155,7 +155,8 @@ class PropertyReport:
 
 
 def property_check(registry: SchemaRegistry, upcasters: dict[tuple[str, int], Upcaster], *,
-                   violations: Sequence[Violation] = (), count: int = PROPERTY_COUNT, seed: int = 0) -> PropertyReport:
+                   violations: Sequence[CompatibilityViolation] = (), count: int = PROPERTY_COUNT,
+                   seed: int = 0) -> PropertyReport:
     """Random data of each version must read as the next one, and as the newest through the decoder.
 
     Pairs that ``violations`` already reject are not exercised (their data cannot read).
@@ -292,6 +293,11 @@ def _schema_dirs(args: argparse.Namespace) -> list[Path]:
     from ..settings import Settings
 
     return list(Settings.from_env().schema_dirs())
+
+
+def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -> None:
+    """List ``swarmlog schema`` among ``swarmlog``'s subcommands; :func:`run` parses its own arguments."""
+    sub.add_parser("schema", help="check | list the event schemas (compatibility across versions)", add_help=False)
 
 
 def run(argv: list[str]) -> int:

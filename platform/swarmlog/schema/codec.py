@@ -54,6 +54,8 @@ from ._avro_writer import Unsupported, Writer, avro_long, avro_string, native_pr
 from .registry import EventSchema, SchemaRegistry
 from .upcasting import upcasters_for
 
+__all__ = ["Decoder", "Encoder", "FINGERPRINT_LEN", "HEADER_LEN", "MAGIC", "Upcaster"]
+
 try:  # the common path of route() and envelope_route() in C; optional (no compiler: the Python path)
     from . import _route as _native_route
 except ImportError:  # pragma: no cover - where it could not be built
@@ -87,7 +89,7 @@ class Encoder:
         ]
         # encode_event: the envelope's fields are fixed (schemas._check_envelope), so they are
         # written here; the payload record by a writer compiled from its schema (_avro_writer:
-        # fastavro's bytes, a fifth of its time), or fastavro for a schema it does not cover.
+        # fastavro's bytes in much less time: append.*), or fastavro for a schema it does not cover.
         self._type_version = avro_string(schema.event_type) + avro_long(schema.version)
         self._write_payload: Writer = payload_writer(_payload_parsed(schema))
         self._strings: dict[str, bytes] = {}
@@ -95,7 +97,7 @@ class Encoder:
         self.encode_event: Callable[[str, str, str, str | None, Sequence[int], dict[str, Any]], bytes] = \
             self._encode_event
         """``encode_event(event_id, run_id, agent, to, causes, payload)``: the event's bytes, the same
-        bytes as :meth:`encode` of the envelope record, several times as fast. In C where it is built
+        bytes as :meth:`encode` of the envelope record, in much less time (``append.*``). In C where it is built
         (:mod:`swarmlog.schema._avro_native`: the envelope and a payload of the common shapes); the
         Python path, :meth:`_encode_event`, writes whatever the C walk does not accept."""
         if _avro_native is not None:
@@ -117,7 +119,7 @@ class Encoder:
     def _encode_event(self, event_id: str, run_id: str, agent: str, to: str | None, causes: Sequence[int],
                       payload: dict[str, Any]) -> bytes:
         """:attr:`encode_event` in Python: the same bytes as :meth:`encode` of the envelope record,
-        about twice as fast.
+        in less time.
 
         Avro binary: a string is its UTF-8 length (zigzag varint) then the bytes; the
         union ``to`` is the branch index (0 null, 1 string) then the value; the array
@@ -189,7 +191,7 @@ class _Plan:
     """How to turn bytes written with one schema into the newest version's dict.
 
     ``read(value, HEADER_LEN)`` reads the body: a reader compiled from the writer schema
-    (:mod:`._avro_reader`, fastavro's datum in a third of its time) when the read resolves
+    (:mod:`._avro_reader`, fastavro's datum in much less time) when the read resolves
     nothing (the writer is the version read into, or the first upcaster's), fastavro where
     Avro resolution is needed; the upcaster ``steps`` follow.
     """

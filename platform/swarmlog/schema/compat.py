@@ -11,7 +11,7 @@ Two entry points:
 
 * :func:`reader_incompatibilities` compares one writer schema with one reader schema.
 * :func:`check_versions` checks an event type's ``v1 … vN`` schemas against each other
-  in a compatibility :class:`Mode` and returns :class:`Violation` s whose ``str`` is a
+  in a compatibility :class:`Mode` and returns :class:`CompatibilityViolation` s whose ``str`` is a
   one-line, actionable message.
 
 Resolution rules, as implemented (``w`` = writer, ``r`` = reader):
@@ -59,7 +59,7 @@ __all__ = [
     "Incompatibility",
     "Mode",
     "Rule",
-    "Violation",
+    "CompatibilityViolation",
     "check_versions",
     "reader_incompatibilities",
 ]
@@ -132,7 +132,7 @@ class Incompatibility:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Violation:
+class CompatibilityViolation:
     """An incompatibility between two versions of one event type.
 
     ``reader_version`` cannot read data written by ``writer_version``; ``str()`` says
@@ -166,7 +166,7 @@ def reader_incompatibilities(*, writer: AvroSchema, reader: AvroSchema) -> list[
 
 
 def check_versions(*, event_type: str, versions: Mapping[int, AvroSchema],
-                   mode: Mode = DEFAULT_MODE) -> list[Violation]:
+                   mode: Mode = DEFAULT_MODE) -> list[CompatibilityViolation]:
     """Check each version of ``event_type`` against the earlier ones ``mode`` requires.
 
     ``versions`` maps version numbers to schemas. "The previous version" of vN is the
@@ -180,11 +180,11 @@ def check_versions(*, event_type: str, versions: Mapping[int, AvroSchema],
     numbers = sorted(versions)
     # Parse each version once, not once per pair: the transitive modes compare O(n²) pairs.
     parsed = {n: _parse(versions[n], what=f"{event_type} v{n}") for n in numbers}
-    violations: list[Violation] = []
+    violations: list[CompatibilityViolation] = []
     for writer_version, reader_version in _pairs(numbers, mode):
         comparison = _Comparison(writer=parsed[writer_version], reader=parsed[reader_version])
         violations.extend(
-            Violation(event_type=event_type, writer_version=writer_version,
+            CompatibilityViolation(event_type=event_type, writer_version=writer_version,
                       reader_version=reader_version, incompatibility=incompatibility)
             for incompatibility in comparison.run()
         )
@@ -510,7 +510,7 @@ class _Comparison:
 # --- one-line explanations ----------------------------------------------------------------
 
 
-def _explain(violation: Violation) -> tuple[str, str]:
+def _explain(violation: CompatibilityViolation) -> tuple[str, str]:
     """(what changed, what to do) for a violation, phrased for its direction: a newer
     reader of older data (backward) or an older reader of newer data (forward)."""
     inc = violation.incompatibility

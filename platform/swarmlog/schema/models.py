@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal, NotRequired, Optional
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
+__all__ = ["payload_model", "payload_validator"]
+
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
 

@@ -39,6 +39,9 @@ from ..errors import InvalidEvent, SchemaClash, SchemaError, UnknownEventType
 if TYPE_CHECKING:
     from pydantic import TypeAdapter, ValidationError
 
+__all__ = ["BUILTIN_PACKAGE", "ENVELOPE_FIELDS", "EventSchema", "SchemaRegistry", "builtin_schema_dir", "crc64_avro",
+           "load_schema_file"]
+
 _FILE_NAME = re.compile(r"^v(?P<version>[1-9][0-9]*)\.avsc$")
 _EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 
@@ -228,8 +231,8 @@ def builtin_schema_dir() -> Path:
     site-packages, in an editable install (which maps the package to the repo's ``schemas/``)
     and in an image alike; nothing derives it from the repository's layout. For a package on
     the file system that is the directory ``importlib.resources.files`` gives, without importing
-    ``importlib.resources`` and the archive modules behind it (zipfile, tempfile, lzma, bz2: ~4 ms
-    of every command's start, which reads the settings and so asks for this directory).
+    ``importlib.resources`` and the archive modules behind it (zipfile, tempfile, lzma, bz2), which
+    every command's start would pay (it reads the settings and so asks for this directory: ``cli.*``).
     """
     try:
         spec = importlib.util.find_spec(BUILTIN_PACKAGE)

@@ -29,6 +29,8 @@ from typing import Any
 
 import pytest
 
+__all__ = ["pytest_addoption", "pytest_configure", "pytest_terminal_summary", "simulate"]
+
 _RESULTS = pytest.StashKey[list[tuple[str, Any]]]()
 
 

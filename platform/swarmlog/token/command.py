@@ -12,15 +12,15 @@ import json
 import sys
 from typing import Any
 
+from ..cli import EXIT_OK, EXIT_TOKEN_MISMATCH, from_the_mirror
 from ..errors import UsageError
 from ..settings import Settings
 from ._chain import DEFAULT_EVERY
 
-DEFAULT_CHECKPOINTS = DEFAULT_EVERY
+__all__ = ["DEFAULT_CHECKPOINTS", "add_parser", "backend_of", "cmd_token", "pinned_swarm", "registry_of",
+           "say_which_topic", "verify_v1_result", "verify_v1_settings", "verify_v2"]
 
-EXIT_OK = 0
-EXIT_TOKEN_MISMATCH = 5
-"""``swarmlog.cli.EXIT_TOKEN_MISMATCH`` (not imported: cli imports this module, and the layout has no circles)."""
+DEFAULT_CHECKPOINTS = DEFAULT_EVERY
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -124,9 +124,7 @@ def cmd_token(args: argparse.Namespace) -> int:
     if args.action == "create":
         return _token_create(args, settings)
     if args.action == "list":
-        from swarmlog_connectors.token_store import list_tokens
-
-        saved = list_tokens(settings, topic=args.topic)
+        saved = from_the_mirror("list_tokens")(settings, topic=args.topic)
         for t in saved:
             print(f"{t.token_id}  {t.topic}  [{t.start_offset}, {t.end_offset})  {t.events} events  "
                   f"chain {t.chain_hash[:16]}  {'signed' if t.signed else 'unsigned'}  "
@@ -137,9 +135,7 @@ def cmd_token(args: argparse.Namespace) -> int:
         raise UsageError(f"token {args.action} needs a token: a FILE, or --saved ID (`swarmlog token list`)")
     token: Any
     if args.saved:
-        from swarmlog_connectors.token_store import load_saved
-
-        token, source = load_saved(settings, args.saved), f"saved:{args.saved}"
+        token, source = from_the_mirror("load_token")(settings, args.saved), f"saved:{args.saved}"
     else:
         token, source = load_token(args.file), args.file
     if args.action == "show":
@@ -162,9 +158,7 @@ def _token_create(args: argparse.Namespace, settings: Settings) -> int:
         token.save(args.out)
         where.append(args.out)
     if args.save:
-        from swarmlog_connectors.token_store import save_token
-
-        where.append(f"saved as {save_token(settings, token)}")
+        where.append(f"saved as {from_the_mirror('save_token')(settings, token)}")
     if not where:
         print(json.dumps(token.to_json(), indent=1, sort_keys=True))
         where.append("stdout")
@@ -224,9 +218,9 @@ def _token_verify_v1(args: argparse.Namespace, token: Any, source: str) -> int:
     return verify_v1_result(args, token, settings, result, reducer)
 
 
-def add_parsers(sub: Any, *, parents: list[Any] | None = None) -> None:
+def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -> None:
     """Add ``swarmlog token`` to ``swarmlog``'s subcommands (``parents``: the shared options, e.g. ``-v``)."""
-    tk = sub.add_parser("token", help="replay tokens: create | verify | show | list", parents=parents or [])
+    tk = sub.add_parser("token", help="replay tokens: create | verify | show | list", parents=parents)
     tk.add_argument("action", choices=["create", "verify", "show", "list"])
     tk.add_argument("file", nargs="?", help="the token file (verify, show)")
     tk.add_argument("--topic", help="create: the topic (default $SWARMLOG_TOPIC); verify: the topic to CHECK "

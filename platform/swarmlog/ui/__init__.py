@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 from .._lazy import exports
 
 if TYPE_CHECKING:
+    from ..errors import StateUnavailable
     from ._mirror import MirrorReader, Report, RunRow
-    from ._states import States, StateUnavailable
+    from ._states import States
     from .app import create_app
 
 __getattr__ = exports(globals(), {
@@ -28,7 +29,7 @@ __getattr__ = exports(globals(), {
     "Report": "._mirror",
     "RunRow": "._mirror",
     "States": "._states",
-    "StateUnavailable": "._states",
+    "StateUnavailable": "..errors",
     "create_app": ".app",
 })
 

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from ..errors import ConfigurationError, ServiceUnavailable
+from ..errors import ConfigurationError, PostgresUnavailable
 from ..events import Event
 from ..log.protocol import HANDLER_FAILED, RUN_STARTED, STATE_DIGEST
 
@@ -108,7 +108,7 @@ class MirrorReader:
         try:
             conn = psycopg.connect(self._conninfo, autocommit=True, row_factory=dict_row)
         except psycopg.OperationalError as exc:
-            raise ServiceUnavailable(service="Postgres", address=self._address, detail=str(exc).strip()) from None
+            raise PostgresUnavailable(address=self._address, detail=str(exc).strip()) from None
         try:
             conn.execute(psycopg.sql.SQL("SET ROLE {}").format(psycopg.sql.Identifier(self.role)))
         except psycopg.errors.InsufficientPrivilege:
@@ -134,7 +134,7 @@ class MirrorReader:
                 yield cur
         except psycopg.OperationalError as exc:
             conn.close()  # a broken connection is opened again by the next request
-            raise ServiceUnavailable(service="Postgres", address=self._address, detail=str(exc).strip()) from None
+            raise PostgresUnavailable(address=self._address, detail=str(exc).strip()) from None
 
     def _all(self, query: str, args: Any = None) -> list[dict[str, Any]]:
         with self._cursor() as cur:

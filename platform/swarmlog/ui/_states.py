@@ -21,16 +21,12 @@ import sys
 import threading
 from typing import Any
 
-from ..errors import ConfigurationError, HashSeedMismatch
+from ..errors import HashSeedMismatch, StateUnavailable
 from ..settings import Settings
 
 logger = logging.getLogger(__name__)
 
 _CHILD_TIMEOUT_S = 600.0
-
-
-class StateUnavailable(ConfigurationError):
-    """The console cannot compute this state (no code for the run's swarm, or the fold failed)."""
 
 
 class States:

@@ -44,6 +44,8 @@ from ..runtime import Divergence
 from ._mirror import STATUSES, MirrorReader, RunRow
 from ._states import States
 
+__all__ = ["MAX_PAGE_SIZE", "PAGE_SIZE", "create_app"]
+
 logger = logging.getLogger(__name__)
 
 PAGE_SIZE = 200

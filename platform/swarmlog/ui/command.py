@@ -10,6 +10,8 @@ from typing import Any
 from ..errors import MissingDependency
 from ..settings import Settings
 
+__all__ = ["DEFAULT_PORT", "add_parser", "cmd_ui"]
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8765
@@ -42,8 +44,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: Any) -> None:
-    """Add ``ui`` to ``swarmlog``'s subcommands."""
+def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -> None:
+    """Add ``ui`` to ``swarmlog``'s subcommands (``-v`` is added after its own options)."""
     p = sub.add_parser("ui", help="a web console over the Postgres mirror: runs, timelines, model calls, states "
                                   "(needs swarmlog[ui])")
     p.add_argument("--host", default="127.0.0.1",

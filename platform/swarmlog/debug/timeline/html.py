@@ -24,6 +24,8 @@ from typing import Any
 
 from .model import Timeline
 
+__all__ = ["page_doc", "render_html", "write_html"]
+
 logger = logging.getLogger(__name__)
 
 _MARKERS = re.compile(r"__TITLE__|/\*__CSS__\*/|/\*__JS__\*/|__DATA__")

@@ -46,6 +46,10 @@ if TYPE_CHECKING:
     from ..logview import LogView
     from ..session import Session
 
+__all__ = ["BROADCAST_ROW", "EFFECT_ROW", "FAILURE_ROW", "HTTP_ROW", "LARGE", "LLM_ROW", "MESSAGE_ROW", "OTHER_ROW",
+           "ROW_KINDS", "RUN_ROW", "Row", "TIMEOUT_ROW", "TIMER_CANCELLED_ROW", "TIMER_FIRED_ROW", "TIMER_SET_ROW",
+           "Timeline", "UNDECODABLE_ROW", "WALL_CLOCK", "build_timeline", "diverging_record", "from_graph"]
+
 logger = logging.getLogger(__name__)
 
 # Row kinds: what a row is drawn as. The page's CSS classes and the terminal's glyphs key on these.

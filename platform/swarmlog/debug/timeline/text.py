@@ -42,6 +42,8 @@ from .model import (
     Timeline,
 )
 
+__all__ = ["GLYPHS", "GUTTER", "lines", "note", "render", "use_color", "write"]
+
 logger = logging.getLogger(__name__)
 
 GLYPHS = {TIMER_SET_ROW: "◷", TIMER_FIRED_ROW: "◉", TIMEOUT_ROW: "◉", TIMER_CANCELLED_ROW: "⊘", EFFECT_ROW: "◆",

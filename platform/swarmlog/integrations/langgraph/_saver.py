@@ -64,7 +64,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ...errors import ConfigurationError, MirrorBehind, ServiceUnavailable
+from ...errors import ConfigurationError, MirrorBehind, PostgresUnavailable
 from ...log.append import EventLog
 from ...settings import Settings
 from ._fold import CHECKPOINT, DELETED, WRITES, CheckpointRow, ThreadFold, WriteRow
@@ -118,7 +118,7 @@ class SwarmlogSaver(BaseCheckpointSaver[int]):
             self._db = psycopg.connect(settings.database_conninfo(), autocommit=True)
         except psycopg.OperationalError as exc:
             self._log.close()
-            raise ServiceUnavailable(service="Postgres", address=settings.database_url.rpartition("@")[2],
+            raise PostgresUnavailable(address=settings.database_url.rpartition("@")[2],
                                      detail=str(exc).strip()) from None
         self._written = -1
         """The offset of this saver's last record: reads wait for the mirror to pass it."""

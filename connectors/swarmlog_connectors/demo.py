@@ -17,15 +17,17 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from .kafka.reader import LogReader
-from .kafka.topic import create_topic
-from .log.append import EventLog
-from .log.hashing import state_hash
-from .log.protocol import MESSAGE, RUN_STARTED
-from .replaying import replay
-from .replaying.fold import Fold
-from .schema.registry import SchemaRegistry
-from .settings import Settings
+from swarmlog.kafka.reader import LogReader
+from swarmlog.kafka.topic import create_topic
+from swarmlog.log.append import EventLog
+from swarmlog.log.hashing import state_hash
+from swarmlog.log.protocol import MESSAGE, RUN_STARTED
+from swarmlog.replaying import replay
+from swarmlog.replaying.fold import Fold
+from swarmlog.schema.registry import SchemaRegistry
+from swarmlog.settings import Settings
+
+__all__ = ["main"]
 
 _TASKS_PER_AGENT = 5
 
@@ -100,8 +102,8 @@ class _Agent:
 
 def main(*, settings: Settings, agents: int = 3, rounds: int = 200) -> int:
     """Run the demo; return 0 when live and replayed state, and topic and mirror, agree."""
-    from swarmlog_connectors.postgres_migrations import migrate
-    from swarmlog_connectors.postgres_sink import PostgresSink, connect
+    from .postgres_migrations import migrate
+    from .postgres_sink import PostgresSink, connect
 
     if agents < 3:
         print("the demo needs at least 3 agents")
@@ -173,7 +175,7 @@ def main(*, settings: Settings, agents: int = 3, rounds: int = 200) -> int:
 
 def _case_study(settings: Settings) -> bool:
     """The seed document's case study: find a deadlock live, replay it, verify the fix."""
-    from .examples import case_study as cs  # installed with swarmlog (the repo's examples/)
+    from swarmlog.examples import case_study as cs  # installed with swarmlog (the repo's examples/)
 
     print("\n== the case study: 5 agents; the worker's task_complete races the reviewer's timeout ==")
     for attempt in range(1, 31):

@@ -1,0 +1,206 @@
+"""The error tree can be caught: intermediate classes for the Kafka side, events and schemas, the mirror, runs,
+tokens and LLM calls; a retriable axis; each error written once, in errors.py or its wing's, and drawn in the
+module's docstring as it is."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError
+
+import swarmlog
+from swarmlog import cli, errors
+from swarmlog.errors import (
+    EventError,
+    KafkaSideError,
+    KafkaUnavailable,
+    MirrorError,
+    PostgresUnavailable,
+    Retriable,
+    SchemaError,
+    ServiceUnavailable,
+    SwarmlogError,
+)
+from swarmlog.kafka.errors import FENCED, UNKNOWN_TOPIC, UNREACHABLE, connect_failure, error_recorder, translate
+
+from ..conftest import REPO
+
+PACKAGE = REPO / "platform" / "swarmlog"
+ERROR_MODULES = ("swarmlog.errors", "swarmlog.llm.errors", "swarmlog.guard.errors", "swarmlog.aio.errors",
+                 "swarmlog.integrations.errors")
+
+
+def _classes() -> list[type[SwarmlogError]]:
+    found = []
+    for name in ERROR_MODULES:
+        module = importlib.import_module(name)
+        found += [c for c in vars(module).values()
+                  if inspect.isclass(c) and c.__module__ == name and issubclass(c, SwarmlogError)]
+    return found
+
+
+def _drawing() -> list[str]:
+    """The tree of every error: each class under its first base, its other bases named beside it."""
+    classes = _classes()
+    order = {c: i for i, c in enumerate(classes)}
+    children: dict[type, list[type]] = {}
+    for c in classes:
+        if c is not SwarmlogError:
+            children.setdefault(c.__bases__[0], []).append(c)
+    lines = ["SwarmlogError"]
+
+    def walk(node: type, prefix: str) -> None:
+        kids = sorted(children.get(node, []), key=order.__getitem__)
+        for i, kid in enumerate(kids):
+            last = i == len(kids) - 1
+            also = ", ".join(b.__name__ for b in kid.__bases__[1:])
+            also = f" (also {also})" if also else ""
+            where = "" if kid.__module__ == "swarmlog.errors" else f"  [{kid.__module__}]"
+            lines.append(f"{prefix}{'└── ' if last else '├── '}{kid.__name__}{also}{where}")
+            walk(kid, prefix + ("    " if last else "│   "))
+
+    walk(SwarmlogError, "")
+    return lines
+
+
+def test_the_module_docstring_draws_the_tree_the_classes_form():
+    doc = errors.__doc__ or ""
+    drawn = [line[4:] for line in doc.split("::\n\n", 1)[1].splitlines() if line.strip()]
+    assert drawn == _drawing()
+
+
+def test_few_errors_hang_directly_off_the_base():
+    direct = {c.__name__ for c in _classes() if c.__bases__ == (SwarmlogError,)}
+    assert direct == {"Retriable", "ConfigurationError", "MissingDependency", "ServiceUnavailable", "KafkaSideError",
+                      "EventError", "MirrorError", "RunError", "NondeterminismError", "TokenError", "LLMError"}
+
+
+def test_every_error_is_defined_in_an_errors_module():
+    names = {c.__name__ for c in _classes()}
+    strays = []
+    for path in [*PACKAGE.rglob("*.py"), *(REPO / "connectors").rglob("*.py")]:
+        if path.name == "errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(b).rpartition(".")[2] in names for b in node.bases):
+                strays.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}")
+    assert strays == [], "define errors in swarmlog/errors.py or the wing's errors.py"
+
+
+def test_the_package_face_exports_every_error_derived_from_the_module():
+    assert set(errors.__all__) == {c.__name__ for c in _classes() if c.__module__ == "swarmlog.errors"} | {"EventFate"}
+    assert set(errors.__all__) <= set(swarmlog.__all__)
+    assert all(getattr(swarmlog, name) is getattr(errors, name) for name in errors.__all__)
+
+
+# --- the Kafka side, every failure of it caught as one ------------------------------------------------
+
+
+_SAMPLES = {"int": 1, "float": 1.0, "str": "x", "bool": False}
+
+
+def _instance(cls: type[SwarmlogError]) -> SwarmlogError:
+    """``cls`` built with a plausible value for each of its keyword-only fields."""
+    kwargs = {}
+    for p in inspect.signature(cls.__init__).parameters.values():
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self" and p.default is p.empty:
+            annotation = str(p.annotation)
+            kwargs[p.name] = ([] if "list" in annotation or "Sequence" in annotation else
+                              next((v for k, v in _SAMPLES.items() if annotation.startswith(k)), "x"))
+    return cls(**kwargs)
+
+
+KAFKA_SIDE = sorted((c for c in _classes() if issubclass(c, KafkaSideError)), key=lambda c: c.__name__)
+
+
+def test_the_kafka_side_is_the_log_and_its_topics_groups_transactions_and_brokers():
+    assert {c.__name__ for c in KAFKA_SIDE} == {
+        "KafkaSideError", "KafkaUnavailable", "KafkaHandshakeFailed", "KafkaOperationFailed", "TopicNotFound",
+        "TopicNotSinglePartition", "TopicExists", "TopicCreateFailed", "CopyFailed", "ReadFailed", "EventNotFound",
+        "HistoryIncomplete", "AppendFailed", "AppendIncomplete", "TransactionAborted", "AgentFenced",
+        "GroupHasActiveMembers", "GroupResetFailed", "GroupNotAtStart"}
+
+
+@pytest.mark.parametrize("cls", KAFKA_SIDE, ids=lambda c: c.__name__)
+def test_except_kafka_side_error_catches_each_kafka_side_failure(cls):
+    error = _instance(cls)
+    with pytest.raises(KafkaSideError) as caught:
+        raise error
+    assert caught.value is error and (str(error) or cls is KafkaSideError)  # each says what happened
+
+
+@pytest.mark.parametrize("err", [
+    *(KafkaError(code) for code in sorted(UNREACHABLE)),
+    *(KafkaError(code) for code in sorted(FENCED)),
+    *(KafkaError(code) for code in sorted(UNKNOWN_TOPIC)),
+    KafkaError(KafkaError._STATE), KafkaError(KafkaError.INVALID_TXN_STATE, txn_requires_abort=True),
+    KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), KafkaError(KafkaError.NOT_ENOUGH_REPLICAS, retriable=True),
+], ids=lambda e: e.name())
+def test_what_the_kafka_seam_translates_librdkafkas_errors_into_is_caught_as_a_kafka_side_failure(err):
+    with pytest.raises(KafkaSideError):
+        raise translate(err, operation="appending to 't'", bootstrap="10.9.9.9:9092", topic="t", agent="a")
+
+
+@pytest.mark.parametrize(("address", "event", "stage"), [
+    ("10.9.9.7:9092", KafkaError(KafkaError._TRANSPORT, "Connect to ipv4#10.9.9.7:9092 failed: Connection refused"),
+     None),
+    ("10.9.9.8:9092", KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED, "SASL authentication error"), "SASL"),
+    ("10.9.9.9:9092", KafkaError(KafkaError._SSL, "SSL handshake failed"), "TLS"),
+])
+def test_an_unreachable_broker_is_a_kafka_side_failure_and_a_service_unavailable(address, event, stage):
+    error_recorder(address)(event)
+    err = connect_failure(address, operation="describing topic 't'", timeout_s=1)
+    assert isinstance(err, KafkaSideError) and isinstance(err, ServiceUnavailable) and err.service == "Kafka"
+    assert cli.exit_code(err) == cli.EXIT_UNAVAILABLE
+    assert getattr(err, "stage", None) == stage
+    assert err.retriable is (stage is None)  # a handshake refused is a setting to fix, not a wait
+
+
+def test_every_error_the_kafka_package_and_the_logs_raise_is_a_kafka_side_event_or_configuration_error():
+    allowed = (KafkaSideError, EventError, errors.ConfigurationError)
+    strays = []
+    for path in [*(PACKAGE / "kafka").rglob("*.py"), *(PACKAGE / "log").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and isinstance(node.exc.func, ast.Name):
+                cls = getattr(errors, node.exc.func.id, None)
+                if isinstance(cls, type) and issubclass(cls, SwarmlogError) and not issubclass(cls, allowed):
+                    strays.append(f"{path.relative_to(REPO)}:{node.lineno} {cls.__name__}")
+    assert strays == []
+
+
+# --- the other families and the axes -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["SchemaClash", "SchemaNotFound", "UnknownEventType"])
+def test_schema_errors_are_schema_errors_and_the_command_line_says_usage(name):
+    error = _instance(getattr(errors, name))
+    assert isinstance(error, SchemaError) and isinstance(error, EventError)
+    assert cli.exit_code(error) == cli.EXIT_USAGE
+
+
+def test_postgres_unreachable_is_a_mirror_error_and_a_service_unavailable():
+    error = PostgresUnavailable(address="db:5432/swarmlog", detail="connection refused")
+    assert isinstance(error, MirrorError) and isinstance(error, ServiceUnavailable) and error.service == "Postgres"
+    assert cli.exit_code(error) == cli.EXIT_UNAVAILABLE and "cannot reach Postgres at db:5432/swarmlog" in str(error)
+
+
+def test_the_retriable_axis_is_a_class_to_catch_and_an_attribute_on_every_error():
+    retriable = {c.__name__ for c in _classes() if issubclass(c, Retriable) and c is not Retriable}
+    assert retriable == {"KafkaUnavailable", "PostgresUnavailable", "MirrorBehind", "LLMUnavailable"}
+    for cls in _classes():
+        if cls not in (Retriable, SwarmlogError) and not inspect.isabstract(cls):
+            assert _instance(cls).retriable is issubclass(cls, Retriable) or cls is errors.KafkaOperationFailed
+    assert KafkaUnavailable(address="k:9092", detail="d").retriable
+    retried = translate(KafkaError(KafkaError.NOT_ENOUGH_REPLICAS, retriable=True), operation="o", bootstrap="b")
+    assert type(retried) is errors.KafkaOperationFailed and retried.retriable  # librdkafka's verdict, per error
+
+
+def test_no_error_module_imports_more_than_the_base_of_the_errors():
+    # errors.py is imported by every command at start: it stays a module of classes.
+    tree = ast.parse(Path(errors.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported <= {"__future__", "collections.abc", "typing"}
