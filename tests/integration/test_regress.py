@@ -13,6 +13,7 @@ import subprocess
 import sys
 import uuid
 import xml.etree.ElementTree as ET
+from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -43,12 +44,11 @@ def _record(settings, topic: str, swarm: str, *, hash_seed: int) -> None:
     assert live.returncode == 0, live.stderr
 
 
-@pytest.fixture(scope="module")
-def recorded(base_settings, registry) -> dict[str, object]:
-    """Twenty runs of the relay (seeds 0..19), each on a topic of its own, live to their end; per run,
+def record_relay_runs(base_settings, registry, n: int) -> dict[str, Any]:
+    """``n`` runs of the relay (seeds 0..n-1), each on a topic of its own, live to their end; per run,
     the first offset where each of RelayLateFix's changes alters a step, read from the run's own log."""
     prefix = f"swarmlog.regress-{uuid.uuid4().hex[:8]}"
-    topics = [f"{prefix}.run{i:02d}" for i in range(RUNS)]
+    topics = [f"{prefix}.run{i:02d}" for i in range(n)]
     create_topics(base_settings, topics)
     triggers = {}
     for seed, topic in enumerate(topics):
@@ -61,7 +61,12 @@ def recorded(base_settings, registry) -> dict[str, object]:
     return {"prefix": prefix, "topics": topics, "triggers": triggers}
 
 
-def _expected_groups(triggers: dict[str, dict[str, int]]) -> dict[str, set[str]]:
+@pytest.fixture(scope="module")
+def recorded(base_settings, registry) -> dict[str, Any]:
+    return record_relay_runs(base_settings, registry, RUNS)
+
+
+def expected_groups(triggers: dict[str, dict[str, int]]) -> dict[str, set[str]]:
     """Handler -> the runs whose first altered step is that handler's."""
     groups: dict[str, set[str]] = {}
     for topic, first in triggers.items():
@@ -73,7 +78,7 @@ def _expected_groups(triggers: dict[str, dict[str, int]]) -> dict[str, set[str]]
 
 def test_a_regression_replay_names_exactly_the_runs_a_change_breaks_grouped_by_where_and_in_junit(
         base_settings, recorded, tmp_path):
-    expected = _expected_groups(recorded["triggers"])
+    expected = expected_groups(recorded["triggers"])
     broken = set().union(*expected.values()) if expected else set()
     # Some runs break, some do not (live runs interleave their agents as threads do, so which ones is
     # read from the logs); in practice both changes are met first by some run, and so two groups.
@@ -208,3 +213,28 @@ def test_an_unreachable_broker_stops_the_regression_with_exit_69(base_settings, 
     proc = _regress(base_settings, "--swarm", "tests.swarms:relay", "--topic", recorded["topics"][0], env=env)
     assert proc.returncode == 69 and "cannot reach Kafka" in proc.stderr, proc.stderr
 
+
+
+def test_the_pytest_plugin_fails_a_test_when_the_candidate_changes_a_recorded_run_naming_it_and_where(
+        base_settings, recorded, tmp_path):
+    """The CI recipe (docs/regression.md): a test in the user's suite, the `regress` fixture, recorded runs."""
+    broken = sorted(t for t, first in recorded["triggers"].items() if first)[:2]
+    clean = sorted(t for t, first in recorded["triggers"].items() if not first)[:2]
+    assert broken and clean
+    (tmp_path / "test_candidate.py").write_text(
+        "def test_the_candidate_keeps_every_recorded_run(regress, tmp_path):\n"
+        f"    regress('tests.swarms:relay_late_fix', topics={broken + clean!r}, junit=tmp_path / 'r.xml')\n"
+        "\n"
+        "def test_the_recorded_code_keeps_them(regress):\n"
+        f"    report = regress('tests.swarms:relay', topics={broken + clean!r})\n"
+        f"    assert report.counts()['clean'] == {len(broken + clean)}\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                          env=_env(base_settings), cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "1 failed, 1 passed" in proc.stdout, proc.stdout
+    assert "tests.swarms:relay_late_fix changes recorded runs" in proc.stdout
+    for topic in broken:  # each run named, with where it first departs
+        offset = min(recorded["triggers"][topic].values())
+        assert re.search(re.escape(topic) + rf"\s+offset {offset} \(agent r\d, output\)", proc.stdout), proc.stdout
+    for topic in clean:
+        assert topic not in proc.stdout

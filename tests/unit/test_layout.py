@@ -104,8 +104,8 @@ PUBLIC = {
     "swarmlog.replaying": ["CausalityViolation", "Divergence", "Fold", "Ledger", "LiveStates", "Reducer",
                            "ReplayResult", "SwarmReplayResult", "Undecodable", "check_causality", "replay",
                            "replay_swarm", "swarm_report"],
-    "swarmlog.regression": ["STATUSES", "DivergenceGroup", "RegressionReport", "RunOutcome", "parse_since", "regress",
-                            "runs_in_mirror", "shard", "topics_matching"],
+    "swarmlog.regression": ["STATUSES", "DivergenceGroup", "RegressionReport", "RunOutcome", "RunsChanged",
+                            "parse_since", "regress", "runs_in_mirror", "shard", "topics_matching"],
 }
 
 

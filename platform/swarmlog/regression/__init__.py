@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable
 
 from ..settings import Settings
-from .report import STATUSES, DivergenceGroup, RegressionReport, RunOutcome
+from .report import STATUSES, DivergenceGroup, RegressionReport, RunOutcome, RunsChanged
 from .runs import parse_since, runs_in_mirror, shard, topics_matching
 
-__all__ = ["STATUSES", "DivergenceGroup", "RegressionReport", "RunOutcome", "parse_since", "regress",
+__all__ = ["STATUSES", "DivergenceGroup", "RegressionReport", "RunOutcome", "RunsChanged", "parse_since", "regress",
            "runs_in_mirror", "shard", "topics_matching"]
 
 logger = logging.getLogger(__name__)

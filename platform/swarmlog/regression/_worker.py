@@ -132,7 +132,9 @@ class Replayer:
                     handler = agent.handler_for(Event.from_message(m, writer, rec))
                     if handler is None:
                         return f"{type(agent).__qualname__} ({writer.event_type}: no handler)"
-                    return getattr(handler, "__qualname__", repr(handler))
+                    # The agent's class, not the one that defined the method: a change made in a subclass
+                    # (an override of a helper the handler calls) is named after the subclass.
+                    return f"{type(agent).__qualname__}.{getattr(handler, '__name__', repr(handler))}"
         return None
 
 

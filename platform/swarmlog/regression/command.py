@@ -99,6 +99,27 @@ def _progress(total: int) -> tuple[Any, Any]:
     return bar, update
 
 
+def _reports_in(paths: list[str]) -> list[dict[str, Any]]:
+    """The regression reports in ``paths``: a ``--report`` file, or a pod's log (``kubectl logs``), whose
+    report is the one line that is a JSON document of kind ``swarmlog.regression-report``."""
+    found = []
+    for path in paths:
+        text = Path(path).read_text()
+        docs = [text] if text.lstrip().startswith("{") and "\n{" not in text.strip() else text.splitlines()
+        mine = []
+        for doc in docs:
+            try:
+                parsed = json.loads(doc) if doc.lstrip().startswith("{") else None
+            except json.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, dict) and parsed.get("kind") == "swarmlog.regression-report":
+                mine.append(parsed)
+        if not mine:
+            raise UsageError(f"{path} holds no regression report (a `swarmlog regress --json` line or --report file)")
+        found.extend(mine)
+    return found
+
+
 def _write(path: str, text: str) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -112,7 +133,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
     if args.merge:
         if args.swarm or args.topics_pattern or args.topic or args.from_mirror:
             raise UsageError("--merge joins reports already made: give it the report files alone")
-        report = RegressionReport.merged(json.loads(Path(p).read_text()) for p in args.merge)
+        report = RegressionReport.merged(_reports_in(args.merge))
     else:
         if not args.swarm:
             raise UsageError("--swarm module:swarm is required: the candidate code to replay the runs against")

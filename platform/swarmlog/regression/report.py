@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["CHECKED", "STATUSES", "DivergenceGroup", "RegressionReport", "RunOutcome", "TABLE_RUNS",
+__all__ = ["CHECKED", "STATUSES", "RunsChanged", "DivergenceGroup", "RegressionReport", "RunOutcome", "TABLE_RUNS",
            "divergence_key",
            "general_detail"]
 
@@ -45,6 +45,14 @@ CHECKED = ("clean", "diverged")
 _RUN_OWN = re.compile(r"[^\s'\"]+@[^\s'\"]+|\b\d+\b")
 """Event ids (``agent@step#i``: the agent and offsets of one run) and bare numbers in a divergence's
 detail: the run's own, not the code's, so they are left out of the group key."""
+
+
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+"""Characters XML 1.0 cannot hold (a handler's payload may carry them): JUnit shows them as \\xNN."""
+
+
+def _xml_text(text: str) -> str:
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def divergence_key(first: dict[str, Any] | None, handler: str | None) -> str:
@@ -226,17 +234,29 @@ class RegressionReport:
             case = ET.SubElement(suite, "testcase", classname=f"swarmlog.regress.{self.swarm}", name=o.topic,
                                  time=f"{o.seconds:.3f}")
             if o.status == "diverged":
-                failure = ET.SubElement(case, "failure", type="diverged",
-                                        message=f"run {o.run_id} diverged first at {o.where()} in {o.handler}: "
-                                                f"{(o.first_divergence or {}).get('detail')}")
-                failure.text = json.dumps(o.first_divergence, indent=2, default=str, sort_keys=True)
+                said = f"run {o.run_id} diverged first at {o.where()} in {o.handler}: " \
+                       f"{(o.first_divergence or {}).get('detail')}"
+                failure = ET.SubElement(case, "failure", type="diverged", message=_xml_text(said))
+                failure.text = _xml_text(json.dumps(o.first_divergence, indent=2, default=str, sort_keys=True))
             elif o.status == "skipped":
-                ET.SubElement(case, "skipped", message=o.detail or "")
+                ET.SubElement(case, "skipped", message=_xml_text(o.detail or ""))
             elif o.status != "clean":
-                ET.SubElement(case, "error", type=o.status, message=o.detail or o.status)
+                ET.SubElement(case, "error", type=o.status, message=_xml_text(o.detail or o.status))
         root = ET.Element("testsuites", name="swarmlog regress", tests=suite.get("tests", "0"),
                           failures=suite.get("failures", "0"), errors=suite.get("errors", "0"),
                           time=suite.get("time", "0"))
         root.append(suite)
         ET.indent(root)
         return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+class RunsChanged(AssertionError):
+    """Raised by the pytest plugin's ``regress`` fixture: the candidate code changes recorded runs (or some
+    could not be checked). An ``AssertionError``, so pytest reports a failed test; ``report`` is the whole
+    :class:`RegressionReport`, the message its table."""
+
+    def __init__(self, report: RegressionReport) -> None:
+        self.report = report
+        self.diverged = [o.topic for o in report.diverged]
+        self.unchecked = [o.topic for o in report.unchecked]
+        super().__init__(f"{report.swarm} changes recorded runs:\n{report.table()}")
