@@ -95,7 +95,9 @@ def test_only_a_process_started_as_the_command_line_freezes_its_objects():
     before = gc.get_freeze_count()
     with pytest.raises(SystemExit):
         cli.main(["replay", "--to", "ten"])
-    assert gc.get_freeze_count() == before
+    # At most as many: a frozen object of an earlier test may be freed meanwhile (CPython 3.13 counts
+    # the permanent generation as it is), but main() froze nothing of this process's.
+    assert gc.get_freeze_count() <= before
     code = ("import atexit, gc, sys\nfrom swarmlog.cli import main\n"
             "atexit.register(lambda: print(gc.get_freeze_count() > 0))\n"
             "sys.argv = ['swarmlog', 'replay', '--to', 'ten']\nsys.exit(main())")
