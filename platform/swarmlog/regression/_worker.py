@@ -88,10 +88,10 @@ class Replayer:
         from ..replaying import replay_swarm
         from ..runtime import find_run
 
-        # First: a log that lost its first offsets lost its run.started too, and is no run to skip.
-        require_complete_history(self.backend, topic)
         run = find_run(self.settings, topic, self.registry, backend=self.backend)
         if run is None:
+            # A log that lost its first offsets lost its run.started with them: that is no run to skip.
+            require_complete_history(self.backend, topic)
             return RunOutcome(topic=topic, status="skipped", detail="no run.started: not a recorded run")
         outcome = RunOutcome(topic=topic, status="clean", run_id=run.run_id, swarm=run.swarm,
                              code_version=run.code_version)
