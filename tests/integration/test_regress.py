@@ -238,3 +238,44 @@ def test_the_pytest_plugin_fails_a_test_when_the_candidate_changes_a_recorded_ru
         assert re.search(re.escape(topic) + rf"\s+offset {offset} \(agent r\d, output\)", proc.stdout), proc.stdout
     for topic in clean:  # (named in the test's own source, which pytest shows, but listed as no change)
         assert not re.search(re.escape(topic) + r"\s+offset", proc.stdout), proc.stdout
+
+
+CASE_STUDY_RUNS = 60
+
+
+def test_over_case_study_runs_of_buggy_and_fixed_code_the_fix_changes_exactly_those_that_dropped_a_late_message(
+        base_settings):
+    """The case study's runs, half recorded by the buggy reviewer and half by the fixed one, under schedules
+    the simulator draws (a run is exported to a topic of its own, offset for offset, as a live run writes it).
+    Replayed against the fix, the runs it changes are exactly the buggy ones whose reviewer ignored a late
+    task_complete, as each run's own recorded state says; all in one group, the handler the fix changed."""
+    from swarmlog.examples import case_study
+    from swarmlog.testing import Simulator, export
+
+    prefix = f"swarmlog.regress-cs-{uuid.uuid4().hex[:8]}"
+    effects = {"work": {"summary": "done", "took_ms": 1}}
+    sims = {"buggy": Simulator(case_study.buggy, effects=effects), "fixed": Simulator(case_study.fixed,
+                                                                                      effects=effects)}
+    changed, recorded_by = set(), {}
+    for seed in range(CASE_STUDY_RUNS):
+        code = "buggy" if seed % 2 else "fixed"
+        run = sims[code].run(seed)
+        topic = f"{prefix}.{code}-{seed:03d}"
+        export(run, settings=base_settings, topic=topic, verify=False)
+        recorded_by[topic] = code
+        if run.states["reviewer"]["ignored"]:
+            assert code == "buggy"  # the fixed reviewer ignores nothing
+            changed.add(topic)
+    assert 0 < len(changed) < CASE_STUDY_RUNS // 2
+
+    proc = _regress(base_settings, "--swarm", "swarmlog.examples.case_study:fixed", "--topics-pattern",
+                    re.escape(prefix) + r"\..*", "--json")
+    assert proc.returncode == 4, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["runs"] == CASE_STUDY_RUNS
+    assert {o["topic"] for o in report["outcomes"] if o["status"] == "diverged"} == changed
+    assert {o["topic"] for o in report["outcomes"] if o["status"] == "clean"} == set(recorded_by) - changed
+    (group,) = report["groups"]
+    assert group["handler"] == "FixedReviewer.task_complete" and set(group["runs"]) == changed
+    versions = {o["topic"]: o["code_version"] for o in report["outcomes"]}
+    assert all(versions[t] == "case-study-buggy" for t in changed)
