@@ -279,3 +279,21 @@ def test_over_case_study_runs_of_buggy_and_fixed_code_the_fix_changes_exactly_th
     assert group["handler"] == "FixedReviewer.task_complete" and set(group["runs"]) == changed
     versions = {o["topic"]: o["code_version"] for o in report["outcomes"]}
     assert all(versions[t] == "case-study-buggy" for t in changed)
+
+
+def test_on_a_terminal_a_progress_bar_counts_the_runs_and_their_verdicts_then_the_table(base_settings, recorded):
+    import pexpect
+
+    pattern = re.escape(recorded["prefix"]) + r"\.run\d+"
+    child = pexpect.spawn(sys.executable, ["-m", "swarmlog.cli", "regress", "--swarm", "tests.swarms:relay_late_fix",
+                                           "--topics-pattern", pattern, "--jobs", "2"],
+                          env=_env(base_settings), encoding="utf-8", timeout=300, dimensions=(40, 160))
+    try:
+        # tqdm's line on stderr (the terminal): runs done of all, and the verdicts so far.
+        child.expect(rf"regress:\s+\d+%.*\| *\d+/{RUNS} .*(clean|diverged)=\d+")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 4
+    assert f"{RUNS} run(s) replayed against tests.swarms:relay_late_fix" in child.before
+    assert "DIVERGED" in child.before
