@@ -114,6 +114,19 @@ class FixedReviewer(Reviewer):
             self.approve(ctx, event)
 
 
+class PatchedReviewer(Reviewer):
+    """The same fix, deployed into runs in flight behind a versioned step (docs/evolution.md): a
+    task_complete the reviewer handled before the deploy replays as it was recorded (ignored, if it
+    came late), and one it handles from the deploy on is accepted late."""
+
+    @on_message("task_complete")
+    def task_complete(self, ctx, event):
+        if ctx.patched("accept-late-task-complete"):
+            FixedReviewer.task_complete(self, ctx, event)
+        else:
+            Reviewer.task_complete(self, ctx, event)
+
+
 class Supervisor(Agent):
     def initial_state(self) -> dict[str, Any]:
         return {"escalations": 0}
@@ -140,6 +153,8 @@ def _agents(reviewer: type[Reviewer]) -> list[Agent]:
 
 buggy = Swarm(name="case-study", agents=lambda: _agents(Reviewer), code_version="case-study-buggy")
 fixed = Swarm(name="case-study", agents=lambda: _agents(FixedReviewer), code_version="case-study-fixed")
+patched = Swarm(name="case-study", agents=lambda: _agents(PatchedReviewer), code_version="case-study-patched")
+"""The fix as a versioned step: it goes on with runs the buggy code started, where ``fixed`` diverges."""
 
 
 def deadlocked(states: dict[str, dict[str, Any]]) -> bool:

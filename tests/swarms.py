@@ -372,3 +372,75 @@ def late_fix_triggers(messages: list[tuple[int, str | None, dict[str, Any]]]) ->
         if payload["kind"] == "finished" and body["chain"] == 0 and body["by"] in ("r1", "r2"):
             first.setdefault("finished", offset)
     return first
+
+
+# --- code that changes while a run is in flight (tests/integration/test_evolution.py) ---------------
+
+
+class Chain(Agent):
+    """Works through jobs 1..3, each one's step asking the relay for the next: job 1, its second step, fails
+    and stops the chain."""
+
+    def initial_state(self):
+        return {"done": []}
+
+    @on("run.started")
+    def start(self, ctx, event):
+        ctx.send("relay", "next", "1")
+
+    @on_message("job")
+    def job(self, ctx, event):
+        n = int(event.body)
+        self.state["done"].append(self.work(ctx, n))
+        if n < 3:
+            ctx.send("relay", "next", str(n + 1))
+
+    def work(self, ctx, n):
+        if n == 1:
+            raise ZeroDivisionError("job 1 divides by zero")
+        return n
+
+
+class Forwarder(Agent):
+    @on_message("next")
+    def next(self, ctx, event):
+        ctx.send("chain", "job", event.body)
+
+
+class FixedChain(Chain):
+    def work(self, ctx, n):
+        if ctx.patched("job-1-no-division"):
+            return n * 10
+        return super().work(ctx, n)
+
+
+def _held_until_released(n):
+    """The fixed job's live effect: it says it started, then waits for the test to let it finish (a
+    process killed here dies in the middle of the retried step)."""
+    import os
+    import time
+    from pathlib import Path
+
+    release = Path(os.environ["CHAIN_RELEASE_FILE"])
+    Path(f"{release}.started").write_text(str(n))
+    while not release.exists():
+        time.sleep(0.05)
+    return n
+
+
+class SlowFixChain(Chain):
+    def work(self, ctx, n):
+        if ctx.patched("job-1-no-division"):
+            return ctx.effect("fix", _held_until_released, n) * 10
+        return super().work(ctx, n)
+
+
+chain_buggy = Swarm(name="chain", agents=lambda: [Chain("chain"), Forwarder("relay")], code_version="chain-1")
+chain_fixed = Swarm(name="chain", agents=lambda: [FixedChain("chain"), Forwarder("relay")], code_version="chain-2")
+chain_slow_fix = Swarm(name="chain", agents=lambda: [SlowFixChain("chain"), Forwarder("relay")],
+                       code_version="chain-2")
+chain_pinned = Swarm(name="chain", agents=lambda: [FixedChain("chain"), Forwarder("relay")], code_version="chain-2",
+                     pin_runs=True)
+chain_pinned_next = Swarm(name="chain", agents=lambda: [FixedChain("chain"), Forwarder("relay")],
+                          code_version="chain-3", pin_runs=True)
+"""Runs pinned to their code (Swarm(pin_runs=True)): chain-3 refuses a run chain-2 started unless told otherwise."""

@@ -134,13 +134,19 @@ class Swarm:
     """A named set of agents, built fresh for every run or replay by ``agents()``."""
 
     def __init__(self, *, name: str, agents: Callable[[], Sequence[Agent]], llm: Any = None,
-                 code_version: str = "") -> None:
+                 code_version: str = "", pin_runs: bool = False, compatible_with: Sequence[str] = ()) -> None:
         self.name = name
         self._factory = agents
         self.llm = llm_client(llm)
         """The LLM client ``ctx.llm`` calls live (never on replay); see ``swarmlog.llm``. An
         ``openai.OpenAI`` or ``anthropic.Anthropic`` client is taken as it is (``swarmlog.llm.sdk``)."""
         self.code_version = code_version
+        """Recorded in ``run.started`` (empty: a hash of the agents' modules' source)."""
+        self.pin_runs = pin_runs
+        """A live agent refuses a run whose ``run.started`` recorded another code version, unless that version
+        is in :attr:`compatible_with` (:class:`~swarmlog.errors.CodeVersionRefused`; docs/evolution.md)."""
+        self.compatible_with = tuple(compatible_with)
+        """Earlier code versions whose runs this code goes on with (their changes behind versioned steps)."""
         names = [a.name for a in agents()]
         if len(set(names)) != len(names):
             raise ConfigurationError(f"swarm {name!r} has duplicate agent names: {names}")

@@ -55,7 +55,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_DIVERGED: "`replay --swarm`: the code diverges from the log; `regress`: some run diverged",
     EXIT_TOKEN_MISMATCH: "`replay --verify`: the replay does not match the token",
     EXIT_UNAVAILABLE: "Kafka or Postgres could not be reached, or a TLS/SASL handshake failed",
-    EXIT_FAILED: "any other error at run time (the message says what to do)",
+    EXIT_FAILED: "any other error at run time (the message says what to do); `run`: a step failed and was not "
+                 "retried, or an agent's code cannot go on with the run",
     EXIT_INTERRUPTED: "interrupted (SIGINT)",
 }
 
@@ -80,6 +81,8 @@ COMMANDS: dict[str, str | None] = {
     "mirror": None,
     "replay": "swarmlog.replaying.command",
     "run": "swarmlog.runtime.command",
+    "retry": "swarmlog.runtime.command",
+    "patches": "swarmlog.runtime.command",
     "token": "swarmlog.token.command",
     "check": "swarmlog.replaying.command",
     "regress": "swarmlog.regression.command",

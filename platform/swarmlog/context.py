@@ -27,18 +27,21 @@ import uuid as _uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from .errors import ConfigurationError, EffectDiverged, EffectFailed, NoRunStarted, OutsideStep
+from .errors import ConfigurationError, EffectDiverged, EffectFailed, FailedStepChanged, NoRunStarted, OutsideStep
 from .events import Event
 from .guard import allowed
 from .log.hashing import canonical, short_sha256
 from .log.protocol import (
     EFFECT_RECORDED,
+    HANDLER_FAILED,
     LLM_CALL,
     MESSAGE,
+    PATCH_MARKER,
     TIMER_CANCELLED,
     TIMER_FIRED,
     TIMER_SET,
     output_id,
+    patch_marker_id,
 )
 from .schema.registry import SchemaRegistry
 
@@ -81,7 +84,7 @@ class Context:
 
     __slots__ = ("agent", "registry", "llm_client", "run_effect", "_sink", "_event", "_step", "_index",
                  "_rand_index", "_effects", "_rand_prefix", "seed", "run_id", "_http", "_live", "_loop",
-                 "choose_completion", "_secrets")
+                 "choose_completion", "_secrets", "_patches")
 
     def __init__(self, *, agent: str, registry: SchemaRegistry, llm_client: Any = None,
                  run_effect: EffectRunner | None = None) -> None:
@@ -107,6 +110,7 @@ class Context:
         self._live = False  # the step runs live (its outputs are written), not replayed
         self._loop: Any = None  # the agent's StepLoop (swarmlog.aio), made on its first async step
         self._secrets: tuple[str, ...] = ()  # values ctx.credential handed out: scrubbed from what ctx.http records
+        self._patches: dict[str, bool] = {}  # this step's answers to ctx.patched (a step asks the log once a patch)
         self.choose_completion: Callable[[list[str]], int] | None = None
         """The simulator's schedule, choosing which of an async step's calls in flight is delivered
         next, or that the next timer fires first (the last option, when one is set): it returns an
@@ -127,6 +131,8 @@ class Context:
         self._index = 0
         self._rand_index = 0
         self._effects = []
+        if self._patches:
+            self._patches = {}
         if self._loop is not None:
             self._loop.new_step()
 
@@ -316,6 +322,52 @@ class Context:
             self._secrets = (*self._secrets, value)
         return value
 
+    # -- versioned steps ---------------------------------------------------------------------
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this step takes the new path of a code change named ``patch_id``::
+
+            if ctx.patched("accept-late-messages"):
+                ...  # the new code
+            else:
+                ...  # the code the run's earlier steps were recorded with
+
+        True where the step runs live (the answer is recorded in the log, as a ``patch.marker`` of the
+        step); on replay, true where the log recorded that marker for this step and false where it did not
+        (a step recorded before the change). So a run in flight takes the fix from its next step on, its
+        older steps replay as they were recorded, and code older than the patch that replays a step
+        recorded with it fails naming the patch (:class:`~swarmlog.errors.PatchUnknown`). The marker's id
+        (``<agent>@<step>#patch:<id>``) is not one of the step's numbered outputs: adding the call shifts
+        no other id. Asked again in the same step, the same answer. Works in ``async def`` handlers too.
+        Retire it with :meth:`deprecate_patch` (docs/evolution.md; ``swarmlog patches`` says when).
+        """
+        return self._patch(patch_id, deprecated=False)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """The new path of ``patch_id`` is the only one left: no recorded run still replays a step without
+        it (``swarmlog patches --swarm`` says so). Replace ``if ctx.patched(id): new else: old`` by
+        ``ctx.deprecate_patch(id); new``: live it still records the marker, so code that still has
+        ``patched(id)`` (a rollout in progress) replays what this code writes, and on replay it accepts a
+        step with or without the marker. Remove the call once no recorded run holds the marker."""
+        self._patch(patch_id, deprecated=True)
+
+    def _patch(self, patch_id: str, *, deprecated: bool) -> bool:
+        answered = self._patches.get(patch_id)
+        if answered is not None:
+            return answered
+        sink = self._require_sink()
+        if type(patch_id) is not str or not _valid_patch_id(patch_id):
+            raise ValueError(f"a patch id is 1-100 letters, digits, '.', '_' or '-': got {patch_id!r}")
+        event_id = patch_marker_id(self.agent, self._step, patch_id)
+        with allowed():  # swarmlog's own recorded I/O: the log, not the handler, answers
+            taken = self._live or sink.recorded(event_id) is not None
+            if taken:
+                # Causes: the step's input only, whatever the step did before asking (live and replay agree).
+                sink.write(Output(event_id, PATCH_MARKER, {"patch_id": patch_id}, self.agent,
+                                  [self._step] if self._step >= 0 else []), locate=False)
+        self._patches[patch_id] = taken
+        return taken or deprecated
+
     # -- async steps (swarmlog.aio) ----------------------------------------------------------
 
     def run(self, coro: Awaitable[T]) -> T:
@@ -440,8 +492,16 @@ class Context:
 
     def _diverged(self, detail: str, *, recorded: Any, replayed: Any) -> None:
         # A recorded effect the handler cannot be served: it cannot go on from here.
+        if isinstance(recorded, dict) and recorded.get("event_type") == HANDLER_FAILED:
+            payload = recorded["payload"]  # the step failed live where it now calls the world: a fix, not versioned
+            raise FailedStepChanged(offset=self._step, agent=self.agent, error_type=payload["error_type"],
+                                    message=payload["message"], replayed=replayed)
         raise EffectDiverged(offset=self._step, agent=self.agent, detail=detail, recorded=recorded,
                              replayed=replayed)
+
+
+def _valid_patch_id(patch_id: str) -> bool:
+    return 0 < len(patch_id) <= 100 and all(c.isascii() and (c.isalnum() or c in "._-") for c in patch_id)
 
 
 def _describe(event: Event) -> dict[str, Any]:

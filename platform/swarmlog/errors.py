@@ -83,6 +83,8 @@ drawing to them::
     │   ├── SnapshotStale
     │   ├── ReplayWorkerFailed
     │   ├── ForkPointInsideStep
+    │   ├── CodeVersionRefused
+    │   ├── RunCannotGoOn
     │   └── AsyncStepError  [swarmlog.aio.errors]
     │       ├── StepLeftWork  [swarmlog.aio.errors]
     │       ├── StepStalled  [swarmlog.aio.errors]
@@ -90,11 +92,13 @@ drawing to them::
     │       └── NestedRun  [swarmlog.aio.errors]
     ├── NondeterminismError
     │   ├── EffectDiverged
+    │   │   ├── FailedStepChanged
     │   │   ├── HTTPRequestDiverged  [swarmlog.llm.errors]
     │   │   ├── AsyncCallDiverged  [swarmlog.aio.errors]
     │   │   ├── ModelRequestDiverged  [swarmlog.integrations.errors]
     │   │   └── ToolResultDiverged  [swarmlog.integrations.errors]
     │   ├── StateDiverged
+    │   ├── PatchUnknown
     │   └── ForbiddenCall  [swarmlog.guard.errors]
     ├── TokenError
     │   └── InvalidToken
@@ -914,6 +918,66 @@ class StateDiverged(NondeterminismError):
             detail += " (the log holds its digest, not the state itself)"
         super().__init__(offset=offset, agent=agent, detail=detail, recorded={"state_digest": recorded_digest},
                          replayed={"state_digest": replayed_digest, **({"diff": diff} if diff is not None else {})})
+
+
+# --- code that changes while runs are in flight (swarmlog.runtime.patches, .failures) ------------
+
+
+class PatchUnknown(NondeterminismError):
+    """The log records that a step took the patched path of ``ctx.patched(patch_id)``, and the code
+    replaying it does not call that patch there: older code, or a patch removed too early."""
+
+    def __init__(self, *, offset: int, agent: str, patch_id: str) -> None:
+        self.patch_id = patch_id
+        super().__init__(offset=offset, agent=agent, recorded={"patch": patch_id},
+                         detail=f"the log records that this step ran with patch {patch_id!r} "
+                                f"(ctx.patched({patch_id!r})), which this code does not call here: it is older "
+                                f"than the code that wrote the log. Run code that has the patch (or "
+                                f"ctx.deprecate_patch({patch_id!r}) once the patch is retired)")
+
+
+class FailedStepChanged(EffectDiverged):
+    """A step the log records as failed (``handler.failed``) does not fail, or fails otherwise, with
+    this code: a fix deployed without a versioned step, so the recorded failure no longer replays.
+    The step cannot go on where it failed live (an :class:`EffectDiverged`: the replay of this agent stops)."""
+
+    def __init__(self, *, offset: int, agent: str, error_type: str, message: str, replayed: object) -> None:
+        self.error_type = error_type
+        self.message = message
+        super().__init__(offset=offset, agent=agent, recorded={"failed": f"{error_type}: {message}"},
+                         replayed=replayed,
+                         detail=f"this step failed live ({error_type}: {message}) and this code does not fail "
+                                f"the same way there. Put the fix behind a versioned step "
+                                f"(`if ctx.patched('fix-...'):` new code, `else:` the old), so the recorded "
+                                f"failure replays as it happened, then let the run go on from the failed step "
+                                f"with `swarmlog retry` (docs/evolution.md)")
+
+
+class CodeVersionRefused(RunError):
+    """An agent's code is not the version its run is pinned to, and is not declared compatible with it."""
+
+    def __init__(self, *, topic: str, run_id: str, agent: str, recorded: str, current: str,
+                 compatible: Sequence[str]) -> None:
+        self.topic = topic
+        self.run_id = run_id
+        self.agent = agent
+        self.recorded = recorded
+        self.current = current
+        self.compatible = tuple(compatible)
+        also = f" (declared compatible with: {', '.join(self.compatible)})" if self.compatible else ""
+        super().__init__(f"agent {agent!r} runs code version {current!r}{also}, and run {run_id!r} (topic {topic!r}) "
+                         f"is pinned to {recorded!r}: leave the run to the agents of version {recorded!r} until it "
+                         f"drains, or declare the change compatible (Swarm(compatible_with=[{recorded!r}]) with "
+                         f"versioned steps for what changed, or `swarmlog run --accept-version {recorded}`)")
+
+
+class RunCannotGoOn(RunError):
+    """``swarmlog run`` stopped with steps that failed and were not retried, or agents that refused the run."""
+
+    def __init__(self, *, topic: str, problems: Sequence[str]) -> None:
+        self.topic = topic
+        self.problems = tuple(problems)
+        super().__init__(f"the run in topic {topic!r} cannot go on: " + "; ".join(self.problems))
 
 
 # --- replay tokens ----------------------------------------------------------------------------------

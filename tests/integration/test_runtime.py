@@ -281,7 +281,7 @@ def test_a_swarm_is_not_quiet_while_an_agent_holds_an_open_transaction(settings,
     caught_up = threading.Event()
     caught_up.set()
     worker = SimpleNamespace(core=SimpleNamespace(next_wall_due_ms=lambda: None), caught_up=caught_up,
-                             eof_at=end, in_transaction=True)
+                             eof_at=end, in_transaction=True, refused=None)
     watcher = _QuietWatcher(KafkaBackend(settings), settings.topic, [worker])  # type: ignore[list-item]
     stop = threading.Event()
     deadline = time.monotonic() + 1.5

@@ -37,6 +37,7 @@ def _nodes(path: Path) -> tuple[ast.AST, ...]:
 PUBLIC = {
     "swarmlog": [
         "Agent", "AgentFenced", "AppendFailed", "AppendIncomplete", "AsyncClient", "CheckpointUnreadable", "Client",
+        "CodeVersionRefused", "FailedStepChanged", "PatchUnknown", "RunCannotGoOn",
         "ConfigurationError", "Context", "CopyFailed", "DatabasePermissionDenied", "Divergence", "EffectDiverged",
         "EffectFailed", "Event", "EventError", "EventFate", "EventLog", "EventNotFound", "ForkPointInsideStep",
         "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed", "HTTPRequestDiverged", "HashSeedMismatch",

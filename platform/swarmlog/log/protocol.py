@@ -61,12 +61,24 @@ LANGGRAPH_DELETED = "langgraph.deleted"
 """LangGraph's checkpointer on the log (:mod:`swarmlog.integrations.langgraph`): a checkpoint, a task's
 pending writes, and checkpoints taken out of view. Written by the checkpointer, handled by no agent."""
 
+PATCH_MARKER = "patch.marker"
+"""A live step took the patched path of ``ctx.patched(id)`` (:mod:`swarmlog.runtime.patches`): replay
+answers true where the log holds one, false where it does not."""
+STEP_RETRIED = "step.retried"
+"""Appended by ``swarmlog retry``: the agent runs its handler again, with the code it runs now, for the
+input of a step that failed (:mod:`swarmlog.runtime.failures`)."""
+
 RECORDED_EFFECTS = frozenset({EFFECT_RECORDED, LLM_CALL, HTTP_EXCHANGE})
 """Recorded I/O: run live once, served from the log on every replay. A handler needs the
 result at once, so replay indexes these ahead of the steps that made them."""
 RECORDED_EFFECT_HEADERS = frozenset(t.encode() for t in RECORDED_EFFECTS)
 """:data:`RECORDED_EFFECTS` as the bytes of an ``sl.type`` header."""
-SELF_RECORDS = frozenset({*RECORDED_EFFECTS, TIMER_SET, TIMER_CANCELLED, HANDLER_FAILED, STATE_DIGEST})
+HISTORY_RECORDS = frozenset({*RECORDED_EFFECTS, PATCH_MARKER, HANDLER_FAILED})
+"""What a replayed step is served by id from the agent's recorded history (:mod:`swarmlog.runtime.history`):
+its recorded I/O, the patch markers that say which path of a versioned step it took, and a failure (so a
+step that now calls the world where it failed live is told apart: :class:`~swarmlog.errors.FailedStepChanged`)."""
+SELF_RECORDS = frozenset({*RECORDED_EFFECTS, TIMER_SET, TIMER_CANCELLED, HANDLER_FAILED, STATE_DIGEST,
+                          PATCH_MARKER})
 """What an agent writes about itself: never dispatched to handlers."""
 
 # --- headers ------------------------------------------------------------------------------
@@ -223,6 +235,11 @@ _INDEX_MARK = "#"
 _WALL_TIMER_MARK = "@timer"
 _STEP_MARK_B = _STEP_MARK.encode()
 _INDEX_MARK_B = _INDEX_MARK.encode()
+_PATCH_MARK = "patch:"
+_PATCH_MARK_B = _PATCH_MARK.encode()
+PATCH_INDEX = -1
+"""The index :func:`parse_step` gives a patch marker's id (``<agent>@<step>#patch:<id>``): not one of
+the step's numbered outputs, so a ``ctx.patched()`` call added to a step shifts none of their ids."""
 _DIGEST_MARK = "@state"
 _DIGEST_MARK_B = _DIGEST_MARK.encode()
 _STOP_MARK = "@stop"
@@ -240,6 +257,11 @@ def output_id_prefix(agent: str, step: int) -> str:
     return f"{agent}{_STEP_MARK}{step}{_INDEX_MARK}"
 
 
+def patch_marker_id(agent: str, step: int, patch_id: str) -> str:
+    """The id of the marker ``agent``'s step at offset ``step`` writes for ``ctx.patched(patch_id)``."""
+    return f"{agent}{_STEP_MARK}{step}{_INDEX_MARK}{_PATCH_MARK}{patch_id}"
+
+
 def wall_timer_id(agent: str, set_offset: int) -> str:
     """The id of a wall-clock timeout's firing: one per ``timer.set``, whichever life fires it."""
     return f"{agent}{_WALL_TIMER_MARK}{set_offset}"
@@ -251,7 +273,7 @@ def step_of(event_id: bytes) -> bytes | None:
     _, _, tail = event_id.rpartition(_STEP_MARK_B)
     step, sep, index = tail.partition(_INDEX_MARK_B)
     if sep:
-        return step if step.isdigit() and index.isdigit() else None
+        return step if step.isdigit() and (index.isdigit() or index.startswith(_PATCH_MARK_B)) else None
     _, sep, last = event_id.rpartition(_DIGEST_MARK_B)
     return last if sep and last.isdigit() else None
 
@@ -279,12 +301,15 @@ RUN_STARTER_CHANNEL = "@run-start"
 
 
 def parse_step(event_id: str) -> tuple[int, int] | None:
-    """``agent@step#i`` -> (step, i); None for a wall-clock firing or an id of another grammar."""
+    """``agent@step#i`` -> (step, i); a patch marker's ``agent@step#patch:<id>`` -> (step, :data:`PATCH_INDEX`);
+    None for a wall-clock firing or an id of another grammar."""
     _, _, tail = event_id.rpartition(_STEP_MARK)
     step, sep, index = tail.partition(_INDEX_MARK)
-    if not sep or not step.isdigit() or not index.isdigit():
+    if not sep or not step.isdigit():
         return None
-    return int(step), int(index)
+    if index.isdigit():
+        return int(step), int(index)
+    return (int(step), PATCH_INDEX) if index.startswith(_PATCH_MARK) else None
 
 
 # --- Kafka resources of an agent ----------------------------------------------------------------

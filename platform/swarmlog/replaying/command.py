@@ -164,6 +164,8 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.what == "unhandled":
+        return _check_unhandled(args)
     from .causality import check_causality
 
     count, violations = check_causality(settings=settings_of(args))
@@ -171,6 +173,25 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(v)
     print(f"checked {count} events: {len(violations)} causality violation(s)")
     return EXIT_PROBLEMS_FOUND if violations else EXIT_OK
+
+
+def _check_unhandled(args: argparse.Namespace) -> int:
+    from ..errors import UsageError
+    from ..kafka.backend import backend_for
+    from ..runtime import load_swarm
+    from ..runtime.unhandled import unhandled_messages
+    from ..schema.registry import SchemaRegistry
+
+    if not args.swarm:
+        raise UsageError("`check unhandled` needs --swarm module:swarm: which messages are handled is the code's")
+    settings = settings_of(args)
+    swarm = load_swarm(args.swarm)
+    found = unhandled_messages(backend=backend_for(settings, None), topic=settings.topic,
+                               registry=SchemaRegistry.load(settings.schema_dirs()), agents=swarm.agents())
+    for u in found:
+        print(u.describe())
+    print(f"{len(found)} message(s) no agent of {swarm.name} handles")
+    return EXIT_PROBLEMS_FOUND if found else EXIT_OK
 
 
 def _progress_bar(desc: str, unit: str) -> Any:
@@ -194,7 +215,10 @@ def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -
     """Add ``swarmlog replay`` or ``swarmlog check`` (``name``) to ``swarmlog``'s subcommands."""
     if name == "check":
         c = sub.add_parser("check", help="check a whole log", parents=parents)
-        c.add_argument("what", choices=["causality"])
+        c.add_argument("what", choices=["causality", "unhandled"],
+                       help="causality: every event's causes precede it; unhandled: messages no agent of --swarm "
+                            "acts on (an unknown kind or recipient)")
+        c.add_argument("--swarm", help="module:swarm (for unhandled)")
         c.add_argument("--topic")
         c.set_defaults(func=cmd_check)
         return

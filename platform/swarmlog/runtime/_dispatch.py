@@ -26,7 +26,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from ..log.protocol import RUN_STARTED, SELF_RECORDS, STATE_DIGEST, TIMER_FIRED, Route
+from ..log.protocol import RUN_STARTED, SELF_RECORDS, STATE_DIGEST, STEP_RETRIED, TIMER_FIRED, Route
 from .engine import UNDECODED, AgentCore
 
 logger = logging.getLogger(__name__)
@@ -75,7 +75,8 @@ class Dispatcher:
             targets: Sequence[AgentCore] = self.cores
         elif to is not None:
             core = self._by_name.get(to)
-            targets = (core,) if core is not None and etype in core.handled_types else ()
+            # A step.retried runs a failed step's input again: every agent takes the one addressed to it.
+            targets = (core,) if core is not None and (etype in core.handled_types or etype == STEP_RETRIED) else ()
         elif etype not in SELF_RECORDS:
             targets = self._broadcast.get(etype, ())
         else:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Agent, Swarm
-from ..errors import AgentFenced, TransactionAborted
+from ..errors import AgentFenced, CodeVersionRefused, NondeterminismError, TransactionAborted
 from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend, require_complete_history
 from ..log.hotloop import fewer_collections
@@ -80,13 +80,19 @@ class WorkerResult:
     state: dict[str, Any]
     states_checked: int = 0
     """Steps of the rebuild whose state was compared with the recorded digest (all equal, or it raised)."""
+    refused: str | None = None
+    """Why the agent could not go on with the run (its code diverges from the log, or is not the run's
+    version); None: it ran."""
+    failures: tuple[str, ...] = ()
+    """The agent's steps that failed and were not retried, described (``swarmlog retry`` runs them again)."""
 
 
 class AgentWorker:
     """Runs one agent of a swarm live against the swarm's topic (on ``backend``; default Kafka)."""
 
     def __init__(self, *, settings: Settings, swarm: Swarm, agent: str | Agent, registry: SchemaRegistry | None = None,
-                 topic: str | None = None, batch_size: int = 500, backend: LogBackend | None = None) -> None:
+                 topic: str | None = None, batch_size: int = 500, backend: LogBackend | None = None,
+                 version_refusal: CodeVersionRefused | None = None) -> None:
         self.settings = settings
         self.topic = topic or settings.topic
         self.swarm = swarm
@@ -117,6 +123,13 @@ class AgentWorker:
         self._reported_steps = 0
         self._at_end = False  # the last poll reached the log's end, and nothing was written since
         self._channel: AgentChannel | None = None  # this life's, while it runs
+        self.version_refusal = version_refusal
+        """The run is pinned to another code version than this agent's (``Swarm(pin_runs=True)``; found by
+        :func:`~swarmlog.runtime.run_agents`): the agent refuses it before its rebuild."""
+        self.refused: str | None = None
+        """Why this agent does not go on with the run (see :meth:`_park`); None while it can."""
+        self.refusal: NondeterminismError | CodeVersionRefused | None = None
+        """The error it refused the run with (:func:`~swarmlog.runtime.run_agents` raises it once stopped)."""
 
     @property
     def channel(self) -> AgentChannel | None:
@@ -155,10 +168,13 @@ class AgentWorker:
             channel = self._channel = self.backend.agent_channel(self.topic, name)
             if self.stop_event.is_set():
                 channel.wake()  # stopped before this life began: its polls wait for nothing
+            refused: NondeterminismError | CodeVersionRefused | None = None
             try:
                 return self._run(channel)
             except AgentFenced:
                 raise
+            except (NondeterminismError, CodeVersionRefused) as exc:
+                refused = exc  # parked below, once this life's channel is closed
             except TransactionAborted as exc:
                 # Lives in a row that committed nothing: a cause that a new life does not cure.
                 aborted = aborted + 1 if self.transactions == committed else 1
@@ -168,17 +184,40 @@ class AgentWorker:
                 last = exc
             finally:
                 channel.close()
+            if refused is not None:
+                return self._park(refused)
             self.agent = self.swarm.agent(name)  # its initial state
             self.caught_up.clear()
             self.eof_at = -1
             if self.stop_event.wait(min(aborted, 5)):
                 raise last  # stopped before the new life rebuilt anything: there is no state to report
 
+    def _park(self, exc: NondeterminismError | CodeVersionRefused) -> WorkerResult:
+        """This code cannot go on with the run: say so once, in the log and through readiness, and wait
+        to be stopped. Not an exit: a restarted process would refuse the same way, a crash loop that
+        says nothing more. Nothing was written (a divergence is found while rebuilding, before any live
+        step; a version is checked before the rebuild); the run waits for code that can go on with it."""
+        name = self.agent.name
+        core = self.core
+        run_id = core.ctx.run_id if core is not None and core.ctx.run_id else "?"
+        self.refused = f"agent {name} cannot go on with run {run_id!r} (topic {self.topic!r}): {exc}"
+        self.refusal = exc
+        self._channel = None
+        logger.error("%s. It stays up, not ready (/readyz), and does not restart: deploy code that can go on with "
+                     "this run (docs/evolution.md)", self.refused)
+        self.stop_event.wait()
+        return WorkerResult(agent=name, state_hash=core.state_hash() if core is not None else "",
+                            position=core.position if core is not None else 0,
+                            steps=core.steps if core is not None else 0, state=self.agent.state,
+                            refused=self.refused)
+
     def _run(self, channel: AgentChannel) -> WorkerResult:
         name = self.agent.name
         # Restart is rebuild from offset 0: a log that lost its first offsets would rebuild
         # another state than the run's, silently. Refuse before anything is written.
         require_complete_history(self.backend, self.topic)
+        if self.version_refusal is not None:
+            raise self.version_refusal  # before anything is fenced or read: parked (run)
         channel.fence()
         histories, start_end = first_pass(backend=self.backend, topic=self.topic, decoder=self.decoder,
                                           agents=[name])
@@ -187,6 +226,7 @@ class AgentWorker:
         logger.info("agent %s: rebuild started from offset 0 up to the log end %d (its last recorded step: %d)",
                     name, start_end, history.last_step)
         sink = self._sink = LiveSink(channel=channel, registry=self.registry, agent=name)
+        sink.recipients = frozenset(self.swarm.agent_names)
         core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, history=history, live_sink=sink,
                                      llm_client=self.swarm.llm, strict=True,
                                      digest_every=self.settings.state_digest_every)
@@ -217,7 +257,8 @@ class AgentWorker:
             raise
         logger.info("agent %s: stopped at offset %d after %d steps", name, core.position, core.steps)
         return WorkerResult(agent=name, state_hash=core.state_hash(), position=core.position, steps=core.steps,
-                            state=self.agent.state, states_checked=core.states_checked)
+                            state=self.agent.state, states_checked=core.states_checked,
+                            failures=tuple(f.describe() for f in core.failures.values()))
 
     def _turn(self, channel: AgentChannel, sink: LiveSink, core: AgentCore, start_end: int) -> None:
         """One poll: fold what arrived, fire due timeouts, commit."""
@@ -333,7 +374,9 @@ class AgentWorker:
     # -- what an operator sees -------------------------------------------------------------
 
     def readiness(self) -> str | None:
-        """None once the agent is live; else what it is doing."""
+        """None once the agent is live; else what it is doing (or why it does not go on with the run)."""
+        if self.refused is not None:
+            return self.refused
         if self.caught_up.is_set():
             return None
         core = self.core
@@ -343,6 +386,8 @@ class AgentWorker:
 
     def liveness(self, stall_timeout: float) -> str | None:
         """None while the loop turns; else how long it has been stuck (a handler that never returns?)."""
+        if self.refused is not None:
+            return None  # parked on purpose (_park): a failing /livez would restart it into the same refusal
         stalled = time.monotonic() - self.heartbeat
         if stalled > stall_timeout:
             return (f"agent {self.agent.name}: its loop has not turned for {stalled:.0f} s "
@@ -379,4 +424,10 @@ class AgentWorker:
                    ("agent",), [(me, rebuilt)]),
             Family("swarmlog_agent_live", "gauge", "1 once the agent has caught up and runs live.", ("agent",),
                    [(me, 1.0 if self.caught_up.is_set() else 0.0)]),
+            Family("swarmlog_agent_failed_steps", "gauge",
+                   "Steps whose handler raised and that no step.retried has run again (swarmlog retry).", ("agent",),
+                   [(me, len(core.failures) if core is not None else 0)]),
+            Family("swarmlog_agent_refused", "gauge",
+                   "1 when the agent's code cannot go on with the run (see /readyz and its log).", ("agent",),
+                   [(me, 1.0 if self.refused is not None else 0.0)]),
         ]

@@ -24,9 +24,10 @@ from typing import Any
 
 from ..context import Output
 from ..errors import CheckpointUnreadable, StateNotCapturable
+from ..events import Event
 from ..log.hashing import state_hash
 from . import interpreter
-from .engine import AgentCore, Divergence, Timer
+from .engine import AgentCore, Divergence, FailedStep, Timer
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -47,7 +48,7 @@ CHECKPOINT_FORMAT = 1
 
 FOLD_FIELDS = frozenset({
     "divergences", "pending", "timers", "events_seen", "position", "steps", "last_recorded_step", "unverified",
-    "stopped", "run_pin", "states_checked", "state_mismatches", "state_diverged_at",
+    "stopped", "run_pin", "states_checked", "state_mismatches", "state_diverged_at", "failures",
 })
 """Core attributes that are the fold's state (beside ``agent.state`` and the ``ctx``'s run)."""
 WIRING_FIELDS = frozenset({
@@ -146,6 +147,10 @@ def capture(core: AgentCore) -> dict[str, Any]:
                             for o in outs.values()]] for step, outs in core.pending.items()],
         "divergences": [d.to_json() for d in core.divergences],
         "states": [core.states_checked, core.state_mismatches, core.state_diverged_at],
+        # Failed steps not retried yet: a step.retried past the capture runs their input again.
+        "failures": [[f.offset, f.error_type, f.message, [*f.input[:-2], encode_value(f.input.payload),
+                                                           f.input.timestamp_ms]]
+                     for f in core.failures.values()],
     }
 
 
@@ -183,5 +188,8 @@ def restore(core: AgentCore, doc: dict[str, Any]) -> None:
         core.divergences = [Divergence(**d) for d in doc["divergences"]]
         # Captures made before state digests existed have no "states": nothing was checked then.
         core.states_checked, core.state_mismatches, core.state_diverged_at = doc.get("states", (0, 0, None))
+        core.failures = {offset: FailedStep(offset=offset, agent=core.name, error_type=error_type, message=message,
+                                            input=Event._make([*event[:-2], decode_value(event[-2]), event[-1]]))
+                         for offset, error_type, message, event in doc.get("failures", ())}
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointUnreadable(agent=core.name, reason=f"malformed ({exc!r})") from None

@@ -55,16 +55,27 @@ from typing import Any
 
 from ..agent import Agent
 from ..context import Context, EffectRunner, Output, OutputSink
-from ..errors import EffectDiverged, NondeterminismError, StateDiverged, SwarmlogError
+from ..errors import (
+    EffectDiverged,
+    FailedStepChanged,
+    NondeterminismError,
+    PatchUnknown,
+    StateDiverged,
+    SwarmlogError,
+)
 from ..events import Event
 from ..guard import guarded
 from ..log.hashing import state_hash
 from ..log.protocol import (
     HANDLER_FAILED,
+    MESSAGE,
+    PATCH_INDEX,
+    PATCH_MARKER,
     RECORDED_EFFECTS,
     RUN_STARTED,
     SELF_RECORDS,
     STATE_DIGEST,
+    STEP_RETRIED,
     TIMER_CANCELLED,
     TIMER_FIRED,
     TIMER_SET,
@@ -84,6 +95,7 @@ __all__ = [
     "UNDECODED",
     "AgentCore",
     "Divergence",
+    "FailedStep",
     "Timer",
 ]
 
@@ -112,6 +124,24 @@ class Timer:
     due_count: int | None  # logical: fires when events_seen reaches this
     due_wall_ms: int | None  # wall clock: fires when the clock passes this
     firing: bool = False  # a timer.fired was written, not yet read back
+
+
+@dataclass(slots=True, frozen=True)
+class FailedStep:
+    """A step whose handler raised (recorded as ``handler.failed``), not retried since."""
+
+    offset: int
+    agent: str
+    input: Event
+    """What the handler was given: a ``step.retried`` hands it to the handler again."""
+    error_type: str
+    message: str
+
+    def describe(self) -> str:
+        kind = self.input.payload.get("kind") if isinstance(self.input.payload, dict) else None
+        what = f"{self.input.event_type}{f' {kind!r}' if kind else ''} at offset {self.input.offset}"
+        return (f"agent {self.agent!r}: step at offset {self.offset} ({what}) failed with "
+                f"{self.error_type}: {self.message}")
 
 
 KINDS = ("output", "effect", "state")
@@ -169,6 +199,9 @@ class _VerifySink:
         history = self.core.history
         rec = history.effect(event_id)
         if rec is None:
+            parsed = parse_step(event_id)
+            if parsed is not None and parsed[1] == PATCH_INDEX:
+                return None  # no marker: the step was recorded on the unpatched path (ctx.patched is False)
             step = self.core.ctx.now()
             if history.past_cut(step) or step >= history.reach():
                 raise _Unreached(step)  # the record lies past the cut, or the live agent never got here
@@ -224,6 +257,9 @@ class AgentCore:
         """Replayed steps whose state was compared with its recorded digest."""
         self.state_mismatches = 0
         self.state_diverged_at: int | None = None
+        self.failures: dict[int, FailedStep] = {}
+        """Steps whose handler raised and that no ``step.retried`` has run again yet, by offset: live and
+        replayed alike (a replay fails where the live run failed), so a restarted agent knows them too."""
 
     # -- the fold -----------------------------------------------------------------------
 
@@ -296,7 +332,8 @@ class AgentCore:
                     return (off, event), event
             decoded = event
         elif etype == RUN_STARTED or (etype in self._handled
-                                      and (to == me or (to is None and etype not in SELF_RECORDS))):
+                                      and (to == me or (to is None and etype not in SELF_RECORDS))) \
+                or (etype == STEP_RETRIED and to == me):
             event = self._decode(msg) if decoded is UNDECODED else decoded  # type: ignore[assignment]
             if event is not None:
                 if event.event_type == RUN_STARTED:
@@ -307,6 +344,14 @@ class AgentCore:
                     self.ctx.set_run(run_id=event.run_id, seed=event.payload["seed"])
                 if event.event_type in self._handled and (event.to in (None, me)):
                     return (off, event), event
+                if event.event_type == STEP_RETRIED and event.to == me:
+                    return (off, event), event  # runs the failed step's input again (step())
+            decoded = event
+        elif to == me and etype == MESSAGE and self.live_sink is not None and off > self.history.last_step:
+            # A message for this agent, which handles no message at all: said once, as it happens.
+            event = self._decode(msg) if decoded is UNDECODED else decoded  # type: ignore[assignment]
+            if event is not None:
+                self._unhandled(event)
             decoded = event
         if self.timers and self._logical_due():
             return (off, None), decoded
@@ -319,6 +364,8 @@ class AgentCore:
         """Run the step at ``off`` (its handler, then the logical timers it makes fire)."""
         live_sink = self.live_sink
         live = live_sink is not None and off > self.history.last_step
+        if event is not None and event.event_type == STEP_RETRIED:
+            event = self._retried_input(off, event, live=live)
         sink = live_sink if live_sink is not None and live else self.verify_sink
         tracer = self.tracer
         if tracer is not None:
@@ -339,10 +386,15 @@ class AgentCore:
                     except NondeterminismError:
                         raise
                     except Exception as exc:  # recorded: replay expects the same failure here
+                        failed = FailedStep(offset=off, agent=self.name, input=event, error_type=type(exc).__name__,
+                                            message=str(exc))
+                        self.failures[off] = failed
                         if self.live(off):
-                            logger.warning("agent %s: handler failed at offset %d (recorded as %s)", self.name, off,
-                                           HANDLER_FAILED, exc_info=exc)
-                        ctx.emit(HANDLER_FAILED, {"error_type": type(exc).__name__, "message": str(exc)},
+                            logger.error("%s; recorded as %s (run %s): what the step was to do is not done. "
+                                         "Deploy the fix behind a versioned step (ctx.patched) and run `swarmlog "
+                                         "retry` to run the step again (docs/evolution.md)", failed.describe(),
+                                         HANDLER_FAILED, ctx.run_id, exc_info=exc)
+                        ctx.emit(HANDLER_FAILED, {"error_type": failed.error_type, "message": failed.message},
                                  to=self.name)
                     if self.step_latency is not None:
                         self.step_latency.observe(time.perf_counter() - started)
@@ -350,6 +402,8 @@ class AgentCore:
                         self._fire_logical(off)
                     self._stepped(off)
                     return
+                if live and event.event_type == MESSAGE and event.to == self.name:
+                    self._unhandled(event)
             if self.timers:
                 self._fire_logical(off)
         except NondeterminismError as exc:
@@ -361,6 +415,28 @@ class AgentCore:
             ctx.end()
             if tracer is not None:
                 tracer.end(self, off, event)
+
+    def _unhandled(self, event: Event) -> None:
+        """A live message for this agent that no handler of it takes (:mod:`.unhandled`)."""
+        logger.warning("agent %s: the message at offset %d from %s (kind %r) is for it and it has no handler for "
+                       "that kind: nothing acts on it (a misspelt kind? `swarmlog check unhandled` lists them all)",
+                       self.name, event.offset, event.agent_id, event.kind)
+
+    def _retried_input(self, off: int, retry: Event, *, live: bool) -> Event | None:
+        """The input of the failed step a ``step.retried`` names (None: that step did not fail here, or was
+        retried already: nothing to run). The failure stays recorded where it happened; the step runs
+        again here, at the retry's offset, with the code running now: a fix behind ``ctx.patched`` takes
+        its new path, since this step is live (and replays with the marker it recorded)."""
+        failed = self.failures.pop(int(retry.payload["failed_step"]), None)
+        if failed is None:
+            (logger.warning if live else logger.debug)(
+                "agent %s: step.retried at offset %d names step %s, which did not fail (or was retried already): "
+                "nothing to run again", self.name, off, retry.payload["failed_step"])
+            return None
+        if live:
+            logger.info("agent %s: running the step that failed at offset %d again at offset %d (%s)", self.name,
+                        failed.offset, off, failed.input.event_type)
+        return failed.input
 
     # -- state: recorded live, checked on replay ---------------------------------------------
 
@@ -448,8 +524,7 @@ class AgentCore:
             self._unwritten_before(step)  # and the held state divergence, in its place among them
         if not self.pending:
             if step <= self.history.last_step and not self.live(step) and event.event_type not in RECORDED_EFFECTS:
-                self._diverge(NondeterminismError(offset=step, agent=self.name, recorded=_brief(event),
-                                                  detail="the log has an output this step no longer writes"))
+                self._diverge(self._no_longer_written(step, event))
             return
         self._unwritten_before(step)
         outs = self.pending.get(step)
@@ -458,10 +533,20 @@ class AgentCore:
             del self.pending[step]
         if out is None:
             if event.event_type not in RECORDED_EFFECTS:
-                self._diverge(NondeterminismError(offset=step, agent=self.name, recorded=_brief(event),
-                                                  detail="the log has an output this step no longer writes"))
+                self._diverge(self._no_longer_written(step, event))
             return
         self.check(out, event)
+
+    def _no_longer_written(self, step: int, event: Event) -> NondeterminismError:
+        """The divergence for a recorded output of ``step`` the step no longer writes: one that names what
+        to do when the output is a patch marker (older code) or a recorded failure (a fix not versioned)."""
+        if event.event_type == PATCH_MARKER:
+            return PatchUnknown(offset=step, agent=self.name, patch_id=event.payload["patch_id"])
+        if event.event_type == HANDLER_FAILED:
+            return FailedStepChanged(offset=step, agent=self.name, error_type=event.payload["error_type"],
+                                     message=event.payload["message"], replayed=None)
+        return NondeterminismError(offset=step, agent=self.name, recorded=_brief(event),
+                                   detail="the log has an output this step no longer writes")
 
     def _unwritten_before(self, step: int) -> None:
         """Everything still pending for a step before ``step`` was never written: a record of ``step``
@@ -489,6 +574,10 @@ class AgentCore:
     def check(self, out: Output, rec: Event) -> None:
         if (out.event_type, out.to, out.payload, out.causes) != (rec.event_type, rec.to, rec.payload, rec.causes):
             step = parse_step(out.event_id)
+            if rec.event_type == HANDLER_FAILED and step is not None:
+                self._diverge(FailedStepChanged(offset=step[0], agent=self.name, error_type=rec.payload["error_type"],
+                                                message=rec.payload["message"], replayed=_brief_out(out)))
+                return
             self._diverge(NondeterminismError(offset=step[0] if step else rec.offset, agent=self.name,
                                               detail=f"output {out.event_id} differs from the log",
                                               recorded=_brief(rec), replayed=_brief_out(out)))

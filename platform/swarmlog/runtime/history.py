@@ -65,7 +65,7 @@ from ..errors import SwarmlogError
 from ..events import Event
 from ..guard import allowed
 from ..log.base import BATCH, LogBackend
-from ..log.protocol import H_STEP, RECORDED_EFFECTS, STATE_DIGEST, Headers, Route, agent_group, parse_step
+from ..log.protocol import H_STEP, HISTORY_RECORDS, STATE_DIGEST, Headers, Route, agent_group, parse_step
 from ..schema.codec import Decoder
 from .digests import DigestRecord, RecordedDigests
 
@@ -395,7 +395,7 @@ class LogHistory:
                 max_step[who] = step
             if etype == STATE_DIGEST:
                 self._digest(m, who, step)
-            elif etype in RECORDED_EFFECTS:
+            elif etype in HISTORY_RECORDS:  # recorded I/O and patch markers, served by id
                 self._effect(m)
         self.read_to = batch[-1].offset() + 1
         return routes
@@ -420,7 +420,7 @@ class LogHistory:
                 max_step[who] = step
             if etype == STATE_DIGEST:
                 self._digest(m, who, step)
-            elif etype in RECORDED_EFFECTS:
+            elif etype in HISTORY_RECORDS:  # recorded I/O and patch markers, served by id
                 self._effect(m)
         self.read_to = batch[-1].offset() + 1
         return routes

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Swarm
-from ..errors import ConfigurationError, RunAlreadyRecorded, RunNotStarted, TransactionAborted
+from ..errors import CodeVersionRefused, ConfigurationError, RunAlreadyRecorded, RunNotStarted, TransactionAborted
 from ..guard import hook_in_use
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
@@ -298,18 +298,24 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
                registry: SchemaRegistry | None = None, until_quiet: float | None = None,
                stop: threading.Event | None = None,
                on_started: Callable[[list[AgentWorker]], None] | None = None,
-               backend: LogBackend | None = None) -> list[WorkerResult]:
+               backend: LogBackend | None = None, accept_versions: tuple[str, ...] = ()) -> list[WorkerResult]:
     """Run the named agents (default: all) live, one thread each, until ``stop`` is set,
     SIGTERM/SIGINT arrives (in the main thread), or — with ``until_quiet`` — the log has not
     grown for that many seconds and no agent has a timeout pending. On a log that knows when
     nothing is left to do (the in-memory log: :meth:`~swarmlog.log.base.LogBackend.settle`),
     ``until_quiet`` stops the run as soon as every agent waits at the log's end with nothing
-    pending, without waiting out the seconds."""
+    pending, without waiting out the seconds.
+
+    An agent whose code cannot go on with the run (it diverges from the log, or is not the run's code
+    version) parks, not ready, while the others run on; once the run stops, its error is raised."""
     topic = topic or settings.topic
     registry = registry or SchemaRegistry.load(settings.schema_dirs())
     names = agents or swarm.agent_names
     backend = backend_for(settings, backend)
-    workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic, backend=backend)
+    pinned = _pinned_run(settings=settings, swarm=swarm, topic=topic, registry=registry, backend=backend,
+                         accept_versions=accept_versions)
+    workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic, backend=backend,
+                           version_refusal=pinned(n) if pinned is not None else None)
                for n in names]
     # What every handler of this process runs under: an operator comparing agents' CPU sees it here.
     logger.info("determinism guard: %s", hook_in_use())
@@ -352,7 +358,29 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
     if errors:
         name, exc = next(iter(errors.items()))
         raise exc
+    for w in workers:
+        # Parked until stopped (AgentWorker._park): not an exit that a supervisor would restart into
+        # the same refusal, but the caller learns of it once the run stops.
+        if w.refusal is not None:
+            raise w.refusal
     return [results[n] for n in names]
+
+
+def _pinned_run(*, settings: Settings, swarm: Swarm, topic: str, registry: SchemaRegistry, backend: LogBackend,
+                accept_versions: tuple[str, ...]) -> Callable[[str], CodeVersionRefused] | None:
+    """A run pinned to its code (``Swarm(pin_runs=True)``) that another code version started, and that this
+    code is not declared compatible with: per agent, the error it refuses the run with (None: it goes on)."""
+    if not swarm.pin_runs:
+        return None
+    run = find_run(settings, topic, registry, backend=backend)
+    if run is None:
+        return None  # no run yet: the one the agents join is started with their own version
+    current = code_version(swarm)
+    compatible = (*swarm.compatible_with, *accept_versions)
+    if run.code_version == current or run.code_version in compatible:
+        return None
+    return lambda agent: CodeVersionRefused(topic=topic, run_id=run.run_id, agent=agent, recorded=run.code_version,
+                                            current=current, compatible=compatible)
 
 
 class _QuietWatcher:
@@ -393,6 +421,8 @@ class _QuietWatcher:
 
     def _idle(self, high: int) -> bool:
         for w in self._workers:
+            if w.refused is not None:
+                continue  # parked: it does nothing more until stopped (AgentWorker._park)
             core = w.core
             # An open transaction may hold outputs the broker has not seen yet (its
             # coordinator still loading, a commit in flight): the log end says nothing then.
@@ -402,8 +432,9 @@ class _QuietWatcher:
         return True
 
     def _settled(self, stop: threading.Event) -> bool:
-        channels = [c for w in self._workers for c in [w.channel] if c is not None]
-        if len(channels) < len(self._workers):  # an agent still starting
+        active = [w for w in self._workers if w.refused is None]
+        channels = [c for w in active for c in [w.channel] if c is not None]
+        if len(channels) < len(active):  # an agent still starting
             stop.wait(0.01)
             return False
         if not self._backend.settle(self._topic, channels, 0.05):  # briefly: a failed agent stops the run

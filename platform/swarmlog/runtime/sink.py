@@ -11,13 +11,23 @@ sink instead, and nothing reaches the log.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from ..context import Output
 from ..events import Event
 from ..guard import allowed
 from ..log.base import AgentChannel
-from ..log.protocol import H_STEP, STATE_DIGEST, TIMER_FIRED, parse_step, state_digest_id, stop_digest_id, wall_timer_id
+from ..log.protocol import (
+    H_STEP,
+    MESSAGE,
+    STATE_DIGEST,
+    TIMER_FIRED,
+    parse_step,
+    state_digest_id,
+    stop_digest_id,
+    wall_timer_id,
+)
 from ..schema.codec import Encoder
 from ..schema.registry import SchemaRegistry
 from .digests import DigestRecord
@@ -25,13 +35,15 @@ from .digests import DigestRecord
 if TYPE_CHECKING:
     from .engine import AgentCore, Timer
 
+logger = logging.getLogger(__name__)
+
 __all__ = ["LiveSink"]
 
 
 class LiveSink:
     """Live steps: outputs go into the agent's open transaction."""
 
-    __slots__ = ("channel", "registry", "agent", "agent_b", "core", "in_txn", "_encoders")
+    __slots__ = ("channel", "registry", "agent", "agent_b", "core", "in_txn", "_encoders", "recipients")
 
     def __init__(self, *, channel: AgentChannel, registry: SchemaRegistry, agent: str,
                  encoders: dict[str, Encoder] | None = None) -> None:
@@ -44,6 +56,9 @@ class LiveSink:
         self._encoders: dict[str, Encoder] = {} if encoders is None else encoders
         """Event type -> its newest version's encoder; a caller that makes many sinks in one
         thread (the simulator) shares one cache between them."""
+        self.recipients: frozenset[str] | None = None
+        """The swarm's agents (None: not checked): a message sent to anyone else is warned about, unless it
+        answers the writer of the step's input (a client reads the log itself)."""
 
     def write(self, out: Output, *, locate: bool) -> int | None:
         if not self.in_txn:
@@ -52,6 +67,9 @@ class LiveSink:
         enc = self._encoders.get(out.event_type)
         if enc is None:
             enc = self._encoders[out.event_type] = Encoder(self.registry.latest(out.event_type))
+        if out.to is not None and self.recipients is not None and out.event_type == MESSAGE \
+                and out.to not in self.recipients:
+            self._unknown_recipient(out)
         run_id = self.core.ctx.run_id if self.core is not None else ""
         value = enc.encode_event(out.event_id, run_id, self.agent, out.to, out.causes, out.payload)
         headers = enc.headers(self.agent_b, None if out.to is None else out.to.encode())
@@ -66,6 +84,15 @@ class LiveSink:
                 return self.channel.send_located(value, self.agent_b, headers)
         self.channel.send(value, self.agent_b, headers)
         return None
+
+    def _unknown_recipient(self, out: Output) -> None:
+        event = self.core.ctx._event if self.core is not None else None
+        if event is not None and event.agent_id == out.to:
+            return  # an answer to whoever wrote the input: a client, which reads the log itself
+        with allowed():  # inside the handler: the warning is swarmlog's, not the handler's I/O
+            logger.warning("agent %s: sends %r to %r, which is no agent of the swarm (%s): no agent acts on it (a "
+                           "misspelt name? `swarmlog check unhandled` lists them all)", self.agent,
+                           out.payload.get("kind"), out.to, ", ".join(sorted(self.recipients or ())))
 
     def write_digests(self, record: DigestRecord) -> None:
         """The ``state.digest`` record, into the open transaction after the batch's outputs."""

@@ -25,7 +25,7 @@ from typing import Any
 from ..agent import Swarm
 from ..errors import SwarmlogError, TopicNotFound
 from ..log.base import LogBackend
-from ..log.protocol import RUN_STARTED, STATE_DIGEST, parse_step
+from ..log.protocol import PATCH_INDEX, RUN_STARTED, STATE_DIGEST, parse_step
 from ..runtime import interpreter, replay_swarm_log
 from ..runtime.digests import DigestRecord
 from ..schema.codec import Decoder
@@ -328,6 +328,8 @@ def _which_step(decoder: Decoder, authentic: Any, other: Any | None) -> tuple[st
     if writer.event_type == RUN_STARTED:
         return "the run's run.started (its seed, code version and interpreter)", None
     step = parse_step(event_id)
+    if step is not None and step[1] == PATCH_INDEX:
+        return f"the patch marker ({event_id}) of agent {agent}'s step at offset {step[0]}", "outputs"
     if step is not None:
         return f"output #{step[1]} ({writer.event_type}) of agent {agent}'s step at offset {step[0]}", "outputs"
     return f"a {writer.event_type} appended by {agent} ({event_id}), no step's output", None
