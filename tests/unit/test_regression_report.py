@@ -103,3 +103,38 @@ def test_the_shards_reports_merge_into_the_report_of_all_runs():
     assert merged.counts() == whole.counts() and merged.seconds == 1.5
     with pytest.raises(UsageError, match="different swarms"):
         RegressionReport.merged([a.to_json(), {**b.to_json(), "swarm": "other:swarm"}])
+
+
+def test_the_command_refuses_runs_chosen_no_way_or_two_ways_and_a_shard_without_its_index(capsys, monkeypatch):
+    from swarmlog.cli import main
+
+    monkeypatch.delenv("JOB_COMPLETION_INDEX", raising=False)
+    assert main(["regress", "--swarm", "tests.swarms:relay"]) == 2
+    assert "choose the runs one way" in capsys.readouterr().err
+    assert main(["regress", "--swarm", "tests.swarms:relay", "--topic", "a", "--topics-pattern", "b"]) == 2
+    assert "choose the runs one way" in capsys.readouterr().err
+    assert main(["regress", "--swarm", "tests.swarms:relay", "--topic", "a", "--since", "7d"]) == 2
+    assert "with --from-mirror" in capsys.readouterr().err
+    assert main(["regress", "--swarm", "tests.swarms:relay", "--topic", "a", "--shards", "4"]) == 2
+    assert "JOB_COMPLETION_INDEX" in capsys.readouterr().err
+
+
+def test_merge_joins_the_pods_logs_into_one_report_and_its_exit_status(tmp_path, capsys):
+    from swarmlog.cli import main
+
+    whole = _report()
+    a = RegressionReport(swarm=whole.swarm, outcomes=whole.outcomes[:1], shard=(0, 2))
+    b = RegressionReport(swarm=whole.swarm, outcomes=whole.outcomes[1:], shard=(1, 2))
+    import json
+
+    # A pod's log as `kubectl logs` gives it: warnings, then the report's one JSON line.
+    (tmp_path / "pod-0.log").write_text("2026-12-07 WARNING swarmlog: something\n" + json.dumps(a.to_json()) + "\n")
+    (tmp_path / "pod-1.json").write_text(json.dumps(b.to_json(), indent=1))
+    assert main(["regress", "--merge", str(tmp_path / "pod-0.log"), str(tmp_path / "pod-1.json"), "--json",
+                 "--junit", str(tmp_path / "all.xml")]) == 4
+    merged = json.loads(capsys.readouterr().out)
+    assert merged["runs"] == len(whole.outcomes) and merged["counts"] == whole.counts()
+    assert ET.parse(tmp_path / "all.xml").getroot().find("testsuite").get("tests") == str(len(whole.outcomes))
+    (tmp_path / "empty.log").write_text("nothing here\n")
+    assert main(["regress", "--merge", str(tmp_path / "empty.log")]) == 2
+    assert "holds no regression report" in capsys.readouterr().err
