@@ -10,8 +10,9 @@ another seed, which the pool gives to a process started with that one. Nothing e
 stdout: file descriptor 1 is pointed at stderr before any handler runs, so a ``print`` in a
 handler cannot corrupt the answers; logging goes to stderr as well.
 
-The process keeps its Kafka backend and the swarm's imported code from one run to the next:
-a regression replay of many short runs is mostly their starts otherwise.
+The process keeps its Kafka backend (its readers' consumers, reassigned from one run's topic to
+the next, fetching without waiting at a log's end: ``ENDED_LOG_TUNING``) and the swarm's imported
+code from one run to the next: a regression replay of many short runs is mostly their starts otherwise.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class Replayer:
     """Replays runs of one swarm against its (candidate) code, in this process."""
 
     def __init__(self, *, swarm_spec: str) -> None:
-        from ..kafka.backend import backend_for
+        from ..kafka.backend import KafkaBackend
+        from ..kafka.config import ENDED_LOG_TUNING
         from ..runtime import interpreter, load_swarm
         from ..schema.registry import SchemaRegistry
         from ..settings import Settings
@@ -60,7 +62,9 @@ class Replayer:
         self.settings = Settings.from_env()
         self.swarm = load_swarm(swarm_spec)
         self.registry = SchemaRegistry.load(self.settings.schema_dirs())
-        self.backend = backend_for(self.settings)
+        # Recorded runs, each read to its end and no further: a fetch held at a log's end would delay
+        # the next run's first fetch on the same kept consumer (ENDED_LOG_TUNING).
+        self.backend = KafkaBackend(self.settings, reader_config=ENDED_LOG_TUNING)
         self.seed = interpreter.current().seed
 
     def replay(self, topic: str) -> dict[str, Any]:
