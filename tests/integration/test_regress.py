@@ -13,6 +13,7 @@ import subprocess
 import sys
 import uuid
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -297,3 +298,37 @@ def test_on_a_terminal_a_progress_bar_counts_the_runs_and_their_verdicts_then_th
     assert child.exitstatus == 4
     assert f"{RUNS} run(s) replayed against tests.swarms:relay_late_fix" in child.before
     assert "DIVERGED" in child.before
+
+
+def test_ctrl_c_stops_the_regression_with_exit_130_and_leaves_no_worker_running(base_settings, recorded, tmp_path):
+    import pexpect
+
+    # Runs that take a while each (a pause before every run's replay, outside the handlers), so that
+    # the interrupt lands while the workers are busy.
+    (tmp_path / "regress_slow.py").write_text(
+        "import time\n"
+        "import swarmlog.regression._worker as worker\n"
+        "from tests.swarms import relay as swarm\n"
+        "replay = worker.Replayer._replay\n"
+        "def _replay(self, topic):\n"
+        "    time.sleep(3)\n"
+        "    return replay(self, topic)\n"
+        "worker.Replayer._replay = _replay\n")
+    env = _env(base_settings)
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    child = pexpect.spawn(sys.executable, ["-m", "swarmlog.cli", "regress", "--swarm", "regress_slow:swarm",
+                                           "--topics-pattern", re.escape(recorded["prefix"]) + r"\.run\d+",
+                                           "--jobs", "2"],
+                          env=env, encoding="utf-8", timeout=300, dimensions=(40, 160))
+    try:
+        child.expect(rf"\| *[1-9]\d*/{RUNS} ")  # the first verdicts are in: workers are busy with the next runs
+        workers = subprocess.run(["pgrep", "-P", str(child.pid), "-f", "swarmlog.regression._worker"],
+                                 capture_output=True, text=True).stdout.split()
+        assert len(workers) == 2, workers
+        child.sendintr()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 130 and "Traceback" not in child.before, child.before
+    for pid in workers:  # killed, not left replaying for nobody
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()

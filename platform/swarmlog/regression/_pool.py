@@ -100,6 +100,22 @@ class _Runs:
         self.error: BaseException | None = None
         self.progress = progress
         self.cond = threading.Condition()
+        self.workers: set[_Worker] = set()
+        """The worker processes alive now: killed if the caller is interrupted."""
+
+    def started(self, worker: _Worker) -> None:
+        with self.cond:
+            self.workers.add(worker)
+
+    def ended(self, worker: _Worker) -> None:
+        with self.cond:
+            self.workers.discard(worker)
+
+    def kill_all(self) -> None:
+        with self.cond:
+            workers = list(self.workers)
+        for w in workers:
+            w.proc.kill()
 
     def take(self, seed: int | None) -> tuple[str, int | None] | None:
         """The next run, one this seed can replay first; None when every run has its verdict."""
@@ -158,11 +174,14 @@ def _serve(runs: _Runs, *, swarm_spec: str, seed: int, env: dict[str, str]) -> N
             if worker is None or worker.seed != want:
                 if worker is not None:
                     worker.close()
+                    runs.ended(worker)
                 logger.info("starting a regression worker with PYTHONHASHSEED=%d", want)
                 worker = _Worker(swarm_spec=swarm_spec, seed=want, env=env)
+                runs.started(worker)
             try:
                 answer = worker.ask(topic)
             except _WorkerDied as died:
+                runs.ended(worker)
                 worker = None
                 runs.done(RunOutcome(topic=topic, status="failed", detail=(
                     f"the worker process replaying it ended with exit status {died.returncode} (killed, or out of "
@@ -192,6 +211,7 @@ def _serve(runs: _Runs, *, swarm_spec: str, seed: int, env: dict[str, str]) -> N
     finally:
         if worker is not None:
             worker.close()
+            runs.ended(worker)
 
 
 def run_pool(topics: list[str], *, swarm_spec: str, jobs: int, seed: int,
@@ -205,8 +225,13 @@ def run_pool(topics: list[str], *, swarm_spec: str, jobs: int, seed: int,
                for i in range(max(1, min(jobs, len(topics))))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException as exc:  # Ctrl-C (KeyboardInterrupt) or the like: no worker outlives the caller
+        runs.fail(exc)
+        runs.kill_all()
+        raise
     if runs.error is not None:
         raise runs.error
     return [runs.outcomes[t] for t in topics]

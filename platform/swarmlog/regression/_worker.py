@@ -151,8 +151,13 @@ def _answers() -> IO[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     args = sys.argv[1:] if argv is None else argv
     (swarm_spec,) = args
+    # Ctrl-C reaches the whole process group: the pool decides (it kills its workers), not each
+    # worker with a traceback of its own; a pool that went away ends a worker by closing its stdin.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     answers = _answers()
     logging.basicConfig(level=os.environ.get("SWARMLOG_REGRESS_LOG_LEVEL", "WARNING"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
