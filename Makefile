@@ -109,8 +109,13 @@ docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 # On every core (pytest-xdist): the unit suite is CPU alone (no service, no clock to wait on).
+# Its bytecode is cached (__pycache__, ignored by git) even where PYTHONDONTWRITEBYTECODE=1 is set:
+# otherwise every worker compiles, through pytest's assertion rewriting, every test module and every
+# module of a package with a pytest plugin (langsmith's hundreds) again on every run.
+CACHED_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
+
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto tests/unit
+	$(CACHED_BYTECODE) $(BIN)/python -m pytest -q -p no:cacheprovider -n auto tests/unit
 
 # The unit suite on each other CPython (`make unit-3.12` runs one), with Hypothesis's dev profile even in
 # CI: what differs between the versions is the interpreter under the guard and the C modules' builds,
@@ -118,7 +123,7 @@ unit: $(STAMP)
 unit-pythons: $(addprefix unit-,$(OTHER_PYTHONS))
 
 unit-%: .venv-%/.installed
-	HYPOTHESIS_PROFILE=dev .venv-$*/bin/python -m pytest -q -p no:cacheprovider -n auto tests/unit
+	$(CACHED_BYTECODE) HYPOTHESIS_PROFILE=dev .venv-$*/bin/python -m pytest -q -p no:cacheprovider -n auto tests/unit
 
 # Against the cluster `up` just started, unless SWARMLOG_BOOTSTRAP_SERVERS already points at one.
 # (pytest run by hand with no SWARMLOG_* variables and a Docker engine reachable uses containers

@@ -159,7 +159,7 @@ def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -
 def _sink_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("sink", help="mirror the topic (or every topic matching a pattern) into Postgres, exactly once",
                        parents=parents)
-    s.add_argument("--topic")
+    s.add_argument("--topic", help="the topic (default: $SWARMLOG_TOPIC)")
     s.add_argument("--topics-pattern", metavar="REGEX",
                    help="mirror every single-partition topic whose whole name matches REGEX (as Kafka Connect's "
                         "topics.regex), e.g. '^swarm\\..*', each with its own position; new topics are picked up")
@@ -179,7 +179,9 @@ def _sink_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
 def _mirror_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     mi = sub.add_parser("mirror", help="the Postgres mirror: migrate its schema (as the database owner) | status | "
                                        "verify it against the log", parents=parents)
-    mi.add_argument("action", choices=["migrate", "status", "verify"])
+    mi.add_argument("action", choices=["migrate", "status", "verify"],
+                    help="migrate the schema, say whether it is migrated (status 1 if not), or verify the rows against "
+                         "the log")
     mi.add_argument("--writer-role", default="swarmlog_sink", help="group role the sink runs as (created if missing)")
     mi.add_argument("--reader-role", default="swarmlog_reader", help="read-only group role (created if missing)")
     mi.add_argument("--topic", help="verify: the topic whose rows to check (default SWARMLOG_TOPIC)")
@@ -192,9 +194,11 @@ def _mirror_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 def _demo_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     d = sub.add_parser("demo", help="run a small swarm, mirror it, replay it", parents=parents)
-    d.add_argument("--topic")
-    d.add_argument("--agents", type=int, default=3)
-    d.add_argument("--rounds", type=int, default=200)
+    d.add_argument("--topic", help="the demo writes to a new topic named after this one, TOPIC.demo-<id> "
+                                   "(default: $SWARMLOG_TOPIC)")
+    d.add_argument("--agents", type=int, default=3, help="agents in the ring (at least 3; default 3)")
+    d.add_argument("--rounds", type=int, default=200,
+                   help="about how many messages the agents pass around (default 200)")
     d.set_defaults(func=cmd_demo)
 
 

@@ -4,10 +4,8 @@ Every command reads its settings from the environment (see ``swarmlog.settings``
 ``--topic`` overrides ``SWARMLOG_TOPIC``. Errors swarmlog raises on purpose are
 printed as one line saying what to do; the exit status says which kind (``EXIT_CODES``).
 
-The command line decides what reaches the terminal: swarmlog's warnings, and with
-``-v`` its progress (INFO) and librdkafka's own log lines, with ``-vv`` everything
-(DEBUG). Without ``-v`` no librdkafka line is shown: what matters of them comes back
-as swarmlog's errors.
+The command line decides what reaches the terminal (:mod:`swarmlog.observe.logs`): swarmlog's
+warnings, with ``-v`` its progress and librdkafka's own lines, with ``-vv`` everything.
 
 The commands are a table (:data:`COMMANDS`): each command's parser and handler live beside its wing
 (``replaying/command.py``, ...); :func:`main` imports only the module of the command given. Other packages
@@ -19,19 +17,31 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from functools import cache
 from types import ModuleType
 from typing import Any
 
-from .errors import ConfigurationError, MissingDependency, SchemaError, ServiceUnavailable, SwarmlogError, TokenError
+from .errors import (
+    ConfigurationError,
+    MissingDependency,
+    SchemaError,
+    ServiceUnavailable,
+    SwarmImportFailed,
+    SwarmlogError,
+    TokenError,
+)
+from .observe.logs import VERBOSE_HELP as _VERBOSE_HELP
+from .observe.logs import configure_logging
+from .observe.logs import leading_verbosity as _leading_verbosity
 from .settings import Settings
 
 __all__ = ["COMMANDS", "EXIT_CODES", "EXIT_DIVERGED", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK",
-           "EXIT_PROBLEMS_FOUND", "EXIT_TOKEN_MISMATCH", "EXIT_UNAVAILABLE", "EXIT_UNREADABLE", "EXIT_USAGE",
-           "PLUGINS", "build_parser", "command_modules", "configure_logging", "exit_code", "from_the_mirror", "main",
-           "metrics_port_arg", "settings_of"]
+           "EXIT_PROBLEMS_FOUND", "EXIT_READER_GONE", "EXIT_TOKEN_MISMATCH", "EXIT_UNAVAILABLE", "EXIT_UNREADABLE",
+           "EXIT_USAGE", "PLUGINS", "build_parser", "command_modules", "configure_logging", "exit_code",
+           "from_the_mirror", "main", "metrics_port_arg", "settings_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +54,7 @@ EXIT_TOKEN_MISMATCH = 5
 EXIT_UNAVAILABLE = 69  # sysexits.h EX_UNAVAILABLE
 EXIT_FAILED = 70  # sysexits.h EX_SOFTWARE
 EXIT_INTERRUPTED = 130
+EXIT_READER_GONE = 141  # 128 + SIGPIPE: what a shell reports of a writer its pipe's reader left
 
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
@@ -58,6 +69,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_FAILED: "any other error at run time (the message says what to do); `run`: a step failed and was not "
                  "retried, or an agent's code cannot go on with the run",
     EXIT_INTERRUPTED: "interrupted (SIGINT)",
+    EXIT_READER_GONE: "the reader of stdout went away (`swarmlog log | head`): the output was cut short, quietly, "
+                      "as a shell reports a writer killed by SIGPIPE",
 }
 
 
@@ -145,47 +158,6 @@ def metrics_port_arg(p: argparse.ArgumentParser) -> None:
                    help="serve Prometheus /metrics and the /livez and /readyz probes on PORT")
 
 
-_VERBOSE_FLAGS = {"-v": 1, "--verbose": 1, "-vv": 2, "-vvv": 3}
-_VERBOSE_HELP = "-v: progress and librdkafka's log lines on stderr; -vv: debug"
-_handler: logging.Handler | None = None
-
-
-def _leading_verbosity(argv: list[str]) -> tuple[int, list[str]]:
-    """``-v``/``-vv``/``--verbose`` before the command (``swarmlog -v dev up``), and the rest."""
-    n = 0
-    while argv and argv[0] in _VERBOSE_FLAGS:
-        n += _VERBOSE_FLAGS[argv[0]]
-        argv = argv[1:]
-    return n, argv
-
-
-def configure_logging(verbosity: int, *, service: bool = False) -> None:
-    """What reaches stderr: warnings (a service's INFO too); ``-v`` INFO and librdkafka's lines; ``-vv`` DEBUG.
-
-    A service (an agent's or the sink's pod, ``replay --publish``'s Job) logs its lifecycle without ``-v``:
-    what an operator reads. In a program that configured logging itself (tests, a host), that one wins.
-    """
-    from .kafka.config import LIBRDKAFKA_LOGGER
-
-    global _handler
-    root = logging.getLogger()
-    if any(h is not _handler for h in root.handlers):
-        return
-    if _handler is None:
-        _handler = logging.StreamHandler(sys.stderr)
-        _handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(_handler)
-    quiet = logging.INFO if service else logging.WARNING
-    level = quiet if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    root.setLevel(logging.WARNING if verbosity <= 0 else level)
-    for name in ("swarmlog", "swarmlog_connectors"):
-        logging.getLogger(name).setLevel(level)
-    # librdkafka's own lines (connection attempts, retries) are for debugging swarmlog's
-    # Kafka side; what an operator must know of them comes back as a typed error.
-    logging.getLogger(LIBRDKAFKA_LOGGER).setLevel(logging.CRITICAL + 1 if verbosity <= 0 else level)
-
-
-
 def _epilog() -> str:
     codes = "\n".join(f"  {code:>3}  {what}" for code, what in EXIT_CODES.items())
     return ("-v shows swarmlog's progress and librdkafka's log lines, -vv debug output (put it before the\n"
@@ -220,16 +192,34 @@ def _freeze_what_the_imports_made() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        status = _main(argv)
+        if argv is None:
+            sys.stdout.flush()  # here, where a closed pipe is caught, not in the interpreter's last flush
+        return status
+    except BrokenPipeError:
+        # stdout's reader left (`swarmlog log | head -1`). CPython ignores SIGPIPE and raises this instead;
+        # a shell expects the writer to end quietly with SIGPIPE's status. What is still buffered can never
+        # be written, and the interpreter's last flush would print "Exception ignored": stdout goes to
+        # /dev/null first (the signal module's "Note on SIGPIPE"); only in the process, not main([...])'s caller.
+        if argv is None:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_READER_GONE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     if argv is None:
         _freeze_what_the_imports_made()
     verbosity, args_list = _leading_verbosity(list(sys.argv[1:] if argv is None else argv))
+    verbose = verbosity
     try:
         own = command_modules(args_list[0] if args_list else None)
         if len(own) == 1 and _parses_its_own(module := importlib.import_module(*own.values())):
             configure_logging(verbosity)
             return int(module.run(args_list[1:]))
         args = build_parser(args_list[0] if args_list else None).parse_args(args_list)
-        configure_logging(verbosity + getattr(args, "verbose", 0),
+        verbose = verbosity + getattr(args, "verbose", 0)
+        configure_logging(verbose,
                           service=getattr(args, "service", False) or bool(getattr(args, "publish", False)))
         # Only a process started as the command line may replace itself (swarmlog.runtime.interpreter).
         args.may_reexec = argv is None
@@ -243,7 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if argv is None:  # and what the command imported (its modules load lazily): the exit skips it too
                 _freeze_what_the_imports_made()
     except SwarmlogError as exc:
-        logger.debug("the error's traceback", exc_info=exc)
+        if isinstance(exc, SwarmImportFailed) and verbose:  # the swarm's own code: its traceback is the user's
+            logger.error("the traceback of the swarm's module %s", exc.module, exc_info=exc.__cause__)
+        else:
+            logger.debug("the error's traceback", exc_info=exc)
         print(f"swarmlog: error: {exc}", file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt:

@@ -30,6 +30,7 @@ drawing to them::
     │   ├── UnmodelledEffect
     │   ├── ScheduleMismatch
     │   ├── StateUnavailable
+    │   ├── SwarmImportFailed
     │   └── CredentialMissing  [swarmlog.llm.errors]
     ├── MissingDependency
     ├── ServiceUnavailable
@@ -226,6 +227,24 @@ class NotAnAgentOfTheRun(UsageError):
 
 class StateUnavailable(ConfigurationError):
     """The console cannot compute this state (no code for the run's swarm, or the fold failed)."""
+
+
+class SwarmImportFailed(ConfigurationError):
+    """The module a ``module:swarm`` names raised while it was imported: the swarm's own code is at fault.
+
+    ``where`` is the line it raised at, in the swarm's code where the traceback passes through it
+    (``path:line``; "" when not known); the exception itself is the ``__cause__``, whose traceback
+    the command line shows with ``-v``."""
+
+    def __init__(self, *, spec: str, module: str, error: str, where: str) -> None:
+        self.spec = spec
+        self.module = module
+        self.error = error
+        """The exception, as ``Type: message``."""
+        self.where = where
+        at = f" at {where}" if where else ""
+        super().__init__(f"the swarm's module {module!r} ({spec}) raised while it was imported: {error}{at}. "
+                         f"Fix the module (-v shows the traceback)")
 
 
 class MissingDependency(SwarmlogError):

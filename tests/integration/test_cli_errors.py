@@ -6,6 +6,10 @@
 * A TLS or SASL handshake that fails says which one, against the real (plaintext) broker.
 * A bad setting is one line and exit 2; a database whose mirror schema is not migrated names
   the command, and a Postgres role without the sink's group role is told what to grant.
+* A swarm module that raises at import is one line naming the module, the error and the line
+  (exit 2); `-v` adds its traceback.
+* A reader that closes the pipe (`swarmlog log | head -1`) ends the command quietly, with the
+  status a shell gives a writer killed by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -222,3 +226,57 @@ def test_a_role_that_may_not_create_the_mirrors_tables_is_told_what_to_grant(set
     finally:
         db.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         db.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def _many_events(settings: Settings, n: int) -> None:
+    from swarmlog.log.append import EventLog
+    from swarmlog.schema.registry import SchemaRegistry
+
+    with EventLog(settings=settings, registry=SchemaRegistry.load(settings.schema_dirs()), run_id="r") as log:
+        log.append_many([("agent.message", {"kind": "k", "body": f"line {i} " + "x" * 60}, {"agent": "op", "to": "a"})
+                         for i in range(n)])
+
+
+@pytest.mark.parametrize("argv", [["log"], ["log", "--json"], ["timeline"], ["timeline", "--json"],
+                                  ["show", "0"], ["check", "causality"], ["replay", "--json"]],
+                         ids=["log", "log-json", "timeline", "timeline-json", "show", "check", "replay-json"])
+def test_a_reader_closing_the_pipe_ends_the_command_quietly_with_sigpipes_status(settings, argv):
+    _many_events(settings, 3000)  # some 300 KB of `log`: far more than a pipe holds, so the reader leaves mid-way
+    env = subprocess_env(settings)
+    cli = subprocess.Popen([sys.executable, "-m", "swarmlog.cli", *argv], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    head = subprocess.run(["head", "-1"], stdin=cli.stdout, capture_output=True, timeout=120)
+    assert cli.stdout is not None and cli.stderr is not None
+    cli.stdout.close()  # head holds the only reading end, and it has exited
+    stderr = cli.stderr.read().decode()
+    status = cli.wait(timeout=120)
+    assert head.returncode == 0 and head.stdout.strip(), stderr
+    assert stderr == ""  # no BrokenPipeError traceback, no "Exception ignored" line
+    # 141 (128 + SIGPIPE) when the output outran the pipe; 0 when it all fitted before head left.
+    assert status in (0, 141), (status, stderr)
+    if argv[0] == "log":
+        assert status == 141
+
+
+@pytest.mark.parametrize("argv", [["run", "broken_swarm:swarm", "--run-id", "r", "--seed", "1"],
+                                  ["replay", "--swarm", "broken_swarm:swarm"],
+                                  ["timeline", "--swarm", "broken_swarm:swarm"],
+                                  ["state", "a", "--at", "1", "--swarm", "broken_swarm:swarm"]],
+                         ids=["run", "replay", "timeline", "state"])
+def test_a_swarm_module_raising_at_import_is_one_line_naming_module_error_and_line_and_minus_v_its_traceback(
+        settings, tmp_path, argv):
+    (tmp_path / "broken_swarm.py").write_text("from swarmlog import Swarm\n\nLIMIT = int('ten')\n")
+    env = subprocess_env(settings)
+    proc = subprocess.run([sys.executable, "-m", "swarmlog.cli", *argv], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr  # EXIT_USAGE: the code must change, retrying will not help
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("swarmlog: error: the swarm's module 'broken_swarm'")
+    assert "ValueError: invalid literal for int() with base 10: 'ten'" in lines[0]
+    assert "at broken_swarm.py:3" in lines[0]
+    verbose = subprocess.run([sys.executable, "-m", "swarmlog.cli", *argv, "-v"], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+    assert verbose.returncode == 2
+    assert "Traceback (most recent call last)" in verbose.stderr
+    assert "LIMIT = int('ten')" in verbose.stderr  # the user's line, as the traceback prints it

@@ -27,6 +27,7 @@ import psycopg
 import pytest
 import yaml
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from swarmlog import Agent, Swarm, on, on_message
@@ -248,6 +249,16 @@ def _hash(driver: Any) -> str:
     return found
 
 
+def _follow(driver: Any, element: Any) -> None:
+    """Click a link or a form's button and wait for the page it loads. A click returns once the browser took
+    it, not once the next page is there: on a loaded machine (the state page runs `swarmlog state` in a
+    child) the old page's elements were read as the new one's (a stale element, a missing ``#state``)."""
+    old = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, 120).until(staleness_of(old))
+    WebDriverWait(driver, 120).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def _text(driver: Any, css: str) -> str:
     return str(driver.find_element(By.CSS_SELECTOR, css).text)
 
@@ -270,14 +281,14 @@ def test_the_runs_page_lists_every_run_with_its_status(mirror: Mirror, browser: 
     _shot(browser, "runs")
     # The filter and the search narrow the list, in the page.
     Select(browser.find_element(By.ID, "status-filter")).select_by_value("verified")
-    browser.find_element(By.ID, "filter-button").click()
+    _follow(browser, browser.find_element(By.ID, "filter-button"))
     assert [r.get_attribute("data-run") for r in browser.find_elements(By.CSS_SELECTOR, "#runs tr.run")] == [
         "routine-3"]
     search = browser.find_element(By.ID, "search")
     search.clear()
     search.send_keys(mirror.research.topic)
     Select(browser.find_element(By.ID, "status-filter")).select_by_value("")
-    browser.find_element(By.ID, "filter-button").click()
+    _follow(browser, browser.find_element(By.ID, "filter-button"))
     assert [r.get_attribute("data-run") for r in browser.find_elements(By.CSS_SELECTOR, "#runs tr.run")] == [
         "research-1"]
 
@@ -285,7 +296,7 @@ def test_the_runs_page_lists_every_run_with_its_status(mirror: Mirror, browser: 
 def test_the_deadlocked_run_shows_the_timeout_before_task_complete_and_the_fix_diverging(
         mirror: Mirror, browser: Any) -> None:
     browser.get(f"{mirror.url}/?q={mirror.prefix}")
-    browser.find_element(By.LINK_TEXT, "incident-7").click()
+    _follow(browser, browser.find_element(By.LINK_TEXT, "incident-7"))
     rows = browser.find_elements(By.CSS_SELECTOR, "#timeline tr.row")
     kinds = [r.get_attribute("data-kind") for r in rows]
     notes = [r.find_element(By.CSS_SELECTOR, "td.note").text for r in rows]
@@ -304,9 +315,9 @@ def test_the_deadlocked_run_shows_the_timeout_before_task_complete_and_the_fix_d
 
     # The reviewer's state before and after the timeout, as `swarmlog state --diff` computes it.
     at = int(rows[timeout].get_attribute("data-offset"))
-    rows[timeout].find_element(By.CSS_SELECTOR, "td.num a").click()
+    _follow(browser, rows[timeout].find_element(By.CSS_SELECTOR, "td.num a"))
     assert _text(browser, "#event-title").startswith(f"offset {at}: timer.fired")
-    browser.find_element(By.ID, "state-diff").click()
+    _follow(browser, browser.find_element(By.ID, "state-diff"))
     assert json.loads(_text(browser, "#before"))["phase"] == "waiting"
     assert json.loads(_text(browser, "#after"))["phase"] == "timed_out"
     assert _text(browser, "#changes") == '~ phase: "waiting" → "timed_out"'
@@ -316,7 +327,7 @@ def test_the_deadlocked_run_shows_the_timeout_before_task_complete_and_the_fix_d
     assert json.loads(expected.stdout)["after"] == json.loads(_text(browser, "#after"))
     # And one state at an offset.
     browser.find_element(By.ID, "at").send_keys(str(at))
-    browser.find_element(By.ID, "state-button").click()
+    _follow(browser, browser.find_element(By.ID, "state-button"))
     assert json.loads(_text(browser, "#state")) == {"phase": "waiting", "ignored": 0}
 
 
@@ -325,23 +336,23 @@ def test_the_timeline_pages_and_jumps(mirror: Mirror, browser: Any) -> None:
     browser.get(f"{base}?n=4")
     first = [int(r.get_attribute("data-offset")) for r in browser.find_elements(By.CSS_SELECTOR, "#timeline tr.row")]
     assert len(first) == 4
-    browser.find_element(By.ID, "next-page").click()
+    _follow(browser, browser.find_element(By.ID, "next-page"))
     second = [int(r.get_attribute("data-offset")) for r in browser.find_elements(By.CSS_SELECTOR, "#timeline tr.row")]
     assert second and second[0] > first[-1]
     assert _text(browser, "#page-info").startswith(f"offsets {second[0]}–{second[-1]}")
-    browser.find_element(By.ID, "prev-page").click()
+    _follow(browser, browser.find_element(By.ID, "prev-page"))
     assert [int(r.get_attribute("data-offset"))
             for r in browser.find_elements(By.CSS_SELECTOR, "#timeline tr.row")] == first
     # The next event of the supervisor: the escalation it got is the one it acts on.
     Select(browser.find_element(By.ID, "next-agent")).select_by_visible_text("supervisor")
-    browser.find_element(By.ID, "next-button").click()
+    _follow(browser, browser.find_element(By.ID, "next-button"))
     target = _hash(browser)
     row = browser.find_element(By.CSS_SELECTOR, target)
     assert "supervisor" in browser.find_element(By.CSS_SELECTOR, "#timeline thead").text
     assert row.find_element(By.CSS_SELECTOR, "td.note").text.startswith("note")
     # To the first divergence, from any page.
     browser.get(f"{base}?n=4")
-    browser.find_element(By.ID, "jump-divergence").click()
+    _follow(browser, browser.find_element(By.ID, "jump-divergence"))
     marked = browser.find_element(By.CSS_SELECTOR, _hash(browser))
     assert "diverged" in marked.get_attribute("class")
 
@@ -362,7 +373,7 @@ def test_a_streamed_model_call_reads_as_a_conversation_and_the_divergence_marks_
     _shot(browser, "timeline-research")
 
     second_call = int(http[1].get_attribute("data-offset"))
-    http[0].find_element(By.CSS_SELECTOR, "td.num a").click()
+    _follow(browser, http[0].find_element(By.CSS_SELECTOR, "td.num a"))
     convo = _text(browser, "#conversation")
     assert "model gpt-stub" in convo and "streamed" in convo and "1 in + 1 out tokens" in convo
     assert "You are a careful researcher." in convo and "How does Kafka order events?" in convo
@@ -389,7 +400,7 @@ def test_a_streamed_model_call_reads_as_a_conversation_and_the_divergence_marks_
 
 def test_the_replay_reports_page_shows_both_values(mirror: Mirror, browser: Any) -> None:
     browser.get(f"{_run_url(mirror, mirror.deadlocked, 'incident-7')}/reports")
-    browser.find_element(By.CSS_SELECTOR, "#reports tbody a").click()
+    _follow(browser, browser.find_element(By.CSS_SELECTOR, "#reports tbody a"))
     assert "diverged" in _text(browser, "h1 + p")
     assert json.loads(_text(browser, "#replayed"))["payload"]["kind"] == "approved"
     assert _text(browser, "#recorded") == "null"

@@ -89,3 +89,28 @@ def test_a_library_caller_with_another_seed_is_refused_not_silently_diverging(se
     err = caught.value
     assert err.run_id == "hs2" and err.recorded_seed == RUN_SEED and err.current_seed == interpreter.current().seed
     assert f"PYTHONHASHSEED={RUN_SEED}" in str(err)
+
+
+
+@pytest.mark.parametrize("command", ["timeline", "state"])
+def test_every_command_running_the_swarms_code_reexecutes_under_the_runs_seed_from_a_shell_without_one(
+        settings, registry, command):
+    # A user's shell has no PYTHONHASHSEED: the command neither refuses (HashSeedMismatch) nor folds
+    # the code in another set order; it replaces itself by a process under the run's recorded seed.
+    assert _swarmlog(settings, RUN_SEED, "run", "tests.swarms:sets", "--run-id", "hs3", "--seed", "1",
+                     "--until-quiet", "1").returncode == 0
+    end = read_log(settings, registry)[-1].offset + 1
+    env = subprocess_env(settings)
+    env.pop("PYTHONHASHSEED", None)
+    env.pop("SWARMLOG_REEXEC_HASH_SEED", None)
+    argv = ["timeline"] if command == "timeline" else ["state", "scatter", "--at", str(end)]
+    proc = subprocess.run([sys.executable, "-m", "swarmlog.cli", *argv, "--json", "--swarm", "tests.swarms:sets",
+                           "-v"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"re-executing with PYTHONHASHSEED={RUN_SEED}" in proc.stderr
+    doc = json.loads(proc.stdout)
+    if command == "timeline":  # the code was run against the log, and found to do what it recorded
+        assert doc["code_version"] == "sets-1" and doc["divergence"] is None
+        assert len(doc["rows"]) >= 1 + len(swarms.Scatter.ITEMS)
+    else:
+        assert doc["state"]["order"] == [_set_order(RUN_SEED)]

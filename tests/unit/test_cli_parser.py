@@ -103,3 +103,52 @@ def test_only_a_process_started_as_the_command_line_freezes_its_objects():
             "sys.argv = ['swarmlog', 'replay', '--to', 'ten']\nsys.exit(main())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == cli.EXIT_USAGE and out.stdout.strip() == "True"
+
+
+def _every_parser() -> dict[str, argparse.ArgumentParser]:
+    """``swarmlog ...`` -> its parser: every command of the table, the other packages' too, and the sub-commands
+    of the ones that parse their own words (``dev``, ``schema``: their module's ``_parser``)."""
+    import importlib
+
+    found: dict[str, argparse.ArgumentParser] = {}
+
+    def walk(path: str, parser: argparse.ArgumentParser) -> None:
+        found[path] = parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(f"{path} {name}", sub)
+
+    for name, module_name in cli.command_modules().items():
+        module = importlib.import_module(module_name)
+        walk(f"swarmlog {name}", module._parser() if callable(getattr(module, "run", None)) else WHOLE[name])
+    return found
+
+
+def test_every_option_and_argument_of_every_command_says_what_it_is_for_in_help():
+    parsers = _every_parser()
+    assert {"swarmlog run", "swarmlog dev up", "swarmlog schema check", "swarmlog sink"} <= set(parsers)
+    missing = [f"{path} {action.option_strings[0] if action.option_strings else action.dest}"
+               for path, parser in parsers.items() for action in parser._actions
+               if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
+               and action.help != argparse.SUPPRESS and not (action.help or "").strip()]
+    assert missing == [], "give these arguments help= (then run docs/_generate.py)"
+
+
+def test_run_help_describes_the_seed():
+    text = WHOLE["run"].format_help()
+    assert "--seed SEED" in text and "ctx.random()" in text
+
+
+def test_a_closed_stdout_ends_a_command_with_sigpipes_status_and_a_caller_of_main_keeps_its_stdout(monkeypatch):
+    class ClosedPipe:
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    closed = ClosedPipe()
+    monkeypatch.setattr(sys, "stdout", closed)
+    assert cli.main(["schema", "list"]) == cli.EXIT_READER_GONE == 141
+    assert sys.stdout is closed  # only the process (main() with no arguments) points its stdout at /dev/null

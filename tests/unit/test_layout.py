@@ -48,7 +48,7 @@ PUBLIC = {
         "ReadFailed", "ReplayResult", "ReplayWorkerFailed", "ReplyTimeout", "Retriable", "RoutingHeaderMismatch",
         "RunAlreadyRecorded", "RunError", "RunNotStarted", "ScheduleMismatch", "SchemaClash", "SchemaError",
         "SchemaNotFound", "Sent", "ServiceUnavailable", "Settings", "SignatureUnchecked", "SnapshotStale",
-        "StateDiverged", "StateNotCapturable", "StateNotSerialisable", "StateUnavailable", "Swarm",
+        "StateDiverged", "StateNotCapturable", "StateNotSerialisable", "StateUnavailable", "Swarm", "SwarmImportFailed",
         "SwarmReplayResult", "SwarmlogError", "TokenError", "TopicCreateFailed", "TopicExists", "TopicNotFound",
         "TopicNotSinglePartition", "TracingExporterMissing", "TransactionAborted", "UndecodableMessage",
         "UnknownEventType", "UnmodelledEffect", "UsageError", "on", "on_message", "on_timer", "replay",
@@ -214,7 +214,7 @@ def test_no_module_outside_the_runtime_imports_a_private_runtime_module():
         for target in _imports(path, modules) if path.is_relative_to(PACKAGE) else set():
             if target.startswith("swarmlog.runtime.") and target.rpartition(".")[2].startswith("_"):
                 offenders.append(f"{path.relative_to(REPO)} imports {target}")
-        for node in ast.walk(ast.parse(path.read_text())):  # the connectors, by absolute name
+        for node in _nodes(path):  # the connectors, by absolute name
             if isinstance(node, ast.ImportFrom) and not node.level and node.module \
                     and re.match(r"swarmlog\.runtime\._", node.module):
                 offenders.append(f"{path.relative_to(REPO)}:{node.lineno} imports {node.module}")
@@ -373,7 +373,7 @@ def test_every_public_module_says_what_it_exports():
             rel = path.relative_to(root).as_posix()
             if not _is_public(path, root) or rel in SEAM_OWNED:
                 continue
-            tree = ast.parse(path.read_text())
+            tree = _tree(path)
             if not any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in n.targets)
                        for n in tree.body):
                 missing.append(rel)
@@ -412,7 +412,7 @@ def _words(path: Path) -> list[tuple[int, str]]:
     source = path.read_text()
     words = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
              if tok.type == tokenize.COMMENT]
-    for node in ast.walk(ast.parse(source)):
+    for node in _nodes(path):
         body = getattr(node, "body", None)
         if not isinstance(body, list):
             continue

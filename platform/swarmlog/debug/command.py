@@ -26,25 +26,26 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _swarm(args: argparse.Namespace, settings: Settings) -> Any:
-    from ..runtime import load_swarm
+    """The swarm's code, in a process that hashes strings as the run's did: every command that runs it
+    (``state``, ``debug``, ``step``, ``snapshot``, ``timeline --swarm``) comes through here."""
+    from ..runtime import load_swarm, pin_interpreter
 
     spec = args.swarm or settings.swarm
     if not spec:
         raise UsageError(f"`swarmlog {args.command}` runs the swarm's code: give --swarm module:swarm "
                          f"(or set SWARMLOG_SWARM)")
-    return load_swarm(spec)
+    swarm = load_swarm(spec)
+    # The swarm's handlers run here: under the run's string-hash seed (swarmlog.runtime.interpreter).
+    pin_interpreter(settings, may_reexec=getattr(args, "may_reexec", False))
+    return swarm
 
 
 def _session(args: argparse.Namespace) -> Any:
-    from ..runtime import pin_interpreter
     from . import Session
 
     _notes()
     settings = _settings(args)
-    swarm = _swarm(args, settings)
-    # The swarm's handlers run here: under the run's string-hash seed (swarmlog.runtime.interpreter).
-    pin_interpreter(settings, may_reexec=getattr(args, "may_reexec", False))
-    return Session(settings=settings, swarm=swarm, snapshots=not args.no_snapshots)
+    return Session(settings=settings, swarm=_swarm(args, settings), snapshots=not args.no_snapshots)
 
 
 def _notes() -> None:
@@ -279,28 +280,28 @@ def _log_parser(sub: Any) -> None:
     lg.add_argument("--run", help="events of this run id")
     lg.add_argument("--follow", action="store_true", help="keep printing events as they are appended")
     lg.add_argument("--json", action="store_true", help="JSON lines: every field of every event")
-    lg.add_argument("--topic")
+    lg.add_argument("--topic", help="the topic (default: $SWARMLOG_TOPIC)")
     lg.set_defaults(func=cmd_log)
 
 
 def _show_parser(sub: Any) -> None:
     sh = sub.add_parser("show", help="one event whole: envelope, payload, headers, its causes both ways")
-    sh.add_argument("offset", type=int)
+    sh.add_argument("offset", type=int, help="the event's offset (`swarmlog log` lists them)")
     sh.add_argument("--within", type=int, metavar="N", help="look for what it caused only N offsets on")
-    sh.add_argument("--json", action="store_true")
+    sh.add_argument("--json", action="store_true", help="the event and its causes as JSON")
     sh.add_argument("--raw", action="store_true",
                     help="the payload exactly as recorded (a model call's JSON, every request header)")
-    sh.add_argument("--topic")
+    sh.add_argument("--topic", help="the topic (default: $SWARMLOG_TOPIC)")
     sh.set_defaults(func=cmd_show)
 
 
 def _state_parser(sub: Any) -> None:
     st = sub.add_parser("state", help="an agent's state just before an offset, as the swarm's code rebuilds it")
-    st.add_argument("agent")
+    st.add_argument("agent", help="the agent whose state to rebuild")
     st.add_argument("--at", type=int, metavar="OFFSET", help="the state just before this offset")
     st.add_argument("--diff", type=int, nargs=2, metavar=("A", "B"), help="what changed from A to B")
     _code_args(st)
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action="store_true", help="the state (or the changes) as JSON")
     st.set_defaults(func=cmd_state)
 
 
@@ -346,7 +347,8 @@ def _timeline_parser(sub: Any) -> None:
     tl.add_argument("--agent", action="append", default=[], help="only events this agent wrote or was sent")
     tl.add_argument("--html", metavar="FILE", help="write one self-contained HTML page instead")
     tl.add_argument("--json", action="store_true", help="print what the page draws, as JSON")
-    tl.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    tl.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                    help="colour the diagram (auto: on a terminal)")
     _code_args(tl)
     tl.set_defaults(func=cmd_timeline)
 
@@ -356,7 +358,7 @@ def _fork_parser(sub: Any) -> None:
     fk.add_argument("--at", type=int, required=True, metavar="OFFSET", help="copy the offsets before this one")
     fk.add_argument("--to-topic", required=True, metavar="TOPIC", help="the new topic")
     fk.add_argument("--topic", help="the source (default: $SWARMLOG_TOPIC)")
-    fk.add_argument("--json", action="store_true")
+    fk.add_argument("--json", action="store_true", help="what was copied, as JSON")
     fk.set_defaults(func=cmd_fork)
 
 
@@ -375,4 +377,4 @@ _PARSERS: dict[str, Callable[[Any], None]] = {
 def _code_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--swarm", help="module:swarm, the code (default: $SWARMLOG_SWARM)")
     p.add_argument("--no-snapshots", action="store_true", help="fold from offset zero, ignoring snapshots")
-    p.add_argument("--topic")
+    p.add_argument("--topic", help="the topic (default: $SWARMLOG_TOPIC)")

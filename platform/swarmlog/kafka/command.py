@@ -30,6 +30,7 @@ def cmd_topic(args: argparse.Namespace) -> int:
 def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -> None:
     """Add ``swarmlog topic`` to ``swarmlog``'s subcommands."""
     t = sub.add_parser("topic", help="create or describe the swarm's single-partition topic", parents=parents)
-    t.add_argument("action", choices=["create", "describe"])
+    t.add_argument("action", choices=["create", "describe"],
+                   help="create the topic (single partition; nothing if it exists), or describe it as JSON")
     t.add_argument("name", nargs="?", help="topic (default: $SWARMLOG_TOPIC)")
     t.set_defaults(func=cmd_topic)

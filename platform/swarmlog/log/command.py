@@ -50,5 +50,5 @@ def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -
                         "an input is never written ahead of its run's run.started")
     a.add_argument("--no-run", action="store_true",
                    help="the topic is a plain event log that no swarm runs on: append without a run")
-    a.add_argument("--topic")
+    a.add_argument("--topic", help="the topic (default: $SWARMLOG_TOPIC)")
     a.set_defaults(func=cmd_append)

@@ -219,20 +219,20 @@ def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -
                        help="causality: every event's causes precede it; unhandled: messages no agent of --swarm "
                             "acts on (an unknown kind or recipient)")
         c.add_argument("--swarm", help="module:swarm (for unhandled)")
-        c.add_argument("--topic")
+        c.add_argument("--topic", help="the topic (default: $SWARMLOG_TOPIC)")
         c.set_defaults(func=cmd_check)
         return
     from ..token import DEFAULT_EVERY as DEFAULT_CHECKPOINTS
 
     r = sub.add_parser("replay", help="rebuild every agent's state from offset zero", parents=parents)
-    r.add_argument("--topic")
+    r.add_argument("--topic", help="the topic (default: $SWARMLOG_TOPIC)")
     r.add_argument("--to", type=int, help="stop before this offset (exclusive)")
     r.add_argument("--group", help="reset this consumer group to the log start and replay as it (with --swarm: "
                                     "the replay's own group, never an agent's)")
     r.add_argument("--no-reset", action="store_true",
                    help="with --group: do not reset; the group must already be at the log start")
     r.add_argument("--reducer", help="module:object folding events into agent state (default: the ledger)")
-    r.add_argument("--json", action="store_true")
+    r.add_argument("--json", action="store_true", help="the result as JSON (with --swarm: on one line)")
     r.add_argument("--strict", action="store_true", help="exit 3 if any message could not be read")
     r.add_argument("--from-log-start", action="store_true",
                    help="replay what is left of a log whose first offsets were deleted (refused otherwise)")

@@ -188,7 +188,7 @@ def _add_evolve_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentPa
         r.add_argument("--reason", default="", help="recorded in the step.retried (e.g. the fix's version)")
         r.add_argument("--list", action="store_true", help="list the run's failed steps and their retries; append "
                                                            "nothing")
-        r.add_argument("--topic")
+        r.add_argument("--topic", help="the topic (default: $SWARMLOG_TOPIC)")
         r.set_defaults(func=cmd_retry)
         return
     p = sub.add_parser("patches", parents=parents,
@@ -198,7 +198,7 @@ def _add_evolve_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentPa
     p.add_argument("--topics-pattern", metavar="REGEX",
                    help="also every single-partition topic whose whole name matches REGEX (e.g. '^swarm\\..*')")
     p.add_argument("--patch", action="append", metavar="ID", help="only this patch (repeatable)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the result as JSON")
     p.set_defaults(func=cmd_patches)
 
 
@@ -211,7 +211,9 @@ def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -
                          parents=parents)
     run.add_argument("swarm", help="module:swarm")
     run.add_argument("--run-id", help="recorded in run.started (a topic that holds a run goes on with its own)")
-    run.add_argument("--seed", type=int)
+    run.add_argument("--seed", type=int, help="the run's seed, recorded in run.started: every ctx.random() and "
+                                               "ctx.uuid() derives from it (a topic that holds a run goes on with "
+                                               "its own)")
     run.add_argument("--agent", help="run only this agent (one pod per agent)")
     run.add_argument("--start", action="store_true", help="write run.started (if missing); alone: only that")
     run.add_argument("--until-quiet", type=float, metavar="SECONDS",
@@ -226,6 +228,6 @@ def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -
                           "with the fixed code, the run goes on from its failed steps")
     run.add_argument("--accept-version", action="append", default=[], metavar="VERSION",
                      help="go on with a run pinned (Swarm(pin_runs=True)) to this other code version (repeatable)")
-    run.add_argument("--topic")
+    run.add_argument("--topic", help="the topic (default: $SWARMLOG_TOPIC)")
     metrics_port_arg(run)
     run.set_defaults(func=cmd_run, service=True)

@@ -629,7 +629,10 @@ class AgentCore:
                 if t.due_wall_ms is not None and not t.firing and t.due_wall_ms <= now_ms]
 
     def next_wall_due_ms(self) -> int | None:
-        dues = [t.due_wall_ms for t in self.timers.values() if t.due_wall_ms is not None and not t.firing]
+        # Also asked by the run's quiet watcher, another thread, while this agent's thread sets and fires
+        # timers: iterating the dict there could meet it changing size. tuple() copies the values in one C
+        # call, which no other thread interleaves under the GIL.
+        dues = [t.due_wall_ms for t in tuple(self.timers.values()) if t.due_wall_ms is not None and not t.firing]
         return min(dues) if dues else None
 
     # -- results --------------------------------------------------------------------------

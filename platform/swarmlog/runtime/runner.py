@@ -14,19 +14,29 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
 import signal
 import sys
+import sysconfig
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Swarm
-from ..errors import CodeVersionRefused, ConfigurationError, RunAlreadyRecorded, RunNotStarted, TransactionAborted
+from ..errors import (
+    CodeVersionRefused,
+    ConfigurationError,
+    RunAlreadyRecorded,
+    RunNotStarted,
+    SwarmImportFailed,
+    TransactionAborted,
+)
 from ..guard import hook_in_use
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
@@ -47,8 +57,18 @@ def load_swarm(spec: str) -> Swarm:
     if not module_name or not attr:
         raise ConfigurationError(f"expected module:swarm, got {spec!r}")
     try:
-        obj = getattr(_import_here_too(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+        module = _import_here_too(module_name)
+    except ModuleNotFoundError as exc:
+        if not _names_the_module(exc, module_name):
+            raise SwarmImportFailed(spec=spec, module=module_name, error=_one_line(exc),
+                                    where=_where_it_raised(exc, module_name)) from exc
+        raise ConfigurationError(f"cannot load swarm {spec!r}: {exc}") from None
+    except Exception as exc:  # the module's own code raised (SyntaxError included): one line, not its traceback
+        raise SwarmImportFailed(spec=spec, module=module_name, error=_one_line(exc),
+                                where=_where_it_raised(exc, module_name)) from exc
+    try:
+        obj = getattr(module, attr)
+    except AttributeError as exc:
         raise ConfigurationError(f"cannot load swarm {spec!r}: {exc}") from None
     if callable(obj) and not isinstance(obj, Swarm):
         obj = obj()
@@ -65,14 +85,62 @@ def _import_here_too(module_name: str) -> Any:
     user stands. Only a module that cannot be found otherwise comes from there, so nothing that
     imported before changes.
     """
+    here = os.getcwd()
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        here = os.getcwd()
         if exc.name != module_name.partition(".")[0] or here in sys.path:
             raise
-        sys.path.insert(0, here)
-        return importlib.import_module(module_name)
+    sys.path.insert(0, here)  # outside the except: what the module raises is not chained to the first miss
+    return importlib.import_module(module_name)
+
+
+def _names_the_module(exc: ModuleNotFoundError, module_name: str) -> bool:
+    """Whether the module not found is the swarm's (or a package above it), not one its code imports."""
+    parts = module_name.split(".")
+    return exc.name in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError):
+        return f"{type(exc).__name__}: {exc.msg}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _where_it_raised(exc: BaseException, module_name: str) -> str:
+    """``path:line`` of the line that raised, in the swarm's code: the deepest frame in the swarm's own
+    package (or file, installed or not) or anywhere outside Python's library and the installed packages,
+    else the deepest one at all; for a SyntaxError, the line it names. Paths under the working directory
+    are shown relative to it."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return _shown(exc.filename, exc.lineno)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    files, dirs = _sources_of(module_name.partition(".")[0])
+    libraries = tuple({sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+    nearest = [f for f in frames if f.filename in files or f.filename.startswith(dirs)
+               or not f.filename.startswith(libraries)] or frames
+    return _shown(nearest[-1].filename, nearest[-1].lineno) if nearest else ""
+
+
+def _sources_of(top: str) -> tuple[set[str], tuple[str, ...]]:
+    """The file of a top-level module, or the folders of a package: where the swarm's own code is (an
+    installed one too, among the libraries)."""
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return set(), ()
+    if spec.submodule_search_locations:
+        return set(), tuple(d + os.sep for d in spec.submodule_search_locations)
+    return ({spec.origin} if spec.origin else set()), ()
+
+
+def _shown(filename: str, lineno: int | None) -> str:
+    here = os.getcwd() + os.sep
+    path = filename[len(here):] if filename.startswith(here) else filename
+    return f"{path}:{lineno}" if lineno else path
 
 
 def code_version(swarm: Swarm) -> str:

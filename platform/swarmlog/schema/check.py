@@ -283,7 +283,7 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--schema-dir", type=Path, action="append",
                     help="list these directories (repeatable); default: the built-in schemas and "
                          "$SWARMLOG_SCHEMA_PATH")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="the list as JSON")
     return p
 
 

@@ -221,7 +221,8 @@ def _token_verify_v1(args: argparse.Namespace, token: Any, source: str) -> int:
 def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -> None:
     """Add ``swarmlog token`` to ``swarmlog``'s subcommands (``parents``: the shared options, e.g. ``-v``)."""
     tk = sub.add_parser("token", help="replay tokens: create | verify | show | list", parents=parents)
-    tk.add_argument("action", choices=["create", "verify", "show", "list"])
+    tk.add_argument("action", choices=["create", "verify", "show", "list"],
+                    help="create a token of the log, verify one against a topic, show one, list the saved ones")
     tk.add_argument("file", nargs="?", help="the token file (verify, show)")
     tk.add_argument("--topic", help="create: the topic (default $SWARMLOG_TOPIC); verify: the topic to CHECK "
                                     "(a copy, a restored backup; default: the token's own); list: only its tokens")
@@ -238,5 +239,5 @@ def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -
                          "(default: the token's own topic, when another one is checked)")
     tk.add_argument("--unchecked-signature", action="store_true",
                     help="verify: accept a signed token without SWARMLOG_TOKEN_KEY, checking its contents only")
-    tk.add_argument("--json", action="store_true")
+    tk.add_argument("--json", action="store_true", help="the result as JSON")
     tk.set_defaults(func=cmd_token)
