@@ -16,7 +16,8 @@ transaction), ``driven`` (an agent driven a step at a time: the simulator's).
 The machinery, private: ``_statediff`` (what a state divergence shows; :class:`LiveStates` is the
 seam for live states), ``_worker`` (a live agent on a channel of the log), ``_replayer`` (a whole
 swarm's code against its log), ``_dispatch`` (its messages routed to the agents they concern),
-``_processes`` (a replay's agents split across forked processes).
+``_processes`` (a replay's agents split across forked processes; :func:`available_cpus`, what a
+process may use, is public: the regression replay sizes its pool by it).
 """
 
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 from .._lazy import exports
 
 if TYPE_CHECKING:
+    from ._processes import available_cpus
     from ._replayer import SwarmReplayResult, replay_swarm_log
     from ._statediff import LiveStates, diff_states
     from ._worker import AgentWorker, WorkerResult
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
 # determinism guard for a command that runs no agent code (swarmlog --help, swarmlog token create).
 __getattr__ = exports(globals(), {
     "Divergence": ".engine",
+    "available_cpus": "._processes",
     "SwarmReplayResult": "._replayer",
     "replay_swarm_log": "._replayer",
     "LiveStates": "._statediff",
@@ -62,6 +65,7 @@ __all__ = [
     "RunInfo",
     "SwarmReplayResult",
     "WorkerResult",
+    "available_cpus",
     "code_version",
     "diff_states",
     "find_run",

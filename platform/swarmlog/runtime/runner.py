@@ -152,6 +152,8 @@ class RunInfo:
     hash_seed: int | None = None
     """The PYTHONHASHSEED every process running the swarm's handlers must have; None: unpinned."""
     hash_algorithm: str | None = None
+    swarm: str = ""
+    """The name of the swarm that started the run ("" where the caller did not read it)."""
 
 
 def find_run(settings: Settings, topic: str, registry: SchemaRegistry, *,
@@ -168,7 +170,7 @@ def find_run(settings: Settings, topic: str, registry: SchemaRegistry, *,
                     p = rec["payload"]
                     return RunInfo(run_id=rec["run_id"], seed=p["seed"], offset=m.offset(), created=False,
                                    code_version=p["code_version"], hash_seed=p["hash_seed"],
-                                   hash_algorithm=p["hash_algorithm"])
+                                   hash_algorithm=p["hash_algorithm"], swarm=p["swarm"])
     return None
 
 
