@@ -33,8 +33,8 @@ from . import common
 from .replay import start_probe_server
 
 BENCH_DIR = Path(__file__).resolve().parent
-BENCHMARKS = ("append", "replay", "replay_swarm", "cli", "sink", "sink_many", "swarm", "hop", "llm_clients", "aio",
-              "frameworks", "snapshots", "timetravel", "simulate", "guard", "route", "console")
+BENCHMARKS = ("append", "replay", "replay_swarm", "regress", "cli", "sink", "sink_many", "swarm", "hop", "llm_clients",
+              "aio", "frameworks", "snapshots", "timetravel", "restart", "simulate", "guard", "route", "console")
 
 # (column title, key, format)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
@@ -48,7 +48,7 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 )
 EXTRA_KEYS = ("p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "rss_mb", "baseline_rss_mb",
               "rss_growth_mb", "rss_growth_within_run_mb", "vm_hwm_mb", "processes", "chains_in_flight",
-              "log_offsets", "every", "mean_tail_offsets", "snapshot_records",
+              "log_offsets", "every", "resumed_at", "mean_tail_offsets", "snapshot_records",
               "schedules_per_min", "cpu_s", "baseline_cpu_s", "postgres_cpu_s", "baseline_postgres_cpu_s",
               "kafka_cpu_s", "baseline_kafka_cpu_s", "baseline_seconds",
               "distinct", "failed", "python", "hook_ns_per_call", "unguarded_ns_per_call", "empty_hook_ns_per_call",
@@ -56,7 +56,7 @@ EXTRA_KEYS = ("p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "rss_mb"
               "ms_per_query", "baseline_ms_per_query", "first_query_ms",
               "cpu_us_per_step", "baseline_cpu_us_per_step", "cpu_ratio", "us_per_step", "baseline_us_per_step",
               "effect_ms",
-              "page_rows")
+              "page_rows", "runs", "events_per_run", "runs_per_min", "baseline_runs_per_min")
 
 
 def main(argv: list[str] | None = None) -> int:

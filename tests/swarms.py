@@ -329,6 +329,51 @@ class Back(Agent):
 DESK = Swarm(name="desk", agents=lambda: [Front("front"), Back("back")])
 
 
+class RelayLateFix(Relay):
+    """The relay with two unrelated changes, each met by only some runs (a regression replay's case):
+
+    * ``hop``: the chain-3 token that r0 hands to r4 first (ttl still ``TTL``) ends there;
+    * ``finished``: an agent told that r1 or r2 ended chain 0 passes the news on to r0 once more.
+
+    Whether a run meets either depends on the peers its seed drew, which the log records:
+    :func:`late_fix_triggers` finds, from a run's events, the steps these changes alter.
+    """
+
+    @on_message("hop")
+    def hop(self, ctx, event):
+        msg = event.json()
+        if self.name == "r4" and msg["chain"] == 3 and msg["ttl"] == TTL:
+            ctx.broadcast("finished", {"chain": 3, "by": self.name})
+            return
+        super().hop(ctx, event)
+
+    @on_message("finished")
+    def finished(self, ctx, event):
+        msg = event.json()
+        if msg["chain"] == 0 and msg["by"] in ("r1", "r2") and self.name != "r0":
+            ctx.send("r0", "noted", {"chain": 0})
+        super().finished(ctx, event)
+
+
+relay_late_fix = Swarm(name="relay", agents=lambda: [RelayLateFix(n) for n in _names()], code_version="relay-3")
+
+
+def late_fix_triggers(messages: list[tuple[int, str | None, dict[str, Any]]]) -> dict[str, int]:
+    """Of a relay run's ``agent.message`` events, as (offset, to, payload): the first offset where each
+    of :class:`RelayLateFix`'s changes alters a step ("hop", "finished"), for the ones the run meets."""
+    import json
+
+    first: dict[str, int] = {}
+    for offset, to, payload in messages:
+        body = json.loads(payload["body"]) if payload.get("body") else {}
+        if payload["kind"] == "hop" and to == "r4" and body["chain"] == 3 and body["ttl"] == TTL:
+            first.setdefault("hop", offset)
+        # A broadcast reaches every agent but its sender: r1's "finished" reaches r2, r3, r4 (and r0).
+        if payload["kind"] == "finished" and body["chain"] == 0 and body["by"] in ("r1", "r2"):
+            first.setdefault("finished", offset)
+    return first
+
+
 # --- code that changes while a run is in flight (tests/integration/test_evolution.py) ---------------
 
 

@@ -62,8 +62,9 @@ EXIT_CODES: dict[int, str] = {
     EXIT_PROBLEMS_FOUND: "`check` or `schema check` found problems (listed on stdout)",
     EXIT_USAGE: "usage error: wrong arguments or a bad setting (SWARMLOG_*, schemas); fix the command or "
                 "the environment, retrying will not help",
-    EXIT_UNREADABLE: "`replay --strict`: some messages are not readable events",
-    EXIT_DIVERGED: "`replay --swarm`: the code diverges from the log",
+    EXIT_UNREADABLE: "`replay --strict`: some messages are not readable events; `regress`: some runs could not "
+                     "be checked (none diverged)",
+    EXIT_DIVERGED: "`replay --swarm`: the code diverges from the log; `regress`: some run diverged",
     EXIT_TOKEN_MISMATCH: "`replay --verify`: the replay does not match the token",
     EXIT_UNAVAILABLE: "Kafka or Postgres could not be reached, or a TLS/SASL handshake failed",
     EXIT_FAILED: "any other error at run time (the message says what to do); `run`: a step failed and was not "
@@ -98,6 +99,7 @@ COMMANDS: dict[str, str | None] = {
     "patches": "swarmlog.runtime.command",
     "token": "swarmlog.token.command",
     "check": "swarmlog.replaying.command",
+    "regress": "swarmlog.regression.command",
     **dict.fromkeys(("log", "show", "state", "debug", "snapshot", "step", "timeline", "fork"),
                     "swarmlog.debug.command"),
     "ui": "swarmlog.ui.command",

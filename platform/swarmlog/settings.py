@@ -148,6 +148,11 @@ class Settings:
         "SWARMLOG_STATE_DIGEST_EVERY", 1, ge=0,
         doc="K: a live agent records its state's digest every K-th step and at the end of every transaction "
             "(default 1: every step; 0: none).")
+    checkpoint_every: int = setting(
+        "SWARMLOG_CHECKPOINT_EVERY", 0, ge=0,
+        doc="N: a live agent keeps its whole fold beside the log every N steps, in the transaction of those "
+            "steps, and a restart resumes from the latest one the log's state digests vouch for (default 0: "
+            "none; a restart rebuilds from offset 0). See docs/checkpoints.md.")
     kafka: Mapping[str, str | SecretStr] = setting(
         f"{_KAFKA_PREFIX}<KEY>", factory=dict,
         doc="any librdkafka property, ``_`` standing for ``.``: ``SWARMLOG_KAFKA_SECURITY_PROTOCOL=SASL_SSL``, "

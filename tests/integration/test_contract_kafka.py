@@ -11,6 +11,7 @@ from swarmlog.kafka import KafkaBackend
 from swarmlog.kafka.topic import create_topic
 from swarmlog.settings import Settings
 
+from ..contract.checkpoints import CheckpointContract
 from ..contract.folds import FoldContract
 from ..contract.log import LogContract
 from ..contract.runtime import RuntimeContract
@@ -46,6 +47,10 @@ class TestRuntimeContractOnKafka(RuntimeContract):
 
 
 class TestStateDigestContractOnKafka(StateDigestContract):
+    quiet = 1.0
+
+
+class TestCheckpointContractOnKafka(CheckpointContract):
     quiet = 1.0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..contract.checkpoints import CheckpointContract
 from ..contract.folds import FoldContract, debug_in_process
 from ..contract.log import LogContract
 from ..contract.runtime import RuntimeContract
@@ -25,3 +26,7 @@ class TestFoldContractInMemory(FoldContract):
 
     def debug_divergence(self, backend, settings, swarm):
         return debug_in_process(backend, settings, swarm)
+
+
+class TestCheckpointContractInMemory(CheckpointContract):
+    quiet = 0.3

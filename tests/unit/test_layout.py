@@ -81,7 +81,8 @@ PUBLIC = {
         "Message", "ReadPosition", "Reader",
     ],
     "swarmlog.runtime": [
-        "AgentWorker", "Divergence", "LiveStates", "RunInfo", "SwarmReplayResult", "WorkerResult", "code_version",
+        "AgentWorker", "Divergence", "LiveStates", "RunInfo", "SwarmReplayResult", "WorkerResult", "available_cpus",
+        "code_version",
         "diff_states", "find_run", "load_swarm", "pin_interpreter", "replay_swarm_log", "result_json", "run_agents",
         "start_run",
         "wait_for_run",
@@ -107,6 +108,8 @@ PUBLIC = {
     "swarmlog.replaying": ["CausalityViolation", "Divergence", "Fold", "Ledger", "LiveStates", "Reducer",
                            "ReplayResult", "SwarmReplayResult", "Undecodable", "check_causality", "replay",
                            "replay_swarm", "swarm_report"],
+    "swarmlog.regression": ["STATUSES", "DivergenceGroup", "RegressionReport", "RunOutcome", "RunsChanged",
+                            "parse_since", "regress", "runs_in_mirror", "shard", "topics_matching"],
 }
 
 
@@ -346,8 +349,8 @@ running swarm (``client``), the command line and what of the log reaches a termi
 wing's commands print through it), the errors, the settings and their secrets. Machinery lives in the wing it
 belongs to; ``_lazy``, the mechanism of every wing's face, is the leaf they all import (in the package's
 ``__init__`` it would put the package itself in an import circle with every face)."""
-WINGS = {"aio", "debug", "dev", "guard", "integrations", "kafka", "llm", "log", "observe", "replaying", "runtime",
-         "schema", "testing", "token", "ui"}
+WINGS = {"aio", "debug", "dev", "guard", "integrations", "kafka", "llm", "log", "observe", "regression", "replaying",
+         "runtime", "schema", "testing", "token", "ui"}
 
 
 def test_the_top_of_the_package_holds_only_user_facing_modules_and_wings():

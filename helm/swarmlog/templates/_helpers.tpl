@@ -178,6 +178,9 @@ which every release has, so a bad combination fails `helm install` before anythi
 {{- if and (or $v.sink.enabled (and $v.replay.enabled $v.replay.publish)) (not (or $v.database.url $v.database.existingSecret)) }}
 {{- fail "database: the sink and the replay's report (replay.publish) need Postgres: set database.existingSecret (a Secret holding the libpq URL) or database.url" }}
 {{- end }}
+{{- if and $v.regress.enabled $v.regress.fromMirror (not (or $v.database.url $v.database.existingSecret)) }}
+{{- fail "database: regress.fromMirror lists the runs in Postgres: set database.existingSecret (a Secret holding the libpq URL) or database.url" }}
+{{- end }}
 {{- end }}
 
 {{/*

@@ -216,7 +216,7 @@ class SnapshotStore:
                 except ValueError:
                     ignored.append(Ignored(agent, at, "not JSON"))
                     continue
-                reason = self._unusable(doc)
+                reason = self.unusable(doc)
                 if reason is not None:
                     ignored.append(Ignored(agent, at, reason))
                     continue
@@ -231,7 +231,8 @@ class SnapshotStore:
                               last=(int(last[0]), int(last[1])), ignored=[i for i in ignored if i.at > at])
         return Chosen(at=None, folds={}, last=None, ignored=ignored)
 
-    def _unusable(self, doc: dict[str, Any]) -> str | None:
+    def unusable(self, doc: dict[str, Any]) -> str | None:
+        """Why the snapshot record ``doc`` cannot be restored by this store's code and schemas (None: it can)."""
         if doc.get("format") != SNAPSHOT_FORMAT:
             return f"snapshot format {doc.get('format')!r}, this swarmlog reads {SNAPSHOT_FORMAT}"
         if doc.get("topic") != self.topic:

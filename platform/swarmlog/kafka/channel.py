@@ -133,6 +133,12 @@ class KafkaAgentChannel:
         self._producer.produce(self.topic, value, key, partition=0, headers=headers,  # type: ignore[arg-type]
                                on_delivery=self._delivered)
 
+    def send_beside(self, topic: str, value: bytes, key: bytes | None, headers: Headers) -> None:
+        # The same transactional producer: librdkafka adds the side topic's partition to the open
+        # transaction, and the coordinator commits or aborts both partitions as one.
+        self._producer.produce(topic, value, key, partition=0, headers=headers,  # type: ignore[arg-type]
+                               on_delivery=self._delivered)
+
     def send_located(self, value: bytes, key: bytes | None, headers: Headers) -> int:
         try:
             self._producer.produce(self.topic, value, key, partition=0, headers=headers,  # type: ignore[arg-type]

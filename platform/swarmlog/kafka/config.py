@@ -37,8 +37,9 @@ from ..settings import Settings
 from .errors import error_recorder, kafka_error
 
 __all__ = ["APPENDER_REQUIRED", "CLIENT_TUNING", "CONSUMER_REQUIRED", "CONSUMER_TUNING", "Client",
-           "LIBRDKAFKA_LOGGER", "PRODUCER_REQUIRED", "PRODUCER_TUNING", "SHORT_READ_TUNING", "TRANSACTION_TIMEOUT_MS",
-           "admin_client", "consumer", "new_client", "settings_variable", "watermark_consumer"]
+           "ENDED_LOG_TUNING", "LIBRDKAFKA_LOGGER", "PRODUCER_REQUIRED", "PRODUCER_TUNING", "SHORT_READ_TUNING",
+           "TRANSACTION_TIMEOUT_MS", "admin_client", "consumer", "new_client", "settings_variable",
+           "watermark_consumer"]
 
 LIBRDKAFKA_LOGGER = "swarmlog.librdkafka"
 """Where librdkafka's log lines go (hidden by the command line unless ``-v``)."""
@@ -124,6 +125,15 @@ SHORT_READ_TUNING: dict[str, object] = {
     # ... and resume fetching soon once the fold has taken them (librdkafka waits 1 s by
     # default once its queue is over that threshold).
     "fetch.queue.backoff.ms": 5,
+}
+
+ENDED_LOG_TUNING: dict[str, object] = {
+    # A regression replay's readers read many recorded runs, one after the other, each to its end and
+    # no further: nobody waits for a new message. A fetch held open at a log's end (the replay's
+    # tuning waits for more, as a live agent wants) delays the next run's first fetch on the same
+    # kept consumer by as long, on every run: most of a short run's replay (regress.*;
+    # bench/README.md, "Regression replay"). A fetch that returns at once costs nothing here.
+    "fetch.wait.max.ms": 5,
 }
 
 TRANSACTION_TIMEOUT_MS = 60_000

@@ -191,6 +191,11 @@ class AgentChannel(Protocol):
     def send_located(self, value: bytes, key: bytes | None, headers: Headers) -> int:
         """Write into the open transaction and return the offset the message got (waits for it)."""
 
+    def send_beside(self, topic: str, value: bytes, key: bytes | None, headers: Headers) -> None:
+        """Write into the open transaction, to ``topic``, a side topic of the same log (the agent's
+        checkpoints, :mod:`swarmlog.runtime.resume`): it becomes visible exactly when the transaction's
+        outputs and position do, and never if the transaction aborts."""
+
     def commit(self, position: int | None) -> None:
         """Commit the open transaction together with the agent's position (None: outputs only, for a
         writer that consumes nothing, e.g. the run's starter); raises

@@ -390,6 +390,8 @@ class MemoryAgentChannel:
         self.group = agent_group(topic, agent)
         self._epoch = -1
         self._txn: _Txn | None = None
+        self._beside: dict[str, _Txn] = {}
+        """The open transaction's part in side topics (:meth:`send_beside`), by topic."""
         self._next = 0
         self._position: Callable[[], int] = lambda: 0
         self._started = False
@@ -411,6 +413,9 @@ class MemoryAgentChannel:
             if previous is not None:
                 logger.info("agent %s: aborting the transaction its previous life left open", self.agent)
                 log._end_txn(log._topic(self.topic), previous, "aborted")
+            for topic in log._topics.values():  # its part in side topics (send_beside)
+                for txn in [t for t in topic.open_txns if t.transactional_id == self.transactional_id]:
+                    log._end_txn(topic, txn, "aborted")
 
     def start(self, position: Callable[[], int]) -> None:
         with self.log._cond:
@@ -454,6 +459,20 @@ class MemoryAgentChannel:
     def send(self, value: bytes, key: bytes | None, headers: Headers) -> None:
         self.send_located(value, key, headers)
 
+    def send_beside(self, topic: str, value: bytes, key: bytes | None, headers: Headers) -> None:
+        log = self.log
+        with log._cond:
+            self._check_epoch()
+            if self._txn is None or self._txn.state != "open":
+                raise AgentFenced(agent=self.agent, detail="its transaction was aborted")
+            side = self._beside.get(topic)
+            if side is None:
+                # One transaction over both topics, as Kafka's coordinator keeps it: this part
+                # ends (committed or aborted) with the main one, and a fence aborts it too.
+                side = self._beside[topic] = _Txn(self.transactional_id)
+                log._topic(topic).open_txns.append(side)
+            log._append(log._topic(topic), value, key, headers, side)
+
     def send_located(self, value: bytes, key: bytes | None, headers: Headers) -> int:
         log = self.log
         with log._cond:
@@ -470,6 +489,7 @@ class MemoryAgentChannel:
             if txn is None or txn.state != "open":
                 raise AgentFenced(agent=self.agent, detail="its transaction was aborted")
             log._end_txn(log._topic(self.topic), txn, "committed")
+            self._end_beside("committed")
             if position is not None:
                 log._committed[(self.group, self.topic)] = position
 
@@ -479,6 +499,13 @@ class MemoryAgentChannel:
             txn, self._txn = self._txn, None
             if txn is not None and txn.state == "open":
                 log._end_txn(log._topic(self.topic), txn, "aborted")
+            self._end_beside("aborted")
+
+    def _end_beside(self, state: str) -> None:
+        beside, self._beside = self._beside, {}
+        for topic, txn in beside.items():
+            if txn.state == "open":
+                self.log._end_txn(self.log._topic(topic), txn, state)
 
     def close(self) -> None:
         with self.log._cond:

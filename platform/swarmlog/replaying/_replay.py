@@ -120,6 +120,7 @@ def replay_swarm(
     backend: LogBackend | None = None,
     live_states: LiveStates | None = None,
     workers: int | None = None,
+    from_checkpoints: bool = False,
 ) -> SwarmReplayResult:
     """Re-run ``swarm``'s handlers over the recorded log (writing nothing to it).
 
@@ -140,6 +141,11 @@ def replay_swarm(
     agent's fold reads only the log, never another agent's): None, one per CPU this process may
     use (its affinity and cgroup quota), at most one per agent. The result is the same however
     many; a short log, a strict replay and one with ``live_states`` or tracing use one process.
+
+    ``from_checkpoints=True``: each agent starts from its latest verified checkpoint
+    (``SWARMLOG_CHECKPOINT_EVERY``, docs/checkpoints.md) and the steps before it are not re-run
+    (``result.resumed_from`` says where each started): the replay costs what the log's tail does,
+    and checks only the tail. The default re-runs and checks everything from the log start.
     """
     from ..runtime import replay_swarm_log
 
@@ -156,4 +162,5 @@ def replay_swarm(
         pass  # refuses a missing or multi-partition topic with a clear error
     require_complete_history(backend, topic)  # the agents' code replays from offset 0 or not at all
     return replay_swarm_log(backend=backend, swarm=swarm, topic=topic, registry=registry, to=to, strict=strict,
-                            group=group, reset=reset, progress=progress, live_states=live_states, workers=workers)
+                            group=group, reset=reset, progress=progress, live_states=live_states, workers=workers,
+                            from_checkpoints=from_checkpoints)

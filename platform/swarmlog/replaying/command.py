@@ -53,6 +53,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     settings = settings_of(args, postgres=args.publish)  # --publish: the report goes into the mirror
     if expected is not None:
         settings = verify_v1_settings(args, expected, settings)
+    if args.from_checkpoints and not args.swarm:
+        raise UsageError("--from-checkpoints starts a swarm replay's agents from their checkpoints: use it with "
+                         "--swarm module:swarm")
+    if args.from_checkpoints and (args.token_out or args.verify or args.publish):
+        raise UsageError("a replay from checkpoints re-runs only the log's tail: it makes no replay token and "
+                         "publishes no report (--token-out, --verify, --publish need the whole log replayed)")
     if args.publish and not args.swarm:
         raise UsageError("--publish writes a swarm replay's report: use it with --swarm module:swarm")
     if args.workers is not None and not args.swarm:
@@ -136,11 +142,13 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
     bar = _progress_bar("replay", unit="ev")
     try:
         result = replay_swarm(settings=settings, swarm=swarm, to=args.to, group=args.group, reset=not args.no_reset,
-                              progress=bar.update_to if bar else None, workers=args.workers)
+                              progress=bar.update_to if bar else None, workers=args.workers,
+                              from_checkpoints=args.from_checkpoints)
     finally:
         if bar:
             bar.close()
-    token = _token(settings, result, f"swarm:{swarm.name}")
+    # A replay from checkpoints attests only to the tail it re-ran: no token says more than that.
+    token = None if result.resumed_from else _token(settings, result, f"swarm:{swarm.name}")
     report = swarm_report(result, swarm=swarm.name, topic=settings.topic, group=args.group, token=token)
     if args.publish:
         report["report_id"] = from_the_mirror("publish_report")(settings, report)
@@ -152,6 +160,8 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
         for agent, h in sorted(result.agents.items()):
             print(f"  {printable(agent):<20} {h}  ({result.steps.get(agent, 0)} steps)")
         print(f"stream hash {result.stream_hash}")
+        for agent, offset in sorted(result.resumed_from.items()):
+            print(f"  {agent}: from its checkpoint at offset {offset} (the steps before it were not re-run)")
         for agent, offset in sorted(result.unverified_from.items()):
             print(f"  {printable(agent)}: unverified from offset {offset} (what it wrote there lies past the cut, "
                   f"it never got there live, or it parked there)")
@@ -283,6 +293,9 @@ def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -
                                     "(exit 4 if it diverges)")
     r.add_argument("--publish", action="store_true",
                    help="with --swarm: also write the report into Postgres (table replay_reports)")
+    r.add_argument("--from-checkpoints", action="store_true",
+                   help="with --swarm: start each agent from its latest checkpoint the log vouches for "
+                        "(SWARMLOG_CHECKPOINT_EVERY): only the tail is re-run and checked; no token")
     r.add_argument("--workers", type=int, metavar="N",
                    help="with --swarm: fold the agents in N processes, each some of them over the whole log "
                         "(default: one per CPU this process may use, at most one per agent; 1: one process)")

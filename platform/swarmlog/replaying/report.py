@@ -22,13 +22,15 @@ MAX_DIVERGENCES = 100
 
 
 def swarm_report(result: SwarmReplayResult, *, swarm: str, topic: str, group: str | None,
-                 token: ReplayToken) -> dict[str, Any]:
-    """The report as a JSON-ready dict (``kind`` is ``swarmlog.replay-report``)."""
+                 token: ReplayToken | None) -> dict[str, Any]:
+    """The report as a JSON-ready dict (``kind`` is ``swarmlog.replay-report``); ``token`` None for a replay
+    from checkpoints (its tail only: no token attests to that)."""
     doc: dict[str, Any] = {"kind": "swarmlog.replay-report", "swarm": swarm, "topic": topic, "group": group,
-                           "run_id": token.run_id, "seed": token.seed, "code_version": token.code_version}
+                           "run_id": token.run_id if token else None, "seed": token.seed if token else None,
+                           "code_version": token.code_version if token else None}
     doc.update(result.to_json())
     doc["divergence_list"] = [d.to_json() for d in result.divergences[:MAX_DIVERGENCES]]
     doc["anomaly_count"] = len(result.anomalies)
     doc["anomalies"] = doc.get("anomalies", [])[:MAX_DIVERGENCES]  # the first ones; the count says how many
-    doc["token"] = asdict(token)
+    doc["token"] = asdict(token) if token is not None else None
     return doc

@@ -34,18 +34,26 @@ logger = logging.getLogger(__name__)
 
 
 class Dispatcher:
-    """Feed messages, in offset order, to the cores of ``cores`` they concern."""
+    """Feed messages, in offset order, to the cores of ``cores`` they concern.
 
-    __slots__ = ("cores", "_by_name", "_broadcast", "_timed", "seen", "position", "_mark")
+    Cores may start at different points of the log (restored from checkpoints taken at different
+    offsets, :mod:`.resume`): the fold starts where the earliest is, and a core joins when the
+    fold reaches its own position — having counted, by then, exactly the messages it would have."""
+
+    __slots__ = ("cores", "_all", "_waiting", "_by_name", "_broadcast", "_timed", "seen", "position", "_mark")
 
     def __init__(self, *, cores: Sequence[AgentCore], presence: Presence | None = None) -> None:
-        self.cores = list(cores)
+        self._all = list(cores)
         # Every message is marked here once, for every core (each asks it about a cause it reads:
         # .anomalies): the cores see only the messages that concern them, so none can mark them.
         shared = presence if presence is not None else Presence(start=None)
-        for core in self.cores:
+        for core in self._all:
             core.share_presence(shared)
         self._mark = shared.mark
+        self.position = min((c.position for c in self._all), default=0)
+        self.cores = [c for c in self._all if c.position == self.position]
+        self._waiting = sorted((c for c in self._all if c.position > self.position), key=lambda c: c.position)
+        """Cores whose fold starts later, in the order they join."""
         self._by_name = {c.name: c for c in self.cores}
         # event type -> the cores a broadcast of it goes to (every core that handles it).
         self._broadcast: dict[str, list[AgentCore]] = {}
@@ -55,12 +63,27 @@ class Dispatcher:
         # Cores with a timer set look at every message: a logical one may come due at any of them.
         self._timed: list[AgentCore] = [c for c in self.cores if c.timers]
         self.seen = min((c.events_seen for c in self.cores), default=0)
-        self.position = min((c.position for c in self.cores), default=0)
-        if any(c.events_seen != self.seen or c.position != self.position for c in self.cores):
+        if any(c.events_seen != self.seen for c in self.cores):
             raise ValueError("Dispatcher: every core must start at the same point of the log")
+
+    def _join(self, offset: int) -> None:
+        """The cores whose fold starts at or before ``offset`` join it."""
+        while self._waiting and self._waiting[0].position <= offset:
+            core = self._waiting.pop(0)
+            if core.events_seen != self.seen:
+                raise ValueError(f"Dispatcher: core {core.name} starts at offset {core.position} having seen "
+                                 f"{core.events_seen} events; the fold has seen {self.seen} there")
+            self.cores.append(core)
+            self._by_name[core.name] = core
+            for etype in core.handled_types:
+                self._broadcast.setdefault(etype, []).append(core)
+            if core.timers:
+                self._timed.append(core)
 
     def apply(self, msg: Any, route: Route) -> None:
         """Fold one message into every core it concerns (``route``: its :func:`~swarmlog.log.protocol.route`)."""
+        if self._waiting and msg.offset() >= self._waiting[0].position:
+            self._join(msg.offset())
         etype, writer, to, _ = route
         self._mark(msg.offset())
         if etype == STATE_DIGEST:
@@ -112,6 +135,7 @@ class Dispatcher:
 
     def sync(self) -> None:
         """Bring every core's counters to where folding every message would have left them."""
-        for core in self.cores:
+        self._join(self.position)
+        for core in self._all:
             core.events_seen = self.seen
             core.position = self.position

@@ -38,9 +38,12 @@ from ..schema.registry import SchemaRegistry
 from . import _processes
 from ._dispatch import Dispatcher
 from ._statediff import LiveStates
-from .anomalies import Anomaly, Presence
+from .anomalies import Anomaly, LogProbe, Presence
+from .checkpoint import restore
 from .engine import AgentCore, Divergence
 from .history import LogHistory, steps_past
+from .resume import Checkpoint, Checkpoints
+from .versions import code_version
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +78,10 @@ class SwarmReplayResult:
     anomalies: list[Anomaly] = field(default_factory=list)
     """Messages the agents named instead of handling (:mod:`.anomalies`), in offset order: a repeated
     event id, an input no schema reads, one of a newer schema (the agent parks there: unverified from it)."""
+    resumed_from: dict[str, int] = field(default_factory=dict)
+    """Agent -> the position of the verified checkpoint its fold started from (``from_checkpoints``); the
+    agents not named folded from the log start. Steps before a checkpoint were not re-run: empty for a
+    full re-verification, and a stream hash of only what was read (from the earliest checkpoint on)."""
 
     @property
     def first_divergence(self) -> Divergence | None:
@@ -95,6 +102,7 @@ class SwarmReplayResult:
             "states_checked": dict(sorted(self.states_checked.items())),
             "states_recorded": dict(sorted(self.states_recorded.items())),
             "anomalies": [a.to_json() for a in self.anomalies],
+            **({"resumed_from": dict(sorted(self.resumed_from.items()))} if self.resumed_from else {}),
         }
 
 
@@ -130,10 +138,16 @@ class _PartOutcome:
 def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry: SchemaRegistry,
                      to: int | None = None, strict: bool = False, group: str | None = None, reset: bool = True,
                      progress: Callable[[int, int], None] | None = None,
-                     live_states: LiveStates | None = None, workers: int | None = None) -> SwarmReplayResult:
+                     live_states: LiveStates | None = None, workers: int | None = None,
+                     from_checkpoints: bool = False) -> SwarmReplayResult:
     """``workers``: processes to fold the agents in, at most one per agent (None: one per CPU this
     process may use, and one for a log shorter than :data:`MIN_EVENTS_TO_SPLIT`; see ``_processes``).
-    A strict replay, one with ``live_states`` and one under tracing run in one process."""
+    A strict replay, one with ``live_states`` and one under tracing run in one process.
+
+    ``from_checkpoints``: each agent's fold starts from its latest checkpoint of this code version
+    that the log's state digest vouches for (:mod:`.resume`; refused ones are logged, and that
+    agent folds from the log start), and the log is read from the earliest of them: the steps
+    before are not re-run. Not with a cut, a group or ``live_states`` (those replay from the start)."""
     decoder = Decoder(registry)
     logger.info("replaying swarm %s against topic %s%s%s", swarm.name, topic,
                 f" up to offset {to}" if to is not None else "", f" as consumer group {group}" if group else "")
@@ -151,6 +165,11 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
         # as the history scans).
         at = backend.committed(agent_group(topic, name), topic)
         committed[name] = at if at is not None else -1
+    starts = (_verified_checkpoints(backend=backend, topic=topic, registry=registry, decoder=decoder, swarm=swarm,
+                                    names=names, before=high)
+              if from_checkpoints and cut is None and group is None and live_states is None else {})
+    if starts and len(starts) == len(names):
+        low = min(cp.at for cp in starts.values())  # every fold starts at a checkpoint: read from the earliest
     total = (min(high, to) if to is not None else high) - low
     traced = tracing.current()
     n = processes_for(workers, agents=len(agents), events=total,
@@ -169,7 +188,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
                      agents=groups[part.index], low=low, to=to, cut=cut, past=past, committed=committed,
                      strict=strict, group=group if first else None, reset=reset, hash_stream=first,
                      progress=report, total=total, part=part, live_states=live_states, traced=traced,
-                     swarm=swarm)
+                     swarm=swarm, starts=starts)
 
     if n > 1:
         logger.info("replay of %s: %d processes fold its %d agents (%s)", swarm.name, n, len(agents),
@@ -190,9 +209,38 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
         states={name: outcomes[name].state for name in names},
         states_checked={name: outcomes[name].states_checked for name in names},
         states_recorded={name: outcomes[name].states_recorded for name in names}, swarm=swarm.name,
+        resumed_from={name: cp.at for name, cp in starts.items()},
         unverified_from={name: unverified for name in names
                          if (unverified := outcomes[name].unverified) is not None},
         anomalies=sorted((a for name in names for a in outcomes[name].anomalies), key=lambda a: (a.offset, a.agent)))
+
+
+def _verified_checkpoints(*, backend: LogBackend, topic: str, registry: SchemaRegistry, decoder: Decoder,
+                          swarm: Swarm, names: list[str], before: int) -> dict[str, Checkpoint]:
+    """Each agent's latest checkpoint this code can restore and the log vouches for (:meth:`Checkpoints.resume`)."""
+    version = code_version(swarm)
+    found: dict[str, Checkpoint] = {}
+    for name in names:
+        checkpoints = Checkpoints(backend=backend, topic=topic, registry=registry, code_version=version, agent=name,
+                                  every=0)
+        checkpoint = checkpoints.latest(before=before)
+        if checkpoint is None:
+            continue
+        history = LogHistory(backend=backend, topic=topic, decoder=decoder, agents=[name], start=checkpoint.at)
+        try:
+            core = AgentCore(agent=swarm.agent(name), decoder=decoder, history=history.agent(name), live_sink=None)
+            refused = checkpoints.resume(core, history.agent(name), checkpoint)
+        finally:
+            history.close()
+        if refused is not None:
+            logger.warning("replay of %s: agent %s's checkpoint at offset %d is refused: %s; it folds from the log "
+                           "start", swarm.name, name, checkpoint.at, refused)
+            continue
+        found[name] = checkpoint
+    if found:
+        logger.info("replay of %s: from checkpoints (%s)", swarm.name,
+                    ", ".join(f"{n} at {cp.at}" for n, cp in sorted(found.items())))
+    return found
 
 
 def processes_for(workers: int | None, *, agents: int, events: int, alone: bool) -> int:
@@ -209,7 +257,8 @@ def processes_for(workers: int | None, *, agents: int, events: int, alone: bool)
 def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Agent], low: int, to: int | None,
           cut: int | None, past: dict[str, set[int]], committed: dict[str, int], strict: bool, group: str | None,
           reset: bool, hash_stream: bool, progress: Callable[[int, int], None] | None, total: int,
-          part: _processes.Part, live_states: LiveStates | None, traced: Any, swarm: Swarm) -> _PartOutcome:
+          part: _processes.Part, live_states: LiveStates | None, traced: Any, swarm: Swarm,
+          starts: dict[str, Checkpoint]) -> _PartOutcome:
     """Fold ``agents`` over the log (all of them, or one process's share): every message read once."""
     names = [a.name for a in agents]
     # Each process checks the routing headers of its share of the messages against their envelopes
@@ -222,7 +271,15 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
     # The offsets read, marked once by the dispatcher for every agent: what tells a hole (.anomalies).
     presence = Presence(topic=topic, start=low)
     cores = [AgentCore(agent=a, decoder=decoder, history=history.agent(a.name), live_sink=None, strict=strict,
-                       live_states=live_states, presence=presence) for a in agents]
+                       live_states=live_states) for a in agents]
+    for core in cores:
+        if core.name in starts:
+            restore(core, starts[core.name].fold)  # verified by the caller; the fold joins at its position
+    # The offsets read, marked once by the dispatcher for every agent from where the fold starts: what tells
+    # a hole (.anomalies); a cause before that (a fold from checkpoints) is asked of the log.
+    presence = Presence(topic=topic, start=min((c.position for c in cores), default=low))
+    if starts:
+        presence.before = LogProbe(backend=backend, topic=topic)
     replay = traced.start_replay() if traced is not None else None
     if traced is not None:
         for core in cores:

@@ -7,11 +7,14 @@ group consumer, :mod:`swarmlog.kafka.channel`):
 1. **Fence.** Opening the agent's channel aborts whatever a previous life left open
    and fences it off: a zombie of this agent can no longer commit anything.
 2. **History.** A first pass over the log (:func:`.history.first_pass`): the highest step
-   that has recorded outputs, the recorded effects and state digests.
-3. **Rebuild, then live.** The agent always reads from offset zero (whatever its
-   group's committed offset says: restart *is* rebuild). Steps up to its last recorded one
-   are replayed and checked against the log; later steps run live. Nothing an earlier
-   life wrote is written again.
+   that has recorded outputs, the recorded effects and state digests — read past the log's
+   end as of the fence, waiting for a transaction still open there (another agent's, killed
+   mid-transaction) to end, so that no step this agent already took is taken for a new one.
+3. **Rebuild, then live.** The agent reads from offset zero (whatever its group's
+   committed offset says: restart *is* rebuild), or from its latest checkpoint once the
+   log's state digest has vouched for it (:mod:`.resume`; ``SWARMLOG_CHECKPOINT_EVERY``).
+   Steps up to its last recorded one are replayed and checked against the log; later
+   steps run live. Nothing an earlier life wrote is written again.
 4. **One batch, one transaction.** Live outputs, recorded effects and LLM calls, and
    the agent's position of a consumed batch commit together. A crash anywhere aborts
    the transaction: the next life re-runs those steps, and since their outputs never
@@ -45,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Agent, Swarm
-from ..errors import AgentFenced, CodeVersionRefused, NondeterminismError, TransactionAborted
+from ..errors import AgentFenced, CodeVersionRefused, NondeterminismError, SwarmlogError, TransactionAborted
 from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend, require_complete_history
 from ..log.hotloop import fewer_collections
@@ -53,10 +56,12 @@ from ..observe import Family, LatencyHistogram, tracing
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
-from .anomalies import NEWER_SCHEMA, REPEATED, UNREADABLE
+from .anomalies import NEWER_SCHEMA, REPEATED, UNREADABLE, LogProbe
 from .engine import AgentCore
 from .history import first_pass
+from .resume import Checkpoints
 from .sink import LiveSink
+from .versions import code_version
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +91,8 @@ class WorkerResult:
     version); None: it ran."""
     failures: tuple[str, ...] = ()
     """The agent's steps that failed and were not retried, described (``swarmlog retry`` runs them again)."""
+    resumed_from: int = 0
+    """The offset its last life's rebuild started from: a verified checkpoint's, or 0."""
 
 
 class AgentWorker:
@@ -93,7 +100,8 @@ class AgentWorker:
 
     def __init__(self, *, settings: Settings, swarm: Swarm, agent: str | Agent, registry: SchemaRegistry | None = None,
                  topic: str | None = None, batch_size: int = 500, backend: LogBackend | None = None,
-                 version_refusal: CodeVersionRefused | None = None) -> None:
+                 version_refusal: CodeVersionRefused | None = None, from_zero: bool = False) -> None:
+        """``from_zero``: rebuild from offset zero, every step re-verified, whatever checkpoints there are."""
         self.settings = settings
         self.topic = topic or settings.topic
         self.swarm = swarm
@@ -131,6 +139,14 @@ class AgentWorker:
         """Why this agent does not go on with the run (see :meth:`_park`); None while it can."""
         self.refusal: NondeterminismError | CodeVersionRefused | None = None
         """The error it refused the run with (:func:`~swarmlog.runtime.run_agents` raises it once stopped)."""
+        self.from_zero = from_zero
+        self.resumed_from = 0
+        """Where this life's rebuild started: a verified checkpoint's position, or 0."""
+        every = settings.checkpoint_every
+        self.checkpoints = Checkpoints(backend=self.backend, topic=self.topic, registry=self.registry,
+                                       code_version=code_version(swarm) if every > 0 else "", agent=self.agent.name,
+                                       every=every)
+        self._last_msg: Any = None  # the last message this life folded (a checkpoint names it)
 
     @property
     def channel(self) -> AgentChannel | None:
@@ -220,17 +236,14 @@ class AgentWorker:
         if self.version_refusal is not None:
             raise self.version_refusal  # before anything is fenced or read: parked (run)
         channel.fence()
-        histories, start_end = first_pass(backend=self.backend, topic=self.topic, decoder=self.decoder,
-                                          agents=[name])
-        history = histories[name]
-        self.start_end = start_end
-        logger.info("agent %s: rebuild started from offset 0 up to the log end %d (its last recorded step: %d)",
-                    name, start_end, history.last_step)
+        self.checkpoints.prepare()
         sink = self._sink = LiveSink(channel=channel, registry=self.registry, agent=name)
         sink.recipients = frozenset(self.swarm.agent_names)
-        core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, history=history, live_sink=sink,
-                                     llm_client=self.swarm.llm, strict=True,
-                                     digest_every=self.settings.state_digest_every, topic=self.topic)
+        core, start_end = self._rebuilding(sink)
+        history = core.history
+        self.start_end = start_end
+        logger.info("agent %s: rebuild started from offset %d up to the log end %d (its last recorded step: %d)",
+                    name, self.resumed_from, start_end, history.last_step)
         core.step_latency = self.step_latency
         traced = tracing.current()
         if traced is not None:
@@ -259,7 +272,51 @@ class AgentWorker:
         logger.info("agent %s: stopped at offset %d after %d steps", name, core.position, core.steps)
         return WorkerResult(agent=name, state_hash=core.state_hash(), position=core.position, steps=core.steps,
                             state=self.agent.state, states_checked=core.states_checked,
-                            failures=tuple(f.describe() for f in core.failures.values()))
+                            failures=tuple(f.describe() for f in core.failures.values()),
+                            resumed_from=self.resumed_from)
+
+    def _rebuilding(self, sink: LiveSink) -> tuple[AgentCore, int]:
+        """This life's fold, restored from the latest verified checkpoint (or fresh, from offset zero),
+        and the log end its first pass found."""
+        name = self.agent.name
+        # Checkpoints off (the default): no look at the snapshot topic, the start is what it always was.
+        use = not self.from_zero and self.checkpoints.every > 0
+        checkpoint = None
+        if use:
+            try:
+                checkpoint = self.checkpoints.latest(before=self.backend.watermarks(self.topic)[1])
+            except SwarmlogError as exc:  # the snapshot topic is a cache: not reading it costs time, not the run
+                logger.warning("agent %s: its checkpoints cannot be read (%s); rebuilding from offset 0", name, exc)
+        if checkpoint is not None:
+            core, start_end = self._fold(sink, start=checkpoint.at)
+            refused = self.checkpoints.resume(core, core.history, checkpoint)  # type: ignore[arg-type]
+            if refused is None:
+                self.resumed_from = checkpoint.at
+                # It knows which offsets hold messages only from the checkpoint on: a cause before is asked
+                # of the log, so a hole is found as from offset zero (.anomalies).
+                core.watch.presence.before = LogProbe(backend=self.backend, topic=self.topic)
+                logger.info("agent %s: resumed from its checkpoint at offset %d (its state digest at step %d "
+                            "matches the log's)", name, checkpoint.at, checkpoint.step)
+                return core, start_end
+            logger.warning("agent %s: its checkpoint at offset %d is refused: %s; rebuilding from offset 0 instead",
+                           name, checkpoint.at, refused)
+            self.agent = self.swarm.agent(name)  # the refused checkpoint's state went into the last one
+        self.resumed_from = 0
+        core, start_end = self._fold(sink, start=0)
+        self.checkpoints.started(core)
+        return core, start_end
+
+    def _fold(self, sink: LiveSink, *, start: int) -> tuple[AgentCore, int]:
+        name = self.agent.name
+        # The log's end as of now, past this agent's fence: every offset below it was written by a
+        # transaction that has ended or will, and the history is read past it (see first_pass).
+        until = self.backend.watermarks(self.topic)[1]
+        histories, start_end = first_pass(backend=self.backend, topic=self.topic, decoder=self.decoder,
+                                          agents=[name], start=start, until=until, stopped=self.stop_event.is_set)
+        core = self.core = AgentCore(agent=self.agent, decoder=self.decoder, history=histories[name],
+                                     live_sink=sink, llm_client=self.swarm.llm, strict=True,
+                                     digest_every=self.settings.state_digest_every, topic=self.topic)
+        return core, start_end
 
     def _turn(self, channel: AgentChannel, sink: LiveSink, core: AgentCore, start_end: int) -> None:
         """One poll: fold what arrived, fire due timeouts, commit."""
@@ -290,6 +347,8 @@ class AgentWorker:
         route = self.decoder.envelope_route
         for m in msgs:
             core.process(m, route(m))
+        if msgs:
+            self._last_msg = msgs[-1]
         # Caught up once it has read as far as the log reached at its start — a parked agent too: it reads
         # on (and says it is parked), it only commits no position past its input (_read_to).
         reached = max(core.position, self.eof_at)
@@ -350,12 +409,18 @@ class AgentWorker:
     def _commit(self, channel: AgentChannel, sink: LiveSink, position: int, *, final: bool = False) -> None:
         started = time.perf_counter()
         core = self.core
+        checkpoint = core is not None and self._last_msg is not None and self.checkpoints.due(core)
+        wrote = False
         record = core.digest_record(position=position, final=final) if core is not None else None
         if not sink.in_txn:
             channel.begin()
             sink.in_txn = True
         if record is not None:
             sink.write_digests(record)  # last in the transaction: after every output it accounts for
+            if checkpoint:
+                # Beside the log, in the same transaction as the digest record that vouches for it
+                # and the position it is at: all of them become visible, or none (.resume).
+                wrote = self.checkpoints.write(channel, core, record, self._last_msg)  # type: ignore[arg-type]
         try:
             channel.commit(position)
         except TransactionAborted as exc:
@@ -370,6 +435,7 @@ class AgentWorker:
             sink.in_txn = False
         self.commit_latency.observe(time.perf_counter() - started)
         self.transactions += 1
+        self.checkpoints.written += wrote
         tracer = sink.core.tracer if sink.core is not None else None
         if tracer is not None:
             tracer.flush()  # the batch's steps are in the log now: only now do their spans exist
@@ -457,4 +523,9 @@ class AgentWorker:
             Family("swarmlog_agent_refused", "gauge",
                    "1 when the agent's code cannot go on with the run (see /readyz and its log).", ("agent",),
                    [(me, 1.0 if self.refused is not None else 0.0)]),
+            Family("swarmlog_agent_resumed_from_offset", "gauge",
+                   "Where the agent's rebuild started: its verified checkpoint's position (0: from offset zero).",
+                   ("agent",), [(me, self.resumed_from)]),
+            Family("swarmlog_agent_checkpoints", "counter", "Checkpoints written (each in a committed transaction).",
+                   ("agent",), [(me, self.checkpoints.written)]),
         ]

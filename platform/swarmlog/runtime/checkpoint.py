@@ -48,7 +48,8 @@ CHECKPOINT_FORMAT = 1
 
 FOLD_FIELDS = frozenset({
     "divergences", "pending", "timers", "events_seen", "position", "steps", "last_recorded_step", "unverified",
-    "stopped", "run_pin", "states_checked", "state_mismatches", "state_diverged_at", "failures", "watch",
+    "stopped", "run_pin", "states_checked", "state_mismatches", "state_diverged_at", "failures", "checked_from",
+    "watch",
 })
 """Core attributes that are the fold's state (beside ``agent.state`` and the ``ctx``'s run)."""
 WIRING_FIELDS = frozenset({
@@ -153,6 +154,7 @@ def capture(core: AgentCore) -> dict[str, Any]:
         "failures": [[f.offset, f.error_type, f.message, [*f.input[:-2], encode_value(f.input.payload),
                                                            f.input.timestamp_ms]]
                      for f in core.failures.values()],
+        "checked_from": core.checked_from,
         "watch": core.watch.capture(),
     }
 
@@ -194,6 +196,8 @@ def restore(core: AgentCore, doc: dict[str, Any]) -> None:
         core.failures = {offset: FailedStep(offset=offset, agent=core.name, error_type=error_type, message=message,
                                             input=Event._make([*event[:-2], decode_value(event[-2]), event[-1]]))
                          for offset, error_type, message, event in doc.get("failures", ())}
+        # A live agent's checkpoint (.resume) says from where on its own outputs are records to check.
+        core.checked_from = int(doc.get("checked_from", 0))
         # Captures made before issue 28 have no "watch": the ids taken before them are not known.
         core.watch.restore(doc.get("watch"))
     except (KeyError, TypeError, ValueError) as exc:

@@ -78,7 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             _retry_failed(settings)
         results = run_agents(settings=settings, swarm=swarm, agents=[args.agent] if args.agent else None,
                              until_quiet=args.until_quiet, stop=stop, on_started=workers.extend,
-                             accept_versions=tuple(args.accept_version))
+                             accept_versions=tuple(args.accept_version), from_zero=args.from_zero)
     finally:
         if server is not None:
             server.close()
@@ -221,6 +221,9 @@ def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -
     run.add_argument("--wait-for-run", type=float, default=300.0, metavar="SECONDS",
                      help="with --agent: wait this long for the run's run.started, saying so in the log, then fail "
                           "(default 300)")
+    run.add_argument("--from-zero", action="store_true",
+                     help="rebuild from offset 0, every step re-verified, whatever checkpoints there are "
+                          "(SWARMLOG_CHECKPOINT_EVERY)")
     run.add_argument("--stall-timeout", type=float, default=900.0, metavar="SECONDS",
                      help="/livez fails when an agent's loop has not turned for SECONDS (default 900)")
     run.add_argument("--retry-failed", action="store_true",

@@ -271,6 +271,9 @@ class AgentCore:
         self.failures: dict[int, FailedStep] = {}
         """Steps whose handler raised and that no ``step.retried`` has run again yet, by offset: live and
         replayed alike (a replay fails where the live run failed), so a restarted agent knows them too."""
+        self.checked_from = 0
+        """Steps before it were run by a live fold restored from its checkpoint (:mod:`.resume`): their
+        outputs, read after the checkpoint's position, are what that fold wrote, not records to check."""
 
     def digest_read(self, msg: Any, last: int | None = None) -> int | None:
         """One of this agent's state digest records read: the last step it digests is an offset that held
@@ -601,6 +604,8 @@ class AgentCore:
         step = parsed[0]
         if step > self.last_recorded_step:
             self.last_recorded_step = step
+        if step < self.checked_from:
+            return  # written live by the fold a checkpoint restored (its state digest vouched for it)
         if self._held is not None and step > self._held[0]:
             self._unwritten_before(step)  # and the held state divergence, in its place among them
         if not self.pending:

@@ -57,8 +57,9 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections import deque
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Protocol
 
 from ..errors import SwarmlogError
@@ -453,15 +454,41 @@ def _header_step(headers: Headers | None) -> int | None:
 
 
 def first_pass(*, backend: LogBackend, topic: str, decoder: Decoder, agents: Collection[str], start: int = 0,
-               end: int | None = None) -> tuple[dict[str, AgentHistory], int]:
+               end: int | None = None, until: int | None = None,
+               stopped: Callable[[], bool] = lambda: False) -> tuple[dict[str, AgentHistory], int]:
     """The live histories of ``agents``, read whole before their folds start, and the offset read up to
-    (past any transaction markers: where a restarted agent has caught up with the log it found)."""
+    (past any transaction markers: where a restarted agent has caught up with the log it found).
+
+    ``until``: the log's end including open transactions (its high watermark), asked after the
+    agent's fence. A ``read_committed`` read stops at the first transaction still open — another
+    agent's, killed mid-transaction, stays open until its next life fences it or the broker's
+    transaction timeout aborts it — and what lies past it, the agent's own committed outputs
+    among them, is not read yet. A history that stopped there would take steps the agent already
+    took for new ones and run them live again, writing their outputs twice. So the pass reads on
+    until it has got past ``until``, waiting for such a transaction to end (or ``stopped()``)."""
     log = LogHistory(backend=backend, topic=topic, decoder=decoder, agents=agents, live=True, start=start, end=end)
     try:
         read_to = log.read_to_end()
+        waited_since = time.monotonic()
+        said = 0.0
+        while until is not None and read_to < until and (end is None or read_to < end) and not stopped():
+            waited = time.monotonic() - waited_since
+            if waited - said >= _HELD_BACK_SAY_EVERY_S or not said:
+                said = max(waited, 1e-9)
+                logger.info("history of %s: a transaction open at offset %d holds the read back (the log goes on to "
+                            "%d); waiting for it to end (its writer's next life, or the broker's transaction "
+                            "timeout, ends it)", topic, read_to, until)
+            time.sleep(_HELD_BACK_POLL_S)
+            log.done = False
+            read_to = log.read_to_end()
     finally:
         log.close()
     return {name: log.agent(name) for name in agents}, read_to
+
+
+_HELD_BACK_POLL_S = 0.1
+"""How often a first pass held back by an open transaction looks again."""
+_HELD_BACK_SAY_EVERY_S = 10.0
 
 
 def steps_past(*, backend: LogBackend, topic: str, decoder: Decoder, agents: Collection[str],

@@ -12,10 +12,8 @@ All agents in one process (one thread each), or one agent per process with
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
-import inspect
 import logging
 import os
 import signal
@@ -47,6 +45,7 @@ from ..schema.registry import SchemaRegistry
 from ..settings import Settings
 from . import interpreter
 from ._worker import AgentWorker, WorkerResult
+from .versions import code_version
 
 logger = logging.getLogger(__name__)
 
@@ -143,21 +142,6 @@ def _shown(filename: str, lineno: int | None) -> str:
     return f"{path}:{lineno}" if lineno else path
 
 
-def code_version(swarm: Swarm) -> str:
-    """The swarm's declared code version, else a hash of the source of its agents' modules."""
-    if swarm.code_version:
-        return swarm.code_version
-    h = hashlib.sha256()
-    modules = sorted({type(a).__module__ for a in swarm.agents()})
-    for name in modules:
-        module = importlib.import_module(name)
-        try:
-            h.update(inspect.getsource(module).encode())
-        except (OSError, TypeError):
-            h.update(name.encode())
-    return "src-" + h.hexdigest()[:12]
-
-
 @dataclass(frozen=True, slots=True)
 class RunInfo:
     run_id: str
@@ -168,6 +152,8 @@ class RunInfo:
     hash_seed: int | None = None
     """The PYTHONHASHSEED every process running the swarm's handlers must have; None: unpinned."""
     hash_algorithm: str | None = None
+    swarm: str = ""
+    """The name of the swarm that started the run ("" where the caller did not read it)."""
 
 
 def find_run(settings: Settings, topic: str, registry: SchemaRegistry, *,
@@ -184,7 +170,7 @@ def find_run(settings: Settings, topic: str, registry: SchemaRegistry, *,
                     p = rec["payload"]
                     return RunInfo(run_id=rec["run_id"], seed=p["seed"], offset=m.offset(), created=False,
                                    code_version=p["code_version"], hash_seed=p["hash_seed"],
-                                   hash_algorithm=p["hash_algorithm"])
+                                   hash_algorithm=p["hash_algorithm"], swarm=p["swarm"])
     return None
 
 
@@ -364,13 +350,15 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
                registry: SchemaRegistry | None = None, until_quiet: float | None = None,
                stop: threading.Event | None = None,
                on_started: Callable[[list[AgentWorker]], None] | None = None,
-               backend: LogBackend | None = None, accept_versions: tuple[str, ...] = ()) -> list[WorkerResult]:
+               backend: LogBackend | None = None, accept_versions: tuple[str, ...] = (),
+               from_zero: bool = False) -> list[WorkerResult]:
     """Run the named agents (default: all) live, one thread each, until ``stop`` is set,
     SIGTERM/SIGINT arrives (in the main thread), or — with ``until_quiet`` — the log has not
     grown for that many seconds and no agent has a timeout pending. On a log that knows when
     nothing is left to do (the in-memory log: :meth:`~swarmlog.log.base.LogBackend.settle`),
     ``until_quiet`` stops the run as soon as every agent waits at the log's end with nothing
-    pending, without waiting out the seconds.
+    pending, without waiting out the seconds. ``from_zero``: every agent rebuilds from offset zero,
+    re-verifying every step, whatever checkpoints it has (:mod:`.resume`).
 
     An agent whose code cannot go on with the run (it diverges from the log, or is not the run's code
     version) parks, not ready, while the others run on; once the run stops, its error is raised."""
@@ -381,7 +369,7 @@ def run_agents(*, settings: Settings, swarm: Swarm, agents: list[str] | None = N
     pinned = _pinned_run(settings=settings, swarm=swarm, topic=topic, registry=registry, backend=backend,
                          accept_versions=accept_versions)
     workers = [AgentWorker(settings=settings, swarm=swarm, agent=n, registry=registry, topic=topic, backend=backend,
-                           version_refusal=pinned(n) if pinned is not None else None)
+                           version_refusal=pinned(n) if pinned is not None else None, from_zero=from_zero)
                for n in names]
     # What every handler of this process runs under: an operator comparing agents' CPU sees it here.
     logger.info("determinism guard: %s", hook_in_use())
@@ -518,4 +506,5 @@ class _QuietWatcher:
 def result_json(results: list[WorkerResult]) -> dict[str, Any]:
     return {"agents": {r.agent: r.state_hash for r in results}, "positions": {r.agent: r.position for r in results},
             "steps": {r.agent: r.steps for r in results},
-            "states_checked": {r.agent: r.states_checked for r in results}}
+            "states_checked": {r.agent: r.states_checked for r in results},
+            "resumed_from": {r.agent: r.resumed_from for r in results}}

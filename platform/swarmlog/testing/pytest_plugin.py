@@ -1,4 +1,5 @@
-"""swarmlog's pytest plugin: the ``simulate`` fixture, a property test of a swarm in a line.
+r"""swarmlog's pytest plugin: the ``simulate`` fixture, a property test of a swarm in a line, and the
+``regress`` fixture, a test that fails when candidate code changes a recorded run.
 
 Installed with swarmlog (the ``pytest11`` entry point), so any test can ask for it::
 
@@ -20,6 +21,16 @@ Command-line options: ``--swarmlog-examples N`` and ``--swarmlog-seed N`` overri
 exploration's; ``--swarmlog-export`` writes each failing run to a new Kafka topic (the
 cluster of ``SWARMLOG_BOOTSTRAP_SERVERS``) with its replay token in the test's
 ``tmp_path``, and says how to replay it.
+
+``regress(swarm, topics=... | pattern=..., jobs=None, junit=None)`` replays recorded runs (on the
+cluster of ``SWARMLOG_BOOTSTRAP_SERVERS``) against ``swarm`` (``"module:swarm"``) with
+:func:`swarmlog.regression.regress`, and fails the test naming every run the code changes, where
+it first departs (offset, agent, handler), and every run it could not check
+(:class:`~swarmlog.regression.RunsChanged`, an ``AssertionError``); it returns the
+:class:`~swarmlog.regression.RegressionReport` when no run changed (docs/regression.md)::
+
+    def test_the_candidate_keeps_every_recorded_run(regress):
+        regress("research.swarm:swarm", pattern=r"swarm\.research\..*")
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["pytest_addoption", "pytest_configure", "pytest_terminal_summary", "simulate"]
+__all__ = ["pytest_addoption", "pytest_configure", "pytest_terminal_summary", "regress", "simulate"]
 
 _RESULTS = pytest.StashKey[list[tuple[str, Any]]]()
 
@@ -74,6 +85,37 @@ def simulate(request: pytest.FixtureRequest, tmp_path: Any) -> Callable[..., Any
                                   token_path=tmp_path / "replay-token.json")
             raise SimulationFailed(result.failure, header=str(result), exported=exported)
         return result
+
+    return run
+
+
+@pytest.fixture
+def regress() -> Callable[..., Any]:
+    """``regress(swarm, *, topics=None, pattern=None, jobs=None, junit=None)``: replay the recorded runs
+    (``topics``, or every topic matching ``pattern``) against ``swarm``; fail the test naming each run the
+    code changes and where; ``junit``: also write the JUnit report there."""
+    from ..regression import RunsChanged, topics_matching
+    from ..regression import regress as run_regression
+    from ..settings import Settings
+
+    def run(swarm: str, *, topics: list[str] | None = None, pattern: str | None = None, jobs: int | None = None,
+            junit: Any = None) -> Any:
+        __tracebackhide__ = True  # the failure is the report, not this fixture's code
+        if (topics is None) == (pattern is None):
+            raise TypeError("regress(swarm, topics=[...]) or regress(swarm, pattern=REGEX): one of the two")
+        settings = Settings.from_env()
+        chosen = list(topics) if topics is not None else topics_matching(settings, str(pattern))
+        if not chosen:
+            pytest.fail(f"no recorded run to replay: no topic matches {pattern!r} on {settings.bootstrap_servers}",
+                        pytrace=False)
+        report = run_regression(settings=settings, swarm=swarm, topics=chosen, jobs=jobs)
+        if junit is not None:
+            from pathlib import Path
+
+            Path(junit).write_text(report.junit())
+        if report.diverged or report.unchecked:
+            raise RunsChanged(report)
+        return report
 
     return run
 
