@@ -14,6 +14,7 @@ import pytest
 
 from swarmlog import Agent, Swarm, on, on_message, on_timer
 from swarmlog.debug import Session
+from swarmlog.errors import HistoryHoles
 from swarmlog.log.append import EventLog
 from swarmlog.log.hashing import state_hash
 from swarmlog.log.protocol import agent_group, snapshot_topic
@@ -22,6 +23,7 @@ from swarmlog.runtime import run_agents, start_run
 from swarmlog.runtime.checkpoint import encode_value
 
 from .. import swarms
+from ..conftest import unchecked_event
 from .runtime import _Crash, _DyingBackend, assert_exactly_once, events
 
 EVERY = 3
@@ -214,6 +216,29 @@ class CheckpointContract:
                                 from_checkpoints=True)
         assert "r1" not in replayed.resumed_from and len(replayed.resumed_from) == len(live) - 1
         assert replayed.divergences == [] and replayed.agents == {a: r.state_hash for a, r in live.items()}
+
+    def test_a_cause_lost_before_a_checkpoint_stops_a_resumed_agent_and_a_replay_from_checkpoints(
+            self, backend, run_settings, registry):
+        # An input of r1 whose cause is an offset before every checkpoint that holds nothing (a transaction
+        # marker): causes are checked when written, so the log lost that event since. A fold resumed from a
+        # checkpoint knows which offsets hold messages only from there on; it asks the log about the cause.
+        settings, live = self._ran(backend, run_settings, "ckpt-hole")
+        first = min(doc["at"] for _, doc in checkpoint_records(backend, settings.topic))
+        held = {off for off, _, _ in events(backend, settings.topic, registry)}
+        gap = min(o for o in range(1, first) if o not in held)
+        value, key, headers = unchecked_event(registry, "agent.message", {"kind": "finished", "body": json.dumps(
+            {"chain": 0, "by": "x"})}, agent="operator", to="r1", causes=[gap], run_id="ckpt-hole")
+        with EventLog(settings=settings, backend=backend) as log:
+            log.produce_raw(value, key=key, headers=headers)
+            (at,) = log.flush()
+        with pytest.raises(HistoryHoles) as replayed:
+            replay_swarm(settings=settings, swarm=swarms.relay_long, registry=registry, backend=backend,
+                         from_checkpoints=True)
+        assert replayed.value.holes == {gap: at}
+        with pytest.raises(HistoryHoles) as restarted:
+            run_agents(settings=settings, swarm=swarms.relay_long, agents=["r1"], until_quiet=self.quiet,
+                       backend=backend)
+        assert restarted.value.holes == {gap: at}
 
     @pytest.mark.parametrize("every", [1, 0], ids=["from-checkpoints", "from-zero"])
     def test_lives_killed_mid_transaction_while_the_others_restart_lose_and_duplicate_nothing(
