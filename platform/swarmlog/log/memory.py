@@ -136,7 +136,13 @@ class InMemoryLog:
         self._clock = clock_ms or (lambda: int(time.time() * 1000))
         self._last_ts = 0
         self._topics: dict[str, _Topic] = {}
-        self._cond = threading.Condition(threading.RLock())
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)  # what readers wait on: an append, a transaction's end, a wake
+        # What settle() waits on, under the same lock: a poll arriving at the end, a transaction's end. Apart
+        # from _cond so that a poll saying "I wait" wakes no other poll: every idle agent's poll woke all the
+        # others, which returned empty, polled again and woke them in turn — a futex storm that spent more
+        # system time than the runs' own work while nothing happened.
+        self._idle = threading.Condition(lock)
         self._epochs: dict[str, int] = {}  # transactional id -> current epoch
         self._open: dict[str, _Txn] = {}  # transactional id -> its open transaction
         self._committed: dict[tuple[str, str], int] = {}  # (group, topic) -> offset
@@ -204,7 +210,7 @@ class InMemoryLog:
         transaction open, nothing more happens until someone appends (a run's input, a test)."""
         with self._cond:
             t = self._topic(topic)
-            return self._cond.wait_for(
+            return self._idle.wait_for(
                 lambda: not t.open_txns and all(getattr(c, "waiting", False) for c in channels), timeout)
 
     def wait_for_append(self, topic: str, end: int, timeout: float) -> bool:
@@ -276,6 +282,7 @@ class InMemoryLog:
         if txn.first_offset is not None:  # a transaction that wrote nothing leaves no marker
             topic.entries.append(_Entry(None, txn))
         self._cond.notify_all()
+        self._idle.notify_all()
 
     def _wait(self, timeout: float) -> None:
         if timeout > 0:
@@ -434,7 +441,7 @@ class MemoryAgentChannel:
             elif not msgs and at_end:
                 # Said while it waits, so that settle() knows the agent has nothing left to do.
                 self.waiting = True
-                log._cond.notify_all()
+                log._idle.notify_all()
                 try:
                     log._wait(timeout)
                 finally:
