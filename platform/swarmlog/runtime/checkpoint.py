@@ -50,7 +50,7 @@ CHECKPOINT_FORMAT = 1
 
 FOLD_FIELDS = frozenset({
     "divergences", "pending", "timers", "events_seen", "position", "steps", "last_recorded_step", "unverified",
-    "stopped", "run_pin", "states_checked", "state_mismatches", "state_diverged_at", "failures", "checked_from",
+    "stopped", "stopped_at", "run_pin", "states_checked", "state_mismatches", "state_diverged_at", "failures", "checked_from",
     "watch",
 })
 """Core attributes that are the fold's state (beside ``agent.state`` and the ``ctx``'s run)."""
@@ -145,6 +145,7 @@ def capture(core: AgentCore) -> dict[str, Any]:
         "last_recorded_step": core.last_recorded_step,
         "unverified": core.unverified,
         "stopped": core.stopped,
+        "stopped_at": core.stopped_at,
         "run": [ctx.run_id, ctx.seed] if ctx.seed is not None else None,
         "hash": list(core.run_pin) if core.run_pin is not None else None,
         "timers": [[t.name, t.set_offset, t.due_count, t.due_wall_ms, t.firing] for t in core.timers.values()],
@@ -179,6 +180,7 @@ def restore(core: AgentCore, doc: dict[str, Any]) -> None:
         core.last_recorded_step = doc["last_recorded_step"]
         core.unverified = doc["unverified"]
         core.stopped = doc["stopped"]
+        core.stopped_at = doc.get("stopped_at")
         if doc.get("hash") is not None:
             # What folding run.started would have checked: the fold goes on in this interpreter.
             core.run_pin = (doc["hash"][0], doc["hash"][1])
