@@ -73,6 +73,7 @@ drawing to them::
     │   └── MirrorBehind (also Retriable)
     ├── RunError
     │   ├── RunAlreadyRecorded
+    │   ├── ContinueRefused
     │   ├── RunNotStarted
     │   │   └── InputBeforeRun
     │   ├── NoReply
@@ -773,6 +774,18 @@ class RunAlreadyRecorded(RunError):
             f"topic {topic!r} already holds run {run_id!r} (seed {seed}), not {requested_run_id!r} (seed "
             f"{requested_seed}); one topic holds one run, so that replay from offset zero rebuilds exactly one "
             f"history. Use a new topic for a new run.")
+
+
+class ContinueRefused(RunError):
+    """``swarmlog continue`` cannot continue a run from ``from_topic`` on ``to_topic``: nothing was written
+    (or what was is the same link, already there). ``reason`` says why, ``remedy`` what to do."""
+
+    def __init__(self, *, from_topic: str, to_topic: str, reason: str, remedy: str) -> None:
+        self.from_topic = from_topic
+        self.to_topic = to_topic
+        self.reason = reason
+        self.remedy = remedy
+        super().__init__(f"cannot continue the run of topic {from_topic!r} on {to_topic!r}: {reason}. {remedy}")
 
 
 class RunNotStarted(RunError):

@@ -23,15 +23,15 @@ from typing import Any, NamedTuple, NoReturn
 
 from ..errors import RoutingHeaderMismatch
 
-__all__ = ["AGENT_NAME_FORBIDDEN", "EFFECT_RECORDED", "HANDLER_FAILED", "HTTP_EXCHANGE", "H_AGENT", "H_SNAPSHOT_AT",
-           "H_SNAPSHOT_CODE", "H_STEP", "H_TO", "H_TYPE", "H_VERSION", "Headers", "LANGGRAPH_CHECKPOINT",
-           "LANGGRAPH_DELETED", "LANGGRAPH_WRITES", "LLM_CALL", "MESSAGE", "RECORDED_EFFECTS",
-           "RECORDED_EFFECT_HEADERS", "RUN_FORKED", "RUN_STARTED", "RUN_STARTED_HEADER", "RUN_STARTER_CHANNEL",
-           "RUN_WRITER", "Route", "SELF_RECORDS", "SIDE_TOPIC_SUFFIXES", "STATE_DIGEST", "STATE_DIGEST_TYPE",
-           "TIMER_CANCELLED", "TIMER_FIRED", "TIMER_SET", "agent_group", "agent_transactional_id", "checked_route",
-           "copy_transactional_ids", "is_side_topic", "new_route", "output_id", "output_id_prefix", "parse_step",
-           "replay_group", "route", "run_started_id", "sink_group", "snapshot_topic", "state_digest_id", "step_of",
-           "stop_digest_id", "wall_timer_id"]
+__all__ = ["AGENT_NAME_FORBIDDEN", "CONTINUED_RECORDS", "EFFECT_RECORDED", "HANDLER_FAILED", "HTTP_EXCHANGE",
+           "H_AGENT", "H_SNAPSHOT_AT", "H_SNAPSHOT_CODE", "H_STEP", "H_TO", "H_TYPE", "H_VERSION", "Headers",
+           "LANGGRAPH_CHECKPOINT", "LANGGRAPH_DELETED", "LANGGRAPH_WRITES", "LLM_CALL", "MESSAGE", "RECORDED_EFFECTS",
+           "RECORDED_EFFECT_HEADERS", "RUN_CONTINUED", "RUN_FORKED", "RUN_SEEDED", "RUN_STARTED",
+           "RUN_STARTED_HEADER", "RUN_STARTER_CHANNEL", "RUN_WRITER", "Route", "SELF_RECORDS", "SIDE_TOPIC_SUFFIXES",
+           "STATE_DIGEST", "STATE_DIGEST_TYPE", "TIMER_CANCELLED", "TIMER_FIRED", "TIMER_SET", "agent_group",
+           "agent_transactional_id", "checked_route", "copy_transactional_ids", "is_side_topic", "new_route",
+           "output_id", "output_id_prefix", "parse_step", "replay_group", "route", "run_started_id", "sink_group",
+           "snapshot_topic", "state_digest_id", "step_of", "stop_digest_id", "wall_timer_id"]
 
 # --- event types ------------------------------------------------------------------------
 
@@ -52,6 +52,12 @@ HANDLER_FAILED = "handler.failed"
 """A handler raised; replay expects the same failure at the same step."""
 RUN_FORKED = "run.forked"
 """Appended to a fork right after the prefix it copied: where the fork came from."""
+RUN_CONTINUED = "run.continued"
+"""The first event of a run continued on a new topic (``swarmlog continue``): the run, and the link to the old topic."""
+RUN_SEEDED = "run.continued.seed"
+"""An agent's fold at the old topic's end, right after ``run.continued``: its fold on the new topic starts from it."""
+CONTINUED_RECORDS = frozenset({RUN_CONTINUED, RUN_SEEDED})
+"""Bookkeeping of a continued run: no handler takes them, no logical timer counts them."""
 STATE_DIGEST = "state.digest"
 """An agent's state after its steps, as digests (:mod:`swarmlog.runtime.digests`): written in
 the same transaction as those steps' outputs, and at every clean stop."""

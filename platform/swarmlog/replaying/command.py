@@ -143,7 +143,7 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
     try:
         result = replay_swarm(settings=settings, swarm=swarm, to=args.to, group=args.group, reset=not args.no_reset,
                               progress=bar.update_to if bar else None, workers=args.workers,
-                              from_checkpoints=args.from_checkpoints)
+                              from_checkpoints=args.from_checkpoints, follow_link=not args.no_follow_link)
     finally:
         if bar:
             bar.close()
@@ -185,10 +185,14 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
             print(f"  now:      {json.dumps(first.replayed, default=str)}")
             if len(result.divergences) > 1:
                 print(f"  ({len(result.divergences) - 1} more divergence(s) after it)")
+        if result.link is not None:  # a continued topic: the part of the run on the topic it continues
+            for line in result.link.lines():
+                print(printable(line))
         if args.publish:
             print(f"report {report['report_id']} published to Postgres (table replay_reports)")
     unreadable = any(a.kind != "repeated" for a in result.anomalies)
-    status = EXIT_DIVERGED if result.divergences else EXIT_UNREADABLE if args.strict and unreadable else EXIT_OK
+    diverged = result.divergences or (result.link is not None and result.link.diverged)
+    status = EXIT_DIVERGED if diverged else EXIT_UNREADABLE if args.strict and unreadable else EXIT_OK
     return status, result
 
 
@@ -299,4 +303,7 @@ def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -
     r.add_argument("--workers", type=int, metavar="N",
                    help="with --swarm: fold the agents in N processes, each some of them over the whole log "
                         "(default: one per CPU this process may use, at most one per agent; 1: one process)")
+    r.add_argument("--no-follow-link", action="store_true",
+                   help="with --swarm, on a continued topic (`swarmlog continue`): verify it from its seeds only, "
+                        "not the topic it continues (docs/long-runs.md)")
     r.set_defaults(func=cmd_replay)

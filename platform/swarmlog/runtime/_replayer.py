@@ -39,7 +39,7 @@ from . import _processes
 from ._dispatch import Dispatcher
 from ._statediff import LiveStates
 from .anomalies import Anomaly, LogProbe, Presence
-from .checkpoint import restore
+from .checkpoint import capture, restore
 from .engine import AgentCore, Divergence
 from .history import LogHistory, steps_past
 from .resume import Checkpoint, Checkpoints
@@ -78,10 +78,17 @@ class SwarmReplayResult:
     anomalies: list[Anomaly] = field(default_factory=list)
     """Messages the agents named instead of handling (:mod:`.anomalies`), in offset order: a repeated
     event id, an input no schema reads, one of a newer schema (the agent parks there: unverified from it)."""
+    link: Any = None
+    """A continued topic's link, followed (:class:`swarmlog.continuation.LinkCheck`): whether the old
+    topic's part replays to the seeds this topic starts from; None: the topic continues none, or it was not
+    followed."""
     resumed_from: dict[str, int] = field(default_factory=dict)
     """Agent -> the position of the verified checkpoint its fold started from (``from_checkpoints``); the
     agents not named folded from the log start. Steps before a checkpoint were not re-run: empty for a
     full re-verification, and a stream hash of only what was read (from the earliest checkpoint on)."""
+    folds: dict[str, Any] = field(default_factory=dict, repr=False)
+    """Agent -> its whole fold at the end (:func:`.checkpoint.capture`), when asked for (``folds=True``:
+    what ``swarmlog continue`` seeds a new topic with)."""
 
     @property
     def first_divergence(self) -> Divergence | None:
@@ -103,6 +110,7 @@ class SwarmReplayResult:
             "states_recorded": dict(sorted(self.states_recorded.items())),
             "anomalies": [a.to_json() for a in self.anomalies],
             **({"resumed_from": dict(sorted(self.resumed_from.items()))} if self.resumed_from else {}),
+            **({"continues": self.link.to_json()} if self.link is not None else {}),
         }
 
 
@@ -123,6 +131,7 @@ class _AgentOutcome:
     unverified: int | None
     divergences: list[Divergence]
     anomalies: list[Anomaly] = field(default_factory=list)
+    fold: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -139,7 +148,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
                      to: int | None = None, strict: bool = False, group: str | None = None, reset: bool = True,
                      progress: Callable[[int, int], None] | None = None,
                      live_states: LiveStates | None = None, workers: int | None = None,
-                     from_checkpoints: bool = False) -> SwarmReplayResult:
+                     from_checkpoints: bool = False, folds: bool = False) -> SwarmReplayResult:
     """``workers``: processes to fold the agents in, at most one per agent (None: one per CPU this
     process may use, and one for a log shorter than :data:`MIN_EVENTS_TO_SPLIT`; see ``_processes``).
     A strict replay, one with ``live_states`` and one under tracing run in one process.
@@ -147,7 +156,9 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
     ``from_checkpoints``: each agent's fold starts from its latest checkpoint of this code version
     that the log's state digest vouches for (:mod:`.resume`; refused ones are logged, and that
     agent folds from the log start), and the log is read from the earliest of them: the steps
-    before are not re-run. Not with a cut, a group or ``live_states`` (those replay from the start)."""
+    before are not re-run. Not with a cut, a group or ``live_states`` (those replay from the start).
+
+    ``folds``: also capture every agent's whole fold at the end (``result.folds``)."""
     decoder = Decoder(registry)
     logger.info("replaying swarm %s against topic %s%s%s", swarm.name, topic,
                 f" up to offset {to}" if to is not None else "", f" as consumer group {group}" if group else "")
@@ -188,7 +199,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
                      agents=groups[part.index], low=low, to=to, cut=cut, past=past, committed=committed,
                      strict=strict, group=group if first else None, reset=reset, hash_stream=first,
                      progress=report, total=total, part=part, live_states=live_states, traced=traced,
-                     swarm=swarm, starts=starts)
+                     swarm=swarm, starts=starts, folds=folds)
 
     if n > 1:
         logger.info("replay of %s: %d processes fold its %d agents (%s)", swarm.name, n, len(agents),
@@ -210,6 +221,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
         states_checked={name: outcomes[name].states_checked for name in names},
         states_recorded={name: outcomes[name].states_recorded for name in names}, swarm=swarm.name,
         resumed_from={name: cp.at for name, cp in starts.items()},
+        folds={name: fold for name in names if (fold := outcomes[name].fold) is not None},
         unverified_from={name: unverified for name in names
                          if (unverified := outcomes[name].unverified) is not None},
         anomalies=sorted((a for name in names for a in outcomes[name].anomalies), key=lambda a: (a.offset, a.agent)))
@@ -258,7 +270,7 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
           cut: int | None, past: dict[str, set[int]], committed: dict[str, int], strict: bool, group: str | None,
           reset: bool, hash_stream: bool, progress: Callable[[int, int], None] | None, total: int,
           part: _processes.Part, live_states: LiveStates | None, traced: Any, swarm: Swarm,
-          starts: dict[str, Checkpoint]) -> _PartOutcome:
+          starts: dict[str, Checkpoint], folds: bool = False) -> _PartOutcome:
     """Fold ``agents`` over the log (all of them, or one process's share): every message read once."""
     names = [a.name for a in agents]
     # Each process checks the routing headers of its share of the messages against their envelopes
@@ -325,5 +337,6 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
                                                       states_checked=c.states_checked,
                                                       states_recorded=c.history.digests_recorded,
                                                       unverified=c.unverified,
-                                                      divergences=c.divergences, anomalies=c.watch.anomalies)
+                                                      divergences=c.divergences, anomalies=c.watch.anomalies,
+                                                      fold=capture(c) if folds else None)
                                 for c in cores})
