@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ContinueRefused, TopicNotFound
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend, require_complete_history
-from ..log.protocol import RUN_CONTINUED, RUN_SEEDED, RUN_WRITER
+from ..log.protocol import RUN_CONTINUED, RUN_SEEDED, RUN_WRITER, run_continued_id, run_seed_id
 from ..schema.codec import Encoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CONTINUE_CHANNEL", "Continued", "continue_run", "continued_id", "seed_id"]
+__all__ = ["CONTINUE_CHANNEL", "TOKEN_LINKS", "Continued", "continue_run"]
 
 CONTINUE_CHANNEL = "@continue"
 """The name ``continue`` opens its transactional channel under on the new topic: one transactional id
@@ -62,16 +62,6 @@ TOKEN_LINKS = 1000
 """At most this many links in the old topic's token the link carries (its chain every ``E / 1000``
 events, at least the default): the link is one Kafka message, and a token of every 1,000 events of a
 long run would outgrow one."""
-
-
-def continued_id(run_id: str) -> str:
-    """The event id of a continued run's ``run.continued``."""
-    return f"run@{run_id}:continued"
-
-
-def seed_id(run_id: str, agent: str) -> str:
-    """The event id of an agent's ``run.continued.seed``."""
-    return f"run@{run_id}:seed:{agent}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,15 +161,15 @@ def continue_run(*, settings: Settings, swarm: Swarm, from_topic: str, to_topic:
         key = RUN_WRITER.encode()
         channel.begin()
         try:
-            channel.send_located(link_enc.encode_event(continued_id(run.run_id), run.run_id, RUN_WRITER, None, [],
+            channel.send_located(link_enc.encode_event(run_continued_id(run.run_id), run.run_id, RUN_WRITER, None, [],
                                                        link_enc.schema.validate_payload(payload)),
                                  key, link_enc.headers(key, None))
             for agent in swarm.agent_names:
                 seed = {"agent": agent, "fold": json.dumps(replayed.folds[agent], separators=(",", ":"),
                                                            ensure_ascii=False),
                         "state_digest": digests[agent]}
-                channel.send_located(seed_enc.encode_event(seed_id(run.run_id, agent), run.run_id, RUN_WRITER, agent,
-                                                           [], seed_enc.schema.validate_payload(seed)),
+                channel.send_located(seed_enc.encode_event(run_seed_id(run.run_id, agent), run.run_id, RUN_WRITER,
+                                                           agent, [], seed_enc.schema.validate_payload(seed)),
                                      key, seed_enc.headers(key, agent.encode()))
             # The end is the end only if nothing was appended since it was read: an agent still
             # running on the old topic would write past it, and what it wrote would be in neither part.

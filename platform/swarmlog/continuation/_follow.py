@@ -112,7 +112,7 @@ def check_link(*, backend: LogBackend, swarm: Swarm, topic: str, registry: Schem
     from ..runtime import replay_swarm_log
     from ..runtime.continued import read_link
     from ..runtime.digests import state_digest
-    from ..token import parse_token, signature_status, verify_token
+    from ..token import ReplayTokenV2, parse_token, signature_status, verify_token
 
     link = read_link(backend=backend, topic=topic, registry=registry)
     if link is None:
@@ -137,14 +137,17 @@ def check_link(*, backend: LogBackend, swarm: Swarm, topic: str, registry: Schem
         return checked("incomplete", f"topic {old!r} starts at offset {exc.log_start} now (its start was deleted: "
                                      f"{exc.retention}): {seeded}")
     token = parse_token(link.token_doc, source=f"the link at the start of {topic}")
+    if not isinstance(token, ReplayTokenV2):  # continue writes version 3: another is not a link it wrote
+        return checked("altered", f"the link holds a version {token.version} token; `swarmlog continue` writes "
+                                  f"version 3")
     # The link is covered by this topic's own token: the signature of the one it holds is not the root of trust.
     signature = signature_status(token, token_key)
     if signature == "invalid":
         return checked("altered", "the token the link holds does not match SWARMLOG_TOKEN_KEY's signature")
     match = verify_token(backend=backend, token=token, topic=old, registry=registry, signature=signature)
     if match.bad_segments or match.topic_end < end:
-        first = "; ".join(match.lines()[1:3])
-        return checked("altered", f"topic {old!r} is not the history the link's token pins ({first})")
+        where = "; ".join(match.lines()[1:3])
+        return checked("altered", f"topic {old!r} is not the history the link's token pins ({where})")
     replayed = replay_swarm_log(backend=backend, swarm=swarm, topic=old, registry=registry, to=end, workers=workers)
     seeds: dict[str, str] = {}
     for agent in swarm.agent_names:

@@ -12,6 +12,8 @@ from ..terminal import printable
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["add_parser", "cmd_continue"]
+
 
 def cmd_continue(args: argparse.Namespace) -> int:
     from ..runtime import load_swarm, pin_interpreter

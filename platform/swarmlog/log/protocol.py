@@ -30,8 +30,9 @@ __all__ = ["AGENT_NAME_FORBIDDEN", "CONTINUED_RECORDS", "EFFECT_RECORDED", "HAND
            "RUN_STARTED_HEADER", "RUN_STARTER_CHANNEL", "RUN_WRITER", "Route", "SELF_RECORDS", "SIDE_TOPIC_SUFFIXES",
            "STATE_DIGEST", "STATE_DIGEST_TYPE", "TIMER_CANCELLED", "TIMER_FIRED", "TIMER_SET", "agent_group",
            "agent_transactional_id", "checked_route", "copy_transactional_ids", "is_side_topic", "new_route",
-           "output_id", "output_id_prefix", "parse_step", "replay_group", "route", "run_started_id", "sink_group",
-           "snapshot_topic", "state_digest_id", "step_of", "stop_digest_id", "wall_timer_id"]
+           "output_id", "output_id_prefix", "parse_step", "replay_group", "route", "run_continued_id", "run_seed_id",
+           "run_started_id", "sink_group", "snapshot_topic", "state_digest_id", "step_of", "stop_digest_id",
+           "wall_timer_id"]
 
 # --- event types ------------------------------------------------------------------------
 
@@ -360,6 +361,16 @@ def stop_digest_id(agent: str, position: int) -> str:
 
 def run_started_id(run_id: str) -> str:
     return f"run@{run_id}"
+
+
+def run_continued_id(run_id: str) -> str:
+    """The event id of a continued run's ``run.continued`` (its new topic's first record)."""
+    return f"run@{run_id}:continued"
+
+
+def run_seed_id(run_id: str, agent: str) -> str:
+    """The event id of an agent's ``run.continued.seed``."""
+    return f"run@{run_id}:seed:{agent}"
 
 
 RUN_WRITER = "swarmlog"

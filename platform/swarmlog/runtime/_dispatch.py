@@ -109,13 +109,13 @@ class Dispatcher:
             # counts. A seed restores its agent's fold, whose event count (the old topic's, the same for
             # every agent) the fold goes on from: logical timers come due where they would have.
             self.position = msg.offset() + 1
-            targets = self.cores if etype == RUN_CONTINUED else [c for c in self.cores if c.name == to]
-            for core in targets:
-                core.process(msg, route)
-                if etype == RUN_SEEDED:
-                    self.seen = core.events_seen
-                    if core.timers and core not in self._timed:
-                        self._timed.append(core)
+            for c in self.cores:
+                if etype == RUN_CONTINUED or c.name == to:
+                    c.process(msg, route)
+                if etype == RUN_SEEDED and c.name == to:
+                    self.seen = c.events_seen
+                    if c.timers and c not in self._timed:
+                        self._timed.append(c)
             return
         seen = self.seen
         self.seen = seen + 1

@@ -222,7 +222,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
         states_checked={name: outcomes[name].states_checked for name in names},
         states_recorded={name: outcomes[name].states_recorded for name in names}, swarm=swarm.name,
         resumed_from={name: cp.at for name, cp in starts.items()},
-        folds={name: fold for name in names if (fold := outcomes[name].fold) is not None},
+        folds={name: captured for name in names if (captured := outcomes[name].fold) is not None},
         unverified_from={name: unverified for name in names
                          if (unverified := outcomes[name].unverified) is not None},
         anomalies=sorted((a for name in names for a in outcomes[name].anomalies), key=lambda a: (a.offset, a.agent)))

@@ -38,8 +38,7 @@ from ..log.protocol import RUN_CONTINUED, RUN_SEEDED, Route
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from . import interpreter
-from .checkpoint import restore
-from .engine import UNDECODED, AgentCore
+from .checkpoint import Core, restore
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +84,8 @@ class Link:
 
     @property
     def token_doc(self) -> dict[str, Any]:
-        return json.loads(self.token)  # type: ignore[no-any-return]
+        doc: dict[str, Any] = json.loads(self.token)
+        return doc
 
 
 def read_link(*, backend: LogBackend, topic: str, registry: SchemaRegistry) -> Link | None:
@@ -141,7 +141,7 @@ def rebase(fold: dict[str, Any], *, at: int) -> dict[str, Any]:
     return fold
 
 
-def apply_seed(core: AgentCore, event: Event) -> None:
+def apply_seed(core: Core, event: Event) -> None:
     """Restore the fold a ``run.continued.seed`` carries into ``core`` (fresh: nothing folded before it).
 
     Why the engine calls this where it reads the seed, not the caller before the fold: every tool that
@@ -152,18 +152,15 @@ def apply_seed(core: AgentCore, event: Event) -> None:
                   event.offset, core.events_seen)
 
 
-def take(core: AgentCore, msg: Any, route: Route, decoded: Any = UNDECODED) -> None:
+def take(core: Core, event: Event, route: Route) -> None:
     """The engine's fold of a ``run.continued`` (the run, as ``run.started`` gives it: for an agent that
     joins the run on this topic, without a seed) or of a ``run.continued.seed`` (the one to ``core``'s
-    agent restores its fold). Neither counts as an event (see the module's docstring)."""
+    agent restores its fold). Neither counts as an event (see the module's docstring). ``core``: an
+    :class:`~.engine.AgentCore` (this module does not import the engine, which imports it)."""
     etype, _, to, _ = route
-    if etype == RUN_SEEDED and to != core.name:
-        return
-    event = core._decode(msg) if decoded is UNDECODED else decoded
-    if event is None:
-        raise core._decode_error or ValueError(f"offset {msg.offset()}: {etype} does not decode")
     if etype == RUN_SEEDED:
-        apply_seed(core, event)
+        if to == core.name:
+            apply_seed(core, event)
         return
     # Before any handler runs, as for run.started: the run's handlers only run in an interpreter that
     # hashes strings as the one that recorded it (swarmlog.runtime.interpreter).

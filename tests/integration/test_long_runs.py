@@ -1,0 +1,153 @@
+"""Long runs on the real broker (``swarmlog continue``, docs/long-runs.md): a run continued on a second topic,
+its agents and the command run as processes. The continued run reaches the states the run reaches on one
+topic, a replay of the new topic verifies across both, a changed handler that departs in the old part is
+named through the link, a SIGKILL of ``continue`` loses and duplicates nothing, and with the old topic
+deleted the new one still runs and replays from its seeds, saying so."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from swarmlog.client import Client
+from swarmlog.kafka.config import admin_client
+from swarmlog.log.protocol import RUN_CONTINUED, RUN_SEEDED
+from swarmlog.runtime import start_run
+from swarmlog.settings import Settings
+
+from ..conftest import new_topic_name
+from .conftest import read_log
+from .test_runtime import _env
+
+SWARM = "tests.swarms_continued:rally"
+CHANGED = "tests.swarms_continued:rally_changed"
+
+
+def _cli(settings: Settings, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "swarmlog.cli", *args], env=_env(settings), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _play(settings: Settings, serves: int) -> dict[str, str]:
+    """``serves`` rallies, each served from outside and played out by the swarm as a process until quiet:
+    every agent's state hash (the last process's)."""
+    hashes: dict[str, str] = {}
+    for _ in range(serves):
+        Client(settings=settings, sender="umpire").send("a", "serve", "")
+        done = _cli(settings, "run", SWARM, "--until-quiet", "1")
+        assert done.returncode == 0, done.stderr[-3000:]
+        hashes = json.loads(done.stdout.strip().splitlines()[-1])["agents"]
+    return hashes
+
+
+def _started(base_settings: Settings, run_id: str) -> Settings:
+    from tests import swarms_continued
+
+    settings = base_settings.model_copy(update={"topic": new_topic_name("long")})
+    from swarmlog.kafka.topic import create_topic
+
+    create_topic(settings, settings.topic)
+    start_run(settings=settings, swarm=swarms_continued.rally, run_id=run_id, seed=11)
+    return settings
+
+
+@pytest.fixture(scope="module")
+def continued(base_settings: Settings) -> dict:
+    """A run of two rallies on its first topic, continued on a second one where a third is played; and the
+    same three rallies on one topic."""
+    old = _started(base_settings, "long")
+    one = _started(base_settings, "long")
+    new = old.model_copy(update={"topic": new_topic_name("long-new")})
+    _play(old, 2)
+    done = _cli(old, "continue", "--swarm", SWARM, "--from", old.topic, "--to", new.topic)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {"old": old, "new": new, "one": one, "continue_out": done.stdout, "continued": _play(new, 1),
+            "uninterrupted": _play(one, 3)}
+
+
+def test_a_run_continued_on_a_second_topic_replays_and_verifies_across_both(continued, registry):
+    old, new = continued["old"], continued["new"]
+    assert f"run continued on {new.topic}" in continued["continue_out"]
+    # The same states as the run on one topic: the timer set in the second rally fired on the new topic.
+    assert continued["continued"] == continued["uninterrupted"]
+    records = read_log(new, registry)
+    assert [r.event_type for r in records[:3]] == [RUN_CONTINUED, RUN_SEEDED, RUN_SEEDED]
+    link = records[0].record["payload"]
+    assert link["from_topic"] == old.topic and json.loads(link["from_token"])["topic"] == old.topic
+    done = _cli(new, "replay", "--swarm", SWARM, "--json")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert not report["diverged"] and report["agents"] == continued["continued"]
+    assert report["continues"]["status"] == "verified" and report["continues"]["from_topic"] == old.topic
+    assert report["continues"]["seeds"] == {"a": "same", "b": "same"}
+    assert report["continues"]["events"] > 0
+    text = _cli(new, "replay", "--swarm", SWARM)
+    assert text.returncode == 0 and f"continues topic {old.topic} [0, {link['from_end']}): VERIFIED" in text.stdout
+
+
+def test_a_changed_handler_diverging_in_the_old_part_is_named_through_the_link(continued):
+    old, new = continued["old"], continued["new"]
+    done = _cli(new, "replay", "--swarm", CHANGED, "--json")
+    assert done.returncode == 4, done.stdout[-3000:] + done.stderr[-3000:]
+    link = json.loads(done.stdout)["continues"]
+    assert link["status"] == "diverged" and link["first_divergence"]["agent"] == "b"
+    assert link["first_divergence"]["offset"] < link["from_end"]
+    text = _cli(new, "replay", "--swarm", CHANGED)
+    assert text.returncode == 4 and f"DIVERGED in {old.topic} first at offset " in text.stdout
+
+
+def test_continue_sigkilled_mid_way_then_retried_writes_the_link_and_seeds_exactly_once(base_settings, registry):
+    old = _started(base_settings, "long-kill")
+    new = old.model_copy(update={"topic": new_topic_name("long-kill-new")})
+    hashes = _play(old, 2)
+    # Killed at varied points of its work (starting, replaying the old part, writing the transaction):
+    # whatever a killed attempt left open, the next one fences and aborts.
+    started = time.monotonic()
+    for delay in (0.6, 1.0, 1.4, 1.8, 2.2, 2.6):
+        proc = subprocess.Popen([sys.executable, "-m", "swarmlog.cli", "continue", "--swarm", SWARM, "--from",
+                                 old.topic, "--to", new.topic, "--json"], env=_env(old), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    retried = _cli(old, "continue", "--swarm", SWARM, "--from", old.topic, "--to", new.topic, "--json")
+    assert retried.returncode == 0, retried.stderr[-3000:]
+    again = _cli(old, "continue", "--swarm", SWARM, "--from", old.topic, "--to", new.topic, "--json")
+    assert json.loads(again.stdout)["created"] is False
+    assert time.monotonic() - started < 240
+    records = read_log(new, registry)
+    kinds = Counter(r.event_type for r in records)
+    assert kinds == Counter({RUN_CONTINUED: 1, RUN_SEEDED: 2}), kinds
+    ids = [r.record["event_id"] for r in records]
+    assert len(ids) == len(set(ids))
+    # Nothing lost either: the new topic goes on from the old one's states, and replays clean across both.
+    more = _play(new, 1)
+    assert set(more) == set(hashes) and more != hashes
+    done = _cli(new, "replay", "--swarm", SWARM, "--json")
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert json.loads(done.stdout)["continues"]["status"] == "verified"
+
+
+def test_with_the_old_topic_deleted_the_new_one_runs_and_replays_from_its_seeds_with_a_clear_note(base_settings):
+    old = _started(base_settings, "long-gone")
+    new = old.model_copy(update={"topic": new_topic_name("long-gone-new")})
+    _play(old, 1)
+    done = _cli(old, "continue", "--swarm", SWARM, "--from", old.topic, "--to", new.topic)
+    assert done.returncode == 0, done.stderr[-3000:]
+    admin = admin_client(old)  # kept: a client collected while its request is in flight fails it
+    admin.delete_topics([old.topic])[old.topic].result(30)
+    live = _play(new, 2)  # the agents start from their seeds: the old topic is not read
+    replayed = _cli(new, "replay", "--swarm", SWARM, "--json")
+    assert replayed.returncode == 0, replayed.stdout[-3000:] + replayed.stderr[-3000:]
+    report = json.loads(replayed.stdout)
+    assert not report["diverged"] and report["agents"] == live
+    assert report["continues"]["status"] == "gone"
+    assert "does not exist any more" in report["continues"]["detail"]
+    text = _cli(new, "replay", "--swarm", SWARM)
+    assert text.returncode == 0 and f"continues topic {old.topic}" in text.stdout and "GONE" in text.stdout

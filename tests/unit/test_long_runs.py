@@ -1,0 +1,114 @@
+"""Long runs on the in-memory log: a run continued on a new topic (``swarmlog continue``) goes on from its
+seeds to the states the run reaches on one topic, its link is written once however often it is retried,
+what cannot be carried over is refused, and a replay of the new topic follows the link (docs/long-runs.md).
+The same on the real broker, with processes and signals: tests/integration/test_long_runs.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from swarmlog.client import Client
+from swarmlog.continuation import continue_run
+from swarmlog.errors import ContinueRefused
+from swarmlog.log.memory import InMemoryLog
+from swarmlog.replaying import replay_swarm
+from swarmlog.runtime import find_run, run_agents, start_run
+from swarmlog.runtime.continued import read_link
+from swarmlog.schema.registry import SchemaRegistry
+from swarmlog.settings import Settings
+from tests.swarms_continued import rally, rally_changed
+
+
+def _settings(topic: str) -> Settings:
+    return Settings(topic=topic)
+
+
+def _run(log: InMemoryLog, topic: str, swarm=rally) -> dict:
+    return {r.agent: r.state for r in run_agents(settings=_settings(topic), swarm=swarm, until_quiet=0.2,
+                                                  backend=log)}
+
+
+def _serve(log: InMemoryLog, topic: str) -> None:
+    Client(settings=_settings(topic), backend=log).send("a", "serve", "")
+
+
+def _played(log: InMemoryLog, topic: str, serves: int) -> None:
+    for _ in range(serves):
+        _serve(log, topic)
+        _run(log, topic)
+
+
+@pytest.fixture
+def log() -> InMemoryLog:
+    log = InMemoryLog()
+    for topic in ("old", "one"):
+        log.create_topic(topic)
+        start_run(settings=_settings(topic), swarm=rally, run_id="r", seed=7, backend=log)
+    return log
+
+
+def test_a_run_continued_on_a_new_topic_reaches_the_states_of_the_run_on_one_topic(log):
+    _played(log, "old", 2)
+    _serve(log, "old")  # its timer comes due 20 events later, past the rally it starts: on the new topic
+    _run(log, "old")
+    assert _run(log, "old")["a"]["ticks"] == 2
+    done = continue_run(settings=_settings("old"), swarm=rally, from_topic="old", to_topic="new", backend=log)
+    assert done.created and set(done.agents) == {"a", "b"}
+    _played(log, "new", 2)
+    _played(log, "one", 5)
+    continued, one = _run(log, "new"), _run(log, "one")
+    assert continued == one
+    assert continued["a"]["ticks"] == 4  # the timer that spans the continuation fired
+    # The new topic's run is the old one's: the link says so as run.started does.
+    run = find_run(_settings("new"), "new", SchemaRegistry.load(_settings("new").schema_dirs()), backend=log)
+    assert run is not None and (run.run_id, run.seed, run.offset) == ("r", 7, 0)
+
+
+def test_continuing_again_writes_the_link_once(log):
+    _played(log, "old", 1)
+    first = continue_run(settings=_settings("old"), swarm=rally, from_topic="old", to_topic="new", backend=log)
+    again = continue_run(settings=_settings("old"), swarm=rally, from_topic="old", to_topic="new", backend=log)
+    assert first.created and not again.created and again.from_end == first.from_end
+    link = read_link(backend=log, topic="new", registry=SchemaRegistry.load(_settings("new").schema_dirs()))
+    assert link is not None and link.end == 3 and set(link.seeds) == {"a", "b"}
+    assert log.watermarks("new")[1] <= 4  # the link, two seeds (and the in-memory log's commit marker)
+
+
+def test_continue_refuses_a_message_no_agent_has_handled_yet(log):
+    _played(log, "old", 1)
+    _serve(log, "old")  # in flight: the swarm is not run after it
+    with pytest.raises(ContinueRefused, match="has not handled the old topic up to its end") as refused:
+        continue_run(settings=_settings("old"), swarm=rally, from_topic="old", to_topic="new", backend=log)
+    assert refused.value.from_topic == "old" and "until it is quiet" in refused.value.remedy
+    assert read_link(backend=log, topic="new", registry=SchemaRegistry.load(_settings("new").schema_dirs())) is None
+
+
+def test_continue_refuses_a_topic_that_holds_other_events(log):
+    _played(log, "old", 1)
+    with pytest.raises(ContinueRefused, match="holds events already"):
+        continue_run(settings=_settings("old"), swarm=rally, from_topic="old", to_topic="one", backend=log)
+
+
+def test_a_replay_of_the_new_topic_follows_the_link_and_names_a_divergence_in_the_old_part(log):
+    _played(log, "old", 1)
+    end = continue_run(settings=_settings("old"), swarm=rally, from_topic="old", to_topic="new",
+                       backend=log).from_end
+    _played(log, "new", 1)
+    clean = replay_swarm(settings=_settings("new"), swarm=rally, backend=log)
+    assert clean.divergences == [] and clean.link.status == "verified" and clean.link.ok
+    assert clean.link.seeds == {"a": "same", "b": "same"}
+    changed = replay_swarm(settings=_settings("new"), swarm=rally_changed, backend=log)
+    assert changed.link.status == "diverged" and changed.link.diverged
+    first = changed.link.first_divergence
+    assert first is not None and first.agent == "b" and first.offset < end
+
+
+def test_with_the_old_part_deleted_the_new_topic_replays_from_its_seeds_and_says_so(log):
+    _played(log, "old", 1)
+    continue_run(settings=_settings("old"), swarm=rally, from_topic="old", to_topic="new", backend=log)
+    log.delete_records("old", before=5)  # retention took the old topic's start
+    _played(log, "new", 1)
+    result = replay_swarm(settings=_settings("new"), swarm=rally, backend=log)
+    assert result.divergences == [] and result.link.status == "incomplete" and result.link.ok
+    assert "cannot be re-verified from zero" in result.link.detail
+    assert result.to_json()["continues"]["status"] == "incomplete"
