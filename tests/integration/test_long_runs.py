@@ -71,7 +71,7 @@ def continued(base_settings: Settings) -> dict:
             "uninterrupted": _play(one, 3)}
 
 
-def test_a_run_continued_on_a_second_topic_replays_and_verifies_across_both(continued, registry):
+def test_a_run_continued_on_a_second_topic_replays_and_verifies_across_both(continued, registry, tmp_path):
     old, new = continued["old"], continued["new"]
     assert f"run continued on {new.topic}" in continued["continue_out"]
     # The same states as the run on one topic: the timer set in the second rally fired on the new topic.
@@ -87,8 +87,12 @@ def test_a_run_continued_on_a_second_topic_replays_and_verifies_across_both(cont
     assert report["continues"]["status"] == "verified" and report["continues"]["from_topic"] == old.topic
     assert report["continues"]["seeds"] == {"a": "same", "b": "same"}
     assert report["continues"]["events"] > 0
-    text = _cli(new, "replay", "--swarm", SWARM)
+    text = _cli(new, "replay", "--swarm", SWARM, "--token-out", str(tmp_path / "new.json"))
     assert text.returncode == 0 and f"continues topic {old.topic} [0, {link['from_end']}): VERIFIED" in text.stdout
+    # The new topic's token covers the link, and the link the old topic's token: `replay --verify` checks both.
+    verified = _cli(new, "replay", "--verify", str(tmp_path / "new.json"))
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
+    assert f"link: {new.topic} continues {old.topic} [0, {link['from_end']}): MATCHES" in verified.stdout
 
 
 def test_a_changed_handler_diverging_in_the_old_part_is_named_through_the_link(continued):
@@ -134,7 +138,8 @@ def test_continue_sigkilled_mid_way_then_retried_writes_the_link_and_seeds_exact
     assert json.loads(done.stdout)["continues"]["status"] == "verified"
 
 
-def test_with_the_old_topic_deleted_the_new_one_runs_and_replays_from_its_seeds_with_a_clear_note(base_settings):
+def test_with_the_old_topic_deleted_the_new_one_runs_and_replays_from_its_seeds_with_a_clear_note(base_settings,
+                                                                                                  tmp_path):
     old = _started(base_settings, "long-gone")
     new = old.model_copy(update={"topic": new_topic_name("long-gone-new")})
     _play(old, 1)
@@ -149,5 +154,7 @@ def test_with_the_old_topic_deleted_the_new_one_runs_and_replays_from_its_seeds_
     assert not report["diverged"] and report["agents"] == live
     assert report["continues"]["status"] == "gone"
     assert "does not exist any more" in report["continues"]["detail"]
-    text = _cli(new, "replay", "--swarm", SWARM)
+    text = _cli(new, "replay", "--swarm", SWARM, "--token-out", str(tmp_path / "new.json"))
     assert text.returncode == 0 and f"continues topic {old.topic}" in text.stdout and "GONE" in text.stdout
+    verified = _cli(new, "replay", "--verify", str(tmp_path / "new.json"))
+    assert verified.returncode == 0 and f"continues {old.topic}" in verified.stdout and "GONE" in verified.stdout

@@ -112,3 +112,17 @@ def test_with_the_old_part_deleted_the_new_topic_replays_from_its_seeds_and_says
     assert result.divergences == [] and result.link.status == "incomplete" and result.link.ok
     assert "cannot be re-verified from zero" in result.link.detail
     assert result.to_json()["continues"]["status"] == "incomplete"
+
+
+def test_the_debugger_reads_a_continued_topic_from_its_seeds_and_the_old_one_as_itself(log):
+    from swarmlog.debug import Session
+
+    _played(log, "old", 2)
+    end = continue_run(settings=_settings("old"), swarm=rally, from_topic="old", to_topic="new",
+                       backend=log).from_end
+    live = _played(log, "new", 1) or _run(log, "new")
+    new = Session(settings=_settings("new"), swarm=rally, backend=log, snapshots=False)
+    old = Session(settings=_settings("old"), swarm=rally, backend=log, snapshots=False)
+    # Just after the seeds, an agent's state on the new topic is its state at the old topic's end.
+    assert new.state("a", at=3).state == old.state("a", at=end).state
+    assert new.state("b", at=log.watermarks("new")[1]).state == live["b"]

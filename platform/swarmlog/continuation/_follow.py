@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LINK_STATUSES", "LinkCheck", "check_link"]
+__all__ = ["LINK_STATUSES", "ChainLink", "LinkCheck", "check_chain", "check_link"]
 
 LINK_STATUSES = ("verified", "diverged", "altered", "gone", "incomplete")
 """``verified``: the old part replays to the seeds; ``diverged``: the code departs from it (or does not reach
@@ -170,3 +170,69 @@ def check_link(*, backend: LogBackend, swarm: Swarm, topic: str, registry: Schem
         return checked("diverged", "the old part's replay does not reach the seeded states", **more)
     return checked("verified", f"replayed from zero ({replayed.events} events): every step as recorded, and every "
                                f"agent reaches its seed", **more)
+
+
+@dataclass(frozen=True, slots=True)
+class ChainLink:
+    """One link of a token chain checked (:func:`check_chain`): the old topic's bytes against the token the
+    link holds. ``status``: ``matches``, ``differs``, ``gone`` or ``incomplete``."""
+
+    topic: str
+    from_topic: str
+    from_end: int
+    status: str
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "differs"
+
+    def line(self) -> str:
+        return (f"link: {self.topic} continues {self.from_topic} [0, {self.from_end}): {self.status.upper()}: "
+                f"{self.detail}")
+
+
+def check_chain(*, backend: LogBackend, topic: str, registry: SchemaRegistry,
+                token_key: bytes | None = None) -> list[ChainLink]:
+    """The token chain from ``topic`` back (empty: ``topic`` continues no run): each link's old topic checked,
+    byte for byte, against the token the link holds — what ``replay --verify`` adds once ``topic`` itself
+    matches its token (which covers the link, and so the token in it). No code runs: the bytes only."""
+    from ..runtime.continued import read_link
+    from ..token import ReplayTokenV2, parse_token, signature_status, verify_token
+
+    out: list[ChainLink] = []
+    seen = {topic}
+    link = read_link(backend=backend, topic=topic, registry=registry)
+    while link is not None:
+        old = link.from_topic
+
+        def add(status: str, detail: str, link: Any = link) -> None:
+            out.append(ChainLink(topic=link.topic, from_topic=link.from_topic, from_end=link.from_end, status=status,
+                                 detail=detail))
+
+        try:
+            with backend.reader(old):
+                pass
+            require_complete_history(backend, old)
+        except TopicNotFound:
+            add("gone", "the topic does not exist any more: its bytes cannot be checked (the link's token still "
+                        "says what they were)")
+            break
+        except HistoryIncomplete as exc:
+            add("incomplete", f"the topic starts at offset {exc.log_start} now: its start cannot be checked")
+            break
+        token = parse_token(link.token_doc, source=f"the link at the start of {link.topic}")
+        if not isinstance(token, ReplayTokenV2) or signature_status(token, token_key) == "invalid":
+            add("differs", "the token the link holds is not one `swarmlog continue` wrote")
+            break
+        match = verify_token(backend=backend, token=token, topic=old, registry=registry,
+                             signature=signature_status(token, token_key))
+        if match.bad_segments or match.topic_end < link.from_end:
+            add("differs", "; ".join(match.lines()[1:3]))
+            break
+        add("matches", f"every byte of its {token.events} events as the token in the link pins them")
+        if old in seen:
+            break
+        seen.add(old)
+        link = read_link(backend=backend, topic=old, registry=registry)
+    return out
