@@ -138,6 +138,42 @@ def test_continue_sigkilled_mid_way_then_retried_writes_the_link_and_seeds_exact
     assert json.loads(done.stdout)["continues"]["status"] == "verified"
 
 
+def test_continue_sigkilled_inside_its_transaction_leaves_nothing_visible_and_the_retry_writes_once(
+        base_settings, registry):
+    from swarmlog.kafka.reader import high_watermark, watermark_consumer
+    from swarmlog.kafka.topic import create_topic
+
+    old = _started(base_settings, "long-txn")
+    _play(old, 1)
+    consumer = watermark_consumer(old)
+    try:
+        for _ in range(6):  # a kill that lands after the commit proves nothing here: try again on another topic
+            new = old.model_copy(update={"topic": new_topic_name("long-txn-new")})
+            create_topic(new, new.topic)
+            proc = subprocess.Popen([sys.executable, "-m", "swarmlog.cli", "continue", "--swarm", SWARM, "--from",
+                                     old.topic, "--to", new.topic, "--json"], env=_env(old),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            # The link is acknowledged before the seeds are sent and the transaction commits: killed as soon as
+            # the topic's end moves, the process dies with its transaction open.
+            while proc.poll() is None and high_watermark(new, new.topic, consumer=consumer) == 0:
+                time.sleep(0.001)
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=60)
+            written = high_watermark(new, new.topic, consumer=consumer)
+            retried = _cli(old, "continue", "--swarm", SWARM, "--from", old.topic, "--to", new.topic, "--json")
+            assert retried.returncode == 0, retried.stderr[-3000:]
+            if json.loads(retried.stdout)["created"]:
+                break  # nothing the killed attempt sent was committed: the retry wrote the link
+        else:
+            pytest.fail("no kill landed inside the transaction in 6 tries")
+    finally:
+        consumer.close()
+    assert written > 0  # the killed attempt had sent records: aborted by the retry's fence, never visible
+    records = read_log(new, registry)
+    assert Counter(r.event_type for r in records) == Counter({RUN_CONTINUED: 1, RUN_SEEDED: 2})
+    assert records[0].offset >= written  # the committed link comes after what the killed attempt left
+
+
 def test_with_the_old_topic_deleted_the_new_one_runs_and_replays_from_its_seeds_with_a_clear_note(base_settings,
                                                                                                   tmp_path):
     old = _started(base_settings, "long-gone")
