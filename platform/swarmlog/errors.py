@@ -74,6 +74,7 @@ drawing to them::
     ├── RunError
     │   ├── RunAlreadyRecorded
     │   ├── ContinueRefused
+    │   ├── RunContinuedElsewhere
     │   ├── RunNotStarted
     │   │   └── InputBeforeRun
     │   ├── NoReply
@@ -786,6 +787,20 @@ class ContinueRefused(RunError):
         self.reason = reason
         self.remedy = remedy
         super().__init__(f"cannot continue the run of topic {from_topic!r} on {to_topic!r}: {reason}. {remedy}")
+
+
+class RunContinuedElsewhere(RunError):
+    """A live agent read the end of its run's part on this topic: the run goes on on ``to_topic``
+    (``swarmlog continue``). It does not handle this topic any more (the runtime parks it, not ready)."""
+
+    def __init__(self, *, topic: str, to_topic: str, end: int, agent: str) -> None:
+        self.topic = topic
+        self.to_topic = to_topic
+        self.end = end
+        self.agent = agent
+        super().__init__(f"agent {agent!r}: the run of topic {topic!r} goes on on topic {to_topic!r} (this topic's "
+                         f"part ends at offset {end}): run the swarm there (`swarmlog run ... --topic {to_topic}`) and "
+                         f"retire this deployment")
 
 
 class RunNotStarted(RunError):

@@ -174,6 +174,41 @@ def test_continue_sigkilled_inside_its_transaction_leaves_nothing_visible_and_th
     assert records[0].offset >= written  # the committed link comes after what the killed attempt left
 
 
+def test_an_agent_left_on_the_old_topic_stops_at_its_end_not_ready_and_says_where_the_run_went(continued):
+    import urllib.error
+    import urllib.request
+
+    from swarmlog.kafka.reader import high_watermark
+
+    from .dev_clusters import free_ports
+
+    old, new = continued["old"], continued["new"]
+    end = high_watermark(old, old.topic)
+    port = free_ports(1)[0]
+    proc = subprocess.Popen([sys.executable, "-m", "swarmlog.cli", "run", SWARM, "--agent", "a", "--metrics-port",
+                             str(port)], env=_env(old), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, ready = time.monotonic() + 60, (0, "")
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                    ready = (r.status, r.read().decode())
+            except urllib.error.HTTPError as exc:
+                ready = (exc.code, exc.read().decode())
+            except OSError:
+                pass
+            if ready[0] == 503 and new.topic in ready[1]:
+                break
+            time.sleep(0.3)
+        assert ready[0] == 503 and f"goes on on topic {new.topic!r}" in ready[1], ready
+        assert proc.poll() is None  # parked, not exited: no crash loop
+        assert high_watermark(old, old.topic) == end  # and it wrote nothing more there
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert f"goes on on topic {new.topic!r}" in err
+
+
 def test_with_the_old_topic_deleted_the_new_one_runs_and_replays_from_its_seeds_with_a_clear_note(base_settings,
                                                                                                   tmp_path):
     old = _started(base_settings, "long-gone")

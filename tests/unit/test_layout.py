@@ -37,7 +37,7 @@ def _nodes(path: Path) -> tuple[ast.AST, ...]:
 PUBLIC = {
     "swarmlog": [
         "Agent", "AgentFenced", "AppendFailed", "AppendIncomplete", "AsyncClient", "CheckpointUnreadable", "Client",
-        "CodeVersionRefused", "FailedStepChanged", "PatchUnknown", "RunCannotGoOn",
+        "CodeVersionRefused", "FailedStepChanged", "PatchUnknown", "RunCannotGoOn", "RunContinuedElsewhere",
         "ConfigurationError", "Context", "ContinueRefused", "CopyFailed", "DatabasePermissionDenied", "Divergence",
         "DuplicateEventId",
         "EffectDiverged",
@@ -109,7 +109,7 @@ PUBLIC = {
     "swarmlog.replaying": ["CausalityViolation", "Divergence", "Fold", "Ledger", "LiveStates", "Reducer",
                            "ReplayResult", "SwarmReplayResult", "Undecodable", "check_causality", "replay",
                            "replay_swarm", "swarm_report"],
-    "swarmlog.continuation": ["Continued", "LinkCheck", "check_link", "continue_run"],
+    "swarmlog.continuation": ["ChainLink", "Continued", "LinkCheck", "check_chain", "check_link", "continue_run"],
     "swarmlog.regression": ["STATUSES", "DivergenceGroup", "RegressionReport", "RunOutcome", "RunsChanged",
                             "parse_since", "regress", "runs_in_mirror", "shard", "topics_matching"],
 }

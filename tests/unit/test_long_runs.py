@@ -9,7 +9,7 @@ import pytest
 
 from swarmlog.client import Client
 from swarmlog.continuation import continue_run
-from swarmlog.errors import ContinueRefused
+from swarmlog.errors import ContinueRefused, RunContinuedElsewhere
 from swarmlog.log.memory import InMemoryLog
 from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import find_run, run_agents, start_run
@@ -126,3 +126,15 @@ def test_the_debugger_reads_a_continued_topic_from_its_seeds_and_the_old_one_as_
     # Just after the seeds, an agent's state on the new topic is its state at the old topic's end.
     assert new.state("a", at=3).state == old.state("a", at=end).state
     assert new.state("b", at=log.watermarks("new")[1]).state == live["b"]
+
+
+def test_an_agent_left_on_the_old_topic_stops_at_its_end_and_says_where_the_run_went(log):
+    _played(log, "old", 1)
+    done = continue_run(settings=_settings("old"), swarm=rally, from_topic="old", to_topic="new", backend=log)
+    end = log.watermarks("old")[1]
+    with pytest.raises(RunContinuedElsewhere) as moved:
+        _run(log, "old")
+    assert (moved.value.topic, moved.value.to_topic, moved.value.end) == ("old", "new", done.from_end)
+    assert log.watermarks("old")[1] == end  # it wrote nothing more there
+    with pytest.raises(ContinueRefused, match="went on on topic 'new' already"):
+        continue_run(settings=_settings("old"), swarm=rally, from_topic="old", to_topic="other", backend=log)

@@ -15,11 +15,13 @@ new topic; the old one stays readable until retention retires it. :func:`continu
    digest must also equal the digest the live agent recorded when it last stopped cleanly, when that
    is its last record.
 3. **One transaction.** The new topic gets ``run.continued`` (the run, the link: old topic, ``E``, its
-   replay token) and one ``run.continued.seed`` per agent, in one Kafka transaction under a
-   transactional id of the new topic's own (``@continue``), after the old topic's watermark is read
-   again: if it moved (an agent still running there), the transaction is aborted and nothing is
-   written. Either the link and every seed are visible (to ``read_committed`` readers, which every
-   swarmlog reader is), or none is.
+   replay token) and one ``run.continued.seed`` per agent, and the old topic ``run.continued.to``
+   (where the run went), in one Kafka transaction under a transactional id of the new topic's own
+   (``@continue``), after the old topic's watermark is read again: if it moved (an agent still
+   running there), the transaction is aborted and nothing is written. Either the link, every seed and
+   the old topic's last word are visible (to ``read_committed`` readers, which every swarmlog reader
+   is), or none is. A live agent that reads ``run.continued.to`` stops there (parked: up, not ready,
+   saying where the run went).
 
 **A retry** (after a SIGKILL, a crash, a refusal fixed) first fences the transactional id, which
 aborts whatever an earlier attempt left open, then reads the new topic: if it holds the same link
@@ -41,7 +43,16 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ContinueRefused, TopicNotFound
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend, require_complete_history
-from ..log.protocol import RUN_CONTINUED, RUN_SEEDED, RUN_WRITER, run_continued_id, run_seed_id
+from ..log.protocol import (
+    H_TYPE,
+    RUN_CONTINUED,
+    RUN_MOVED,
+    RUN_SEEDED,
+    RUN_WRITER,
+    run_continued_id,
+    run_moved_id,
+    run_seed_id,
+)
 from ..schema.codec import Encoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
@@ -158,6 +169,7 @@ def continue_run(*, settings: Settings, swarm: Swarm, from_topic: str, to_topic:
                    "from_link": old_link.from_topic if old_link is not None else None}
         link_enc = Encoder(registry.latest(RUN_CONTINUED))
         seed_enc = Encoder(registry.latest(RUN_SEEDED))
+        moved_enc = Encoder(registry.latest(RUN_MOVED))
         key = RUN_WRITER.encode()
         channel.begin()
         try:
@@ -178,6 +190,13 @@ def continue_run(*, settings: Settings, swarm: Swarm, from_topic: str, to_topic:
                 raise refuse(f"topic {from_topic!r} moved during the continuation (its end was {end}, now {now}): "
                              f"an agent still runs on it", "stop the swarm on the old topic (scale its agents to "
                              "zero) and run `swarmlog continue` again")
+            # And the old topic's part ends with where the run went, in the same transaction (it spans both
+            # topics): an agent left running there, or started there later, reads it and stops (parked, not
+            # ready), instead of going on with a run that is now the new topic's.
+            moved = {"from_topic": from_topic, "to_topic": to_topic, "from_end": end}
+            channel.send_beside(from_topic, moved_enc.encode_event(run_moved_id(run.run_id), run.run_id, RUN_WRITER,
+                                                                   None, [], moved_enc.schema.validate_payload(moved)),
+                                key, moved_enc.headers(key, None))
             channel.commit(None)  # outputs only: nothing is consumed
         except BaseException:
             channel.abort()
@@ -240,10 +259,17 @@ def _check_recorded_digests(*, backend: LogBackend, topic: str, registry: Schema
     from ..token._create import LogFacts
 
     facts = LogFacts(registry=registry)
+    moved = (H_TYPE, RUN_MOVED.encode())
     with backend.reader(topic) as reader:
         reader.assign(0)
         for batch in reader.batches(end=end):
             facts.update_batch(batch)
+            for m in batch:
+                if moved in (m.headers() or ()):
+                    _, rec = facts.decoder.decode(m.value(), m.offset())
+                    raise refuse(f"its run went on on topic {rec['payload']['to_topic']!r} already (the part on "
+                                 f"{topic!r} ends at offset {rec['payload']['from_end']})",
+                                 f"continue that topic instead (--from {rec['payload']['to_topic']})")
     digests: dict[str, str] = {}
     for agent, state in replayed.states.items():
         digest = state_digest(state, agent=agent).hex()

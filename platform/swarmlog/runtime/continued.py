@@ -32,9 +32,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import RunContinuedElsewhere
 from ..events import Event
 from ..log.base import LogBackend
-from ..log.protocol import RUN_CONTINUED, RUN_SEEDED, Route
+from ..log.protocol import RUN_CONTINUED, RUN_MOVED, RUN_SEEDED, Route
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from . import interpreter
@@ -161,6 +162,14 @@ def take(core: Core, event: Event, route: Route) -> None:
     if etype == RUN_SEEDED:
         if to == core.name:
             apply_seed(core, event)
+        return
+    if etype == RUN_MOVED:
+        # The end of the run's part on the topic it left. A live agent stops here, whichever life
+        # reads it (one left running by mistake, one started later on the old topic): a step it ran
+        # past the end would be in neither part of the run. A replay folds on, to nothing more.
+        if core.live_sink is not None:
+            raise RunContinuedElsewhere(topic=event.payload["from_topic"], to_topic=event.payload["to_topic"],
+                                        end=event.payload["from_end"], agent=core.name)
         return
     # Before any handler runs, as for run.started: the run's handlers only run in an interpreter that
     # hashes strings as the one that recorded it (swarmlog.runtime.interpreter).

@@ -51,7 +51,7 @@ from ..log.protocol import (
     CONTINUED_RECORDS,
     HANDLER_FAILED,
     MESSAGE,
-    RUN_CONTINUED,
+    RUN_SEEDED,
     RUN_STARTED,
     SELF_RECORDS,
     STATE_DIGEST,
@@ -221,7 +221,7 @@ class AgentCore(TimerFold, RecordCheck):
             return None, decoded
         if etype in CONTINUED_RECORDS:
             # A continued run's link and its seeds (.continued): they set the run and restore the fold; not events.
-            if etype == RUN_CONTINUED or route[2] == self.name:
+            if etype != RUN_SEEDED or route[2] == self.name:
                 record = self._decode(msg) if decoded is UNDECODED else decoded
                 if not isinstance(record, Event):
                     raise self._decode_error or CheckpointUnreadable(agent=self.name, reason="its seed does not decode")
