@@ -138,3 +138,16 @@ def test_an_agent_left_on_the_old_topic_stops_at_its_end_and_says_where_the_run_
     assert log.watermarks("old")[1] == end  # it wrote nothing more there
     with pytest.raises(ContinueRefused, match="went on on topic 'new' already"):
         continue_run(settings=_settings("old"), swarm=rally, from_topic="old", to_topic="other", backend=log)
+
+
+def test_the_log_view_names_where_each_part_of_a_continued_run_is(log):
+    from swarmlog.debug.logview import LogView
+
+    _played(log, "old", 1)
+    end = continue_run(settings=_settings("old"), swarm=rally, from_topic="old", to_topic="new",
+                       backend=log).from_end
+    new = [e.line(width=200) for e in LogView(settings=_settings("new"), backend=log).events(end=3)]
+    assert f"continues topic old [0, {end}) (`--topic old` reads it)" in new[0]
+    assert "a's fold at the end of the topic it continues" in new[1]
+    last = list(LogView(settings=_settings("old"), backend=log).events(start=end))[-1].line(width=200)
+    assert f"the run goes on on topic new (this topic's part ends at offset {end})" in last
