@@ -151,3 +151,16 @@ def test_the_log_view_names_where_each_part_of_a_continued_run_is(log):
     assert "a's fold at the end of the topic it continues" in new[1]
     last = list(LogView(settings=_settings("old"), backend=log).events(start=end))[-1].line(width=200)
     assert f"the run goes on on topic new (this topic's part ends at offset {end})" in last
+
+
+def test_continue_takes_each_agents_fold_from_its_verified_checkpoint_and_reaches_the_same_seeds(log):
+    from swarmlog.runtime.digests import state_digest
+
+    settings = Settings(topic="old", checkpoint_every=3)
+    for _ in range(2):
+        _serve(log, "old")
+        run_agents(settings=settings, swarm=rally, until_quiet=0.2, backend=log)
+    done = continue_run(settings=settings, swarm=rally, from_topic="old", to_topic="new", backend=log)
+    assert set(done.resumed_from) == {"a", "b"} and all(0 < at < done.from_end for at in done.resumed_from.values())
+    from_zero = replay_swarm(settings=settings, swarm=rally, backend=log, to=done.from_end)
+    assert done.agents == {a: state_digest(s).hex() for a, s in from_zero.states.items()}

@@ -87,12 +87,14 @@ class Continued:
     """False: the new topic held this link already (a retry after the commit): nothing was written."""
     agents: dict[str, str] = field(default_factory=dict)
     """Agent -> the digest (hex) of its seeded state."""
+    resumed_from: dict[str, int] = field(default_factory=dict)
+    """Agent -> the offset of the verified checkpoint its fold was replayed from (the others: from zero)."""
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {"from_topic": self.from_topic, "to_topic": self.to_topic, "from_end": self.from_end,
                 "created": self.created, "agents": dict(sorted(self.agents.items())),
-                "seconds": round(self.seconds, 3)}
+                "resumed_from": dict(sorted(self.resumed_from.items())), "seconds": round(self.seconds, 3)}
 
 
 def continue_run(*, settings: Settings, swarm: Swarm, from_topic: str, to_topic: str,
@@ -206,7 +208,7 @@ def continue_run(*, settings: Settings, swarm: Swarm, from_topic: str, to_topic:
     logger.info("run %s continued on %s: the link and %d seed(s) at offsets 0-%d, the old part [0, %d) of %s",
                 run.run_id, to_topic, len(swarm.agent_names), len(swarm.agent_names), end, from_topic)
     return Continued(from_topic=from_topic, to_topic=to_topic, from_end=end, created=True, agents=digests,
-                     seconds=time.monotonic() - started)
+                     resumed_from=dict(replayed.resumed_from), seconds=time.monotonic() - started)
 
 
 def _what_is_there(backend: LogBackend, topic: str, registry: SchemaRegistry,
