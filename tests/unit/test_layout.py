@@ -74,7 +74,8 @@ PUBLIC = {
     "swarmlog.llm": [
         "CredentialMissing", "HTTPRequestDiverged", "LLMClient", "LLMError", "LLMRequestFailed", "LLMResponseInvalid",
         "LLMUnavailable",
-        "OpenAIChat", "RecordedHTTP", "Redaction", "RetryPolicy", "SDKChat", "ScriptExhausted", "ScriptedLLM",
+        "OpenAIChat", "RecordedHTTP", "Redaction", "RequestDiverged", "RetryPolicy", "SDKChat", "ScriptExhausted",
+        "ScriptedLLM",
         "completion", "content", "llm_client",
     ],
     "swarmlog.log": [
