@@ -164,3 +164,19 @@ def test_continue_takes_each_agents_fold_from_its_verified_checkpoint_and_reache
     assert set(done.resumed_from) == {"a", "b"} and all(0 < at < done.from_end for at in done.resumed_from.values())
     from_zero = replay_swarm(settings=settings, swarm=rally, backend=log, to=done.from_end)
     assert done.agents == {a: state_digest(s).hex() for a, s in from_zero.states.items()}
+
+
+def test_a_run_continued_twice_replays_and_verifies_along_the_whole_chain(log):
+    _played(log, "old", 1)
+    continue_run(settings=_settings("old"), swarm=rally, from_topic="old", to_topic="new", backend=log)
+    _played(log, "new", 1)
+    continue_run(settings=_settings("new"), swarm=rally, from_topic="new", to_topic="newer", backend=log)
+    _played(log, "one", 3)
+    assert _played(log, "newer", 1) or _run(log, "newer") == _run(log, "one")
+    result = replay_swarm(settings=_settings("newer"), swarm=rally, backend=log)
+    assert [(c.topic, c.from_topic, c.status) for c in result.link.chain()] == [
+        ("newer", "new", "verified"), ("new", "old", "verified")]
+    changed = replay_swarm(settings=_settings("newer"), swarm=rally_changed, backend=log)
+    assert changed.link.diverged and changed.link.earlier.status == "diverged"
+    assert changed.link.first_divergence.offset < read_link(
+        backend=log, topic="new", registry=SchemaRegistry.load(_settings("new").schema_dirs())).from_end

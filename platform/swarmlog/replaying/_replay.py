@@ -170,7 +170,7 @@ def replay_swarm(
     result = replay_swarm_log(backend=backend, swarm=swarm, topic=topic, registry=registry, to=to, strict=strict,
                               group=group, reset=reset, progress=progress, live_states=live_states, workers=workers,
                               from_checkpoints=from_checkpoints)
-    if follow_link:
+    if follow_link and result.continued:  # told by the replay's own read: the log is read once
         from ..continuation import check_link
 
         result.link = check_link(backend=backend, swarm=swarm, topic=topic, registry=registry,

@@ -31,7 +31,7 @@ from ..errors import UsageError
 from ..log.base import BATCH, LogBackend, read_from_log_start
 from ..log.hashing import StreamHasher
 from ..log.hotloop import fewer_collections
-from ..log.protocol import agent_group
+from ..log.protocol import RUN_CONTINUED, agent_group
 from ..observe import tracing
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
@@ -79,6 +79,8 @@ class SwarmReplayResult:
     anomalies: list[Anomaly] = field(default_factory=list)
     """Messages the agents named instead of handling (:mod:`.anomalies`), in offset order: a repeated
     event id, an input no schema reads, one of a newer schema (the agent parks there: unverified from it)."""
+    continued: bool = False
+    """The log starts with a continued run's link (``swarmlog continue``): its agents started from their seeds."""
     link: Any = None
     """A continued topic's link, followed (:class:`swarmlog.continuation.LinkCheck`): whether the old
     topic's part replays to the seeds this topic starts from; None: the topic continues none, or it was not
@@ -143,6 +145,7 @@ class _PartOutcome:
     events: int
     stream_hash: str | None
     agents: dict[str, _AgentOutcome]
+    continued: bool = False
 
 
 def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry: SchemaRegistry,
@@ -216,6 +219,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
                 len(divergences))
     return SwarmReplayResult(
         end_offset=first.end, events=first.events, agents={name: outcomes[name].hash for name in names},
+        continued=first.continued,
         stream_hash=first.stream_hash or "", divergences=divergences,
         steps={name: outcomes[name].steps for name in names},
         states={name: outcomes[name].state for name in names},
@@ -299,6 +303,7 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
             core.tracer = traced.step_tracer(topic=topic, agent=core.name, replay=replay)
     hasher = StreamHasher() if hash_stream else None
     events = 0
+    continued = False
     last_report = time.monotonic()
     try:
         # Every message decoded, states and the recorded history alive: see swarmlog.log.hotloop.
@@ -312,6 +317,8 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
             for batch, routes in history.batches(reader.batches(end=to, batch_size=READ_BATCH)):
                 if hasher is not None:
                     hasher.update_batch(batch)
+                if not events and batch and batch[0].offset() == 0:
+                    continued = routes[0][0] == RUN_CONTINUED  # the log starts with a link (.continued)
                 for m, r in zip(batch, routes, strict=True):
                     apply(m, r)
                 events += len(batch)
@@ -334,6 +341,7 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
         traced.end_replay(replay, swarm=swarm,
                           divergences=sorted((d for c in cores for d in c.divergences), key=Divergence.sort_key))
     return _PartOutcome(end=end, events=events, stream_hash=hasher.hexdigest() if hasher is not None else None,
+                        continued=continued,
                         agents={c.name: _AgentOutcome(hash=c.state_hash(), steps=c.steps, state=c.agent.state,
                                                       states_checked=c.states_checked,
                                                       states_recorded=c.history.digests_recorded,
