@@ -180,3 +180,16 @@ def test_a_run_continued_twice_replays_and_verifies_along_the_whole_chain(log):
     assert changed.link.diverged and changed.link.earlier.status == "diverged"
     assert changed.link.first_divergence.offset < read_link(
         backend=log, topic="new", registry=SchemaRegistry.load(_settings("new").schema_dirs())).from_end
+
+
+def test_starting_the_run_on_the_new_topic_finds_it_continued_and_writes_nothing(log):
+    from swarmlog.errors import RunAlreadyRecorded
+
+    _played(log, "old", 1)
+    continue_run(settings=_settings("old"), swarm=rally, from_topic="old", to_topic="new", backend=log)
+    end = log.watermarks("new")[1]
+    # What the chart's run-start hook does on an upgrade to the new topic: the run is there already.
+    run = start_run(settings=_settings("new"), swarm=rally, run_id="r", seed=7, backend=log)
+    assert not run.created and log.watermarks("new")[1] == end
+    with pytest.raises(RunAlreadyRecorded):
+        start_run(settings=_settings("new"), swarm=rally, run_id="r", seed=8, backend=log)
