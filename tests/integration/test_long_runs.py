@@ -207,6 +207,12 @@ def test_an_agent_left_on_the_old_topic_stops_at_its_end_not_ready_and_says_wher
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     assert f"goes on on topic {new.topic!r}" in err
+    # Continuing the old topic a second time is refused, naming the topic to continue instead; nothing written.
+    other = new_topic_name("long-other")
+    again = _cli(old, "continue", "--swarm", SWARM, "--from", old.topic, "--to", other)
+    assert again.returncode == 70 and f"went on on topic {new.topic!r} already" in again.stderr, again.stderr
+    assert f"--from {new.topic}" in again.stderr
+    assert high_watermark(old, other) == 0
 
 
 def test_with_the_old_topic_deleted_the_new_one_runs_and_replays_from_its_seeds_with_a_clear_note(base_settings,
