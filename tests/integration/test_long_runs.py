@@ -235,3 +235,22 @@ def test_with_the_old_topic_deleted_the_new_one_runs_and_replays_from_its_seeds_
     assert text.returncode == 0 and f"continues topic {old.topic}" in text.stdout and "GONE" in text.stdout
     verified = _cli(new, "replay", "--verify", str(tmp_path / "new.json"))
     assert verified.returncode == 0 and f"continues {old.topic}" in verified.stdout and "GONE" in verified.stdout
+
+
+def test_continue_and_replay_in_a_terminal_finish_with_their_progress_bars(base_settings):
+    import pexpect
+
+    old = _started(base_settings, "long-tty")
+    new = old.model_copy(update={"topic": new_topic_name("long-tty-new")})
+    _play(old, 1)
+    # On a terminal both show a tqdm bar: one with no total yet refuses bool(), which once crashed both commands.
+    for argv, done in ((["continue", "--swarm", SWARM, "--from", old.topic, "--to", new.topic],
+                        f"run continued on {new.topic}"),
+                       (["replay", "--swarm", SWARM, "--topic", new.topic], "VERIFIED")):
+        child = pexpect.spawn(sys.executable, ["-m", "swarmlog.cli", *argv], env=_env(old), encoding="utf-8",
+                              timeout=300, dimensions=(40, 200))
+        try:
+            child.expect(pexpect.EOF)
+        finally:
+            child.close()
+        assert child.exitstatus == 0 and done in child.before and "Traceback" not in child.before, child.before

@@ -23,8 +23,16 @@ def cmd_continue(args: argparse.Namespace) -> int:
     swarm = load_swarm(args.swarm)
     # Its replay of the old topic runs the handlers: under the string-hash seed the run recorded.
     pin_interpreter(settings, may_reexec=getattr(args, "may_reexec", False))
-    done = continue_run(settings=settings, swarm=swarm, from_topic=args.from_topic, to_topic=args.to_topic,
-                        from_checkpoints=not args.from_zero)
+    # Replaying the old topic is the long part: a bar on a terminal, as `replay` shows (nothing in logs and pipes).
+    from ..replaying.command import _progress_bar
+
+    bar = _progress_bar("continue: replaying the old topic", unit="ev")
+    try:
+        done = continue_run(settings=settings, swarm=swarm, from_topic=args.from_topic, to_topic=args.to_topic,
+                            from_checkpoints=not args.from_zero, progress=bar.update_to if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
     if args.json:
         print(json.dumps(done.to_json(), sort_keys=True))
     elif done.created:

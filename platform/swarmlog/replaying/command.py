@@ -75,10 +75,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         bar = _progress_bar("replay", unit="ev")
         try:
             result = replay(settings=settings, to=args.to, group=args.group, reset=not args.no_reset,
-                            reducer=reducer_obj, progress=bar.update_to if bar else None,
+                            reducer=reducer_obj, progress=bar.update_to if bar is not None else None,
                             from_log_start=args.from_log_start)
         finally:
-            if bar:
+            if bar is not None:
                 bar.close()
         # Bounded: past swarmlog.terminal.CAP, a summary by kind with offset ranges (every one with
         # --json or -v), never a line per message of a log with ten thousand bad ones.
@@ -142,10 +142,10 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
     bar = _progress_bar("replay", unit="ev")
     try:
         result = replay_swarm(settings=settings, swarm=swarm, to=args.to, group=args.group, reset=not args.no_reset,
-                              progress=bar.update_to if bar else None, workers=args.workers,
+                              progress=bar.update_to if bar is not None else None, workers=args.workers,
                               from_checkpoints=args.from_checkpoints, follow_link=not args.no_follow_link)
     finally:
-        if bar:
+        if bar is not None:
             bar.close()
     # A replay from checkpoints attests only to the tail it re-ran: no token says more than that.
     token = None if result.resumed_from else _token(settings, result, f"swarm:{swarm.name}")
@@ -242,7 +242,8 @@ def _check_unhandled(args: argparse.Namespace) -> int:
 
 
 def _progress_bar(desc: str, unit: str) -> Any:
-    """A tqdm bar on a terminal; nothing in logs and pipes."""
+    """A tqdm bar on a terminal; None in logs and pipes. Test it with ``is not None``: a tqdm bar with no
+    total yet refuses ``bool()`` (TypeError)."""
     if not sys.stderr.isatty():
         return None
     from tqdm import tqdm
