@@ -106,6 +106,22 @@ def test_a_changed_handler_diverging_in_the_old_part_is_named_through_the_link(c
     assert text.returncode == 4 and f"DIVERGED in {old.topic} first at offset " in text.stdout
 
 
+def test_the_mirror_lists_each_part_of_a_continued_run_for_a_regression_replay(continued, db):
+    import datetime as dt
+    import re
+
+    from swarmlog_connectors.recorded_runs import recorded_runs
+
+    old, new = continued["old"], continued["new"]
+    sink = _cli(old, "sink", "--topics-pattern", f"{re.escape(old.topic)}|{re.escape(new.topic)}", "--group",
+                f"{new.topic}-sink", "--until-end")
+    assert sink.returncode == 0, sink.stderr[-3000:]
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(hours=2)
+    runs = {r.topic: r for r in recorded_runs(old, swarm="rally", since=since) if r.topic in (old.topic, new.topic)}
+    assert set(runs) == {old.topic, new.topic}  # the part on the new topic is no less a recorded run
+    assert runs[new.topic].run_id == runs[old.topic].run_id == "long"
+
+
 def test_continue_sigkilled_mid_way_then_retried_writes_the_link_and_seeds_exactly_once(base_settings, registry):
     old = _started(base_settings, "long-kill")
     new = old.model_copy(update={"topic": new_topic_name("long-kill-new")})
