@@ -27,7 +27,6 @@ from ..errors import CheckpointUnreadable, StateNotCapturable
 from ..events import Event
 from ..log.hashing import state_hash
 from . import interpreter
-from .engine import AgentCore
 from .outcomes import Divergence, FailedStep
 from .timers import Timer
 
@@ -125,13 +124,18 @@ def copy_state(state: Any, *, agent: str = "") -> Any:
 # --- capture and restore ---------------------------------------------------------------------
 
 
-def clean(core: AgentCore) -> bool:
+Core = Any
+"""An :class:`~swarmlog.runtime.engine.AgentCore`, by name only: the engine restores a continued run's seeded
+fold through this module (:mod:`.continued`), so this module does not import the engine."""
+
+
+def clean(core: Core) -> bool:
     """Whether ``core``'s fold is one a snapshot may keep: nothing diverged, nothing stopped it, and
     every step so far could be checked against the log."""
     return not core.divergences and not core.stopped and core.unverified is None
 
 
-def capture(core: AgentCore) -> dict[str, Any]:
+def capture(core: Core) -> dict[str, Any]:
     """Everything folding has built up in ``core``, as JSON-able data."""
     ctx = core.ctx
     return {
@@ -162,7 +166,7 @@ def capture(core: AgentCore) -> dict[str, Any]:
     }
 
 
-def restore(core: AgentCore, doc: dict[str, Any]) -> None:
+def restore(core: Core, doc: dict[str, Any]) -> None:
     """Put a :func:`capture` of the same agent back into ``core`` (freshly built, nothing folded yet)."""
     if doc.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointUnreadable(agent=core.name, reason=f"format {doc.get('format')!r}, this swarmlog reads "

@@ -43,13 +43,15 @@ from typing import Any
 
 from ..agent import Agent
 from ..context import Context, EffectRunner, Output, OutputSink
-from ..errors import NondeterminismError, SchemaNotFound, StateDiverged, SwarmlogError
+from ..errors import CheckpointUnreadable, NondeterminismError, SchemaNotFound, StateDiverged, SwarmlogError
 from ..events import Event
 from ..guard import guarded
 from ..log.hashing import state_hash
 from ..log.protocol import (
+    CONTINUED_RECORDS,
     HANDLER_FAILED,
     MESSAGE,
+    RUN_SEEDED,
     RUN_STARTED,
     SELF_RECORDS,
     STATE_DIGEST,
@@ -58,7 +60,7 @@ from ..log.protocol import (
     Route,
 )
 from ..schema.codec import Decoder
-from . import interpreter
+from . import continued, interpreter
 from ._statediff import LiveStates, diff_states
 from .anomalies import Presence, Watch, is_newer_schema
 from .digests import DigestRecord, DigestRecorder, state_digest
@@ -218,6 +220,14 @@ class AgentCore(TimerFold, RecordCheck):
                 last = self.digest_read(msg, route[3])
                 if last is not None and (self.pending or self._held is not None):
                     self._unwritten_before(last + 1)
+            return None, decoded
+        if etype in CONTINUED_RECORDS:
+            # A continued run's link and its seeds (.continued): they set the run and restore the fold; not events.
+            if etype != RUN_SEEDED or route[2] == self.name:
+                record = self._decode(msg) if decoded is UNDECODED else decoded
+                if not isinstance(record, Event):
+                    raise self._decode_error or CheckpointUnreadable(agent=self.name, reason="its seed does not decode")
+                continued.take(self, record, route)
             return None, decoded
         self.events_seen += 1
         if self.stopped:
