@@ -30,7 +30,7 @@ replay with the same schemas name the same anomalies at the same offsets.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from ..errors import HistoryHoles, SchemaNotFound, SwarmlogError
@@ -153,6 +153,30 @@ class LogProbe:
         return held
 
 
+class IdsBefore:
+    """The ids a fold restored at ``before`` has taken: those of ``base`` first taken before it (``base`` is
+    read, never written: other folds share it), then its own. What :class:`Watch` asks of its ids."""
+
+    __slots__ = ("_base", "_before", "_own")
+
+    def __init__(self, base: dict[str, int], before: int) -> None:
+        self._base = base
+        self._before = before
+        self._own: dict[str, int] = {}
+
+    def setdefault(self, event_id: str, offset: int) -> int:
+        first = self._base.get(event_id)
+        if first is not None and first < self._before:
+            return first
+        return self._own.setdefault(event_id, offset)
+
+    def items(self) -> Iterator[tuple[str, int]]:
+        # The order a fold from zero would hold them in: by the offset each was first taken at.
+        before = self._before
+        yield from ((k, v) for k, v in self._base.items() if v < before)
+        yield from self._own.items()
+
+
 class Watch:
     """One agent's: the event ids it has taken, the anomalies it named, and whether it is parked."""
 
@@ -241,6 +265,13 @@ class Watch:
         """What a snapshot keeps of this watch (:mod:`._checkpoint`): the ids taken, the anomalies named."""
         return {"ids": list(self._ids.items()), "anomalies": [list(a) for a in self.anomalies],
                 "parked": list(self.parked) if self.parked is not None else None}
+
+    def share_ids(self, ids: dict[str, int], *, before: int) -> None:
+        """Take as this fold's the ids another fold of the same agent took before ``before`` (``ids``: id ->
+        the offset it was first taken at, read through and never copied nor changed): a fold restored at
+        ``before`` from a session's kept index (:mod:`swarmlog.debug.index`), whose capture left its ids out
+        because the one fold that went further holds them all."""
+        self._ids = IdsBefore(ids, before)  # type: ignore[assignment]
 
     def restore(self, doc: dict[str, Any] | None) -> None:
         if not doc:

@@ -1,0 +1,113 @@
+"""A session's kept index of one agent's fold (``Session.index``): answers equal to the fold from zero."""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+import pytest
+
+from swarmlog.debug import Session
+from swarmlog.log.memory import InMemoryLog
+from swarmlog.log.protocol import route
+from swarmlog.runtime import run_agents, start_run
+from swarmlog.settings import Settings
+
+from .. import swarms
+
+
+def _run(seed: int) -> InMemoryLog:
+    backend = InMemoryLog()
+    backend.create_topic("relay")
+    settings = _settings()
+    start_run(settings=settings, swarm=swarms.relay_long, run_id=f"long-{seed}", seed=seed, backend=backend)
+    run_agents(settings=settings, swarm=swarms.relay_long, until_quiet=0.3, backend=backend)
+    return backend
+
+
+def _settings() -> Settings:
+    return Settings(topic="relay", bootstrap_servers="127.0.0.1:1", database_url="postgresql://nobody@127.0.0.1:1/x")
+
+
+@pytest.fixture(scope="module")
+def long_log() -> InMemoryLog:
+    """A real run of a 5-agent swarm (random draws, effects, logical timers, broadcasts): ~1,300 offsets."""
+    return _run(11)
+
+
+def _answers(session: Session, agent: str, offsets: list[int]) -> list[tuple[Any, int]]:
+    return [(a.state, a.steps) for a in (session.state(agent, at=n) for n in offsets)]
+
+
+def test_an_indexed_session_answers_random_offsets_as_the_fold_from_zero(long_log, registry):
+    end = long_log.watermarks("relay")[1]
+    offsets = random.Random(7).sample(range(end + 2), 80) + [0, 1, end, end + 5]
+    session = Session(settings=_settings(), swarm=swarms.relay_long, backend=long_log, registry=registry)
+    index = session.index("r1", every=17)
+    assert index.end == end and index.memory.captures > end // 17 - 5
+    from_zero = Session(settings=_settings(), swarm=swarms.relay_long, backend=long_log, registry=registry,
+                        snapshots=False)
+    assert _answers(session, "r1", offsets) == _answers(from_zero, "r1", offsets)
+    starts = [session.state("r1", at=n).from_snapshot for n in offsets]
+    assert all(s is not None and n - s <= 2 * 17 for s, n in zip(starts, offsets, strict=True) if s is not None)
+    assert sum(s is not None for s in starts) >= 70  # the index was used (all but the offsets before its first capture)
+
+
+def test_a_repeated_event_before_a_capture_is_still_not_handled_after_it(long_log, registry):
+    """The ids a restored fold has taken come from the index's one fold: a copy of an event taken before the
+    capture, appended at the end, is named and not handled, as from offset zero."""
+    copy = InMemoryLog()
+    copy.create_copy("relay", long_log.messages("relay"))
+    first = next(m for m in long_log.messages("relay") if route(m.headers()).to == "r1")
+    appender = copy.appender("relay")
+    appender.send(first.value(), first.key(), first.headers())
+    appender.flush(5.0)
+    end = copy.watermarks("relay")[1]
+    session = Session(settings=_settings(), swarm=swarms.relay_long, backend=copy, registry=registry)
+    session.index("r1", every=17)
+    from_zero = Session(settings=_settings(), swarm=swarms.relay_long, backend=copy, registry=registry,
+                        snapshots=False)
+    kept = session.state("r1", at=end)
+    assert kept.from_snapshot is not None and kept.from_snapshot > first.offset()
+    assert (kept.state, kept.steps) == (from_zero.state("r1", at=end).state, from_zero.state("r1", at=end).steps)
+    assert kept.steps == from_zero.state("r1", at=end - 1).steps  # the copy was not handled
+
+
+def test_the_index_memory_bound_holds_and_answers_stay_exact(long_log, registry):
+    end = long_log.watermarks("relay")[1]
+    session = Session(settings=_settings(), swarm=swarms.relay_long, backend=long_log, registry=registry)
+    unbounded = session.index("r2", every=5).memory
+    index = session.index("r2", every=5, max_bytes=unbounded.capture_bytes // 5)
+    assert index.memory.capture_bytes <= unbounded.capture_bytes // 5
+    assert index.every >= 5 * 4 and index.memory.captures < unbounded.captures // 3
+    offsets = random.Random(3).sample(range(end), 40)
+    from_zero = Session(settings=_settings(), swarm=swarms.relay_long, backend=long_log, registry=registry,
+                        snapshots=False)
+    assert _answers(session, "r2", offsets) == _answers(from_zero, "r2", offsets)
+
+
+class _Switch:
+    """A backend whose log can be replaced under a session: a topic deleted and made again."""
+
+    def __init__(self, log: InMemoryLog) -> None:
+        self.log = log
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.log, name)
+
+
+def test_an_index_of_a_log_made_again_is_not_used(long_log, registry, caplog):
+    switch = _Switch(long_log)
+    session = Session(settings=_settings(), swarm=swarms.relay_long, backend=switch, registry=registry)  # type: ignore[arg-type]
+    session.index("r1", every=17)
+    other = _run(12)
+    switch.log = other
+    end = other.watermarks("relay")[1]
+    from_zero = Session(settings=_settings(), swarm=swarms.relay_long, backend=other, registry=registry,
+                        snapshots=False)
+    with caplog.at_level(logging.WARNING, logger="swarmlog.debug.session"):
+        for n in (end // 2, end):
+            got = session.state("r1", at=n)
+            assert (got.state, got.steps) == (from_zero.state("r1", at=n).state, from_zero.state("r1", at=n).steps)
+    assert "index of r1 is dropped" in caplog.text
