@@ -25,8 +25,8 @@ a capture restored whole and its tail fold to what the whole fold reaches (the g
 snapshots stand on, :mod:`swarmlog.runtime.checkpoint`); ``tests/unit/test_state_index.py``
 compares them at random offsets.
 
-**Memory.** Captures take ``max_bytes`` at most (their JSON size): past it, every other one is
-dropped and ``every`` doubles. Beside them, the agent's ids (one entry per event it took)
+**Memory.** Captures are kept as JSON and take ``max_bytes`` at most: past it, every other one
+is dropped and ``every`` doubles. Beside them, the agent's ids (one entry per event it took)
 and one byte per offset of the log. :attr:`AgentIndex.memory` says how much of each.
 """
 
@@ -77,7 +77,7 @@ class AgentIndex:
         self.end = 0
         """Every offset before it is covered: a query at N <= end starts from a capture."""
         self._at: list[int] = []
-        self._docs: list[dict[str, Any]] = []
+        self._docs: list[bytes] = []
         self._lasts: list[tuple[int, int]] = []
         self._sizes: list[int] = []
         self._bytes = 0
@@ -95,9 +95,12 @@ class AgentIndex:
             doc = capture(core)
         finally:
             watch._ids = ids
-        size = len(json.dumps(doc, separators=(",", ":")))
+        # Kept as JSON bytes: a capture is mostly its outputs awaiting their record, and as Python
+        # objects it takes several times its JSON size; a query parses only the one it restores.
+        kept = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+        size = len(kept)
         self._at.append(at)
-        self._docs.append(doc)
+        self._docs.append(kept)
         self._lasts.append(last)
         self._sizes.append(size)
         self._bytes += size
@@ -131,7 +134,7 @@ class AgentIndex:
         k = bisect_right(self._at, at) - 1
         if k < 0:
             return None
-        return self._at[k], self._docs[k], self._lasts[k]
+        return self._at[k], json.loads(self._docs[k]), self._lasts[k]
 
     def share(self, core: AgentCore, *, at: int) -> None:
         """Give ``core``, just restored from the capture at ``at``, the ids its agent took before ``at``."""
