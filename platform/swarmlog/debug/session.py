@@ -196,7 +196,8 @@ class Session:
         self._check_agent(agent)
         if every < 1:
             raise UsageError("an index keeps a capture every 1 offset at least")
-        built = AgentIndex(agent=agent, every=every, max_bytes=max_bytes, probe=self._probe)
+        built = AgentIndex(agent=agent, every=every, max_bytes=max_bytes, probe=self._probe,
+                           read_id=self._event_id_at, read_ids=self._event_ids_at)
         with Rebuild(backend=self.backend, topic=self.topic, swarm=self.swarm, decoder=self.decoder, agents=[agent],
                      check_states=False, probe=self._probe) as rebuild:
             core = rebuild.cores[agent]
@@ -212,6 +213,23 @@ class Session:
         logger.info("index of %s: %d captures to offset %d (%s)", agent, built.memory.captures, built.end,
                     built.memory.to_json())
         return built
+
+    def _event_id_at(self, offset: int) -> str | None:
+        """The event id of the message at ``offset`` (None: none there, or not an event)."""
+        return next((event_id for event_id, _ in self._event_ids_at({offset}, offset + 1)), None)
+
+    def _event_ids_at(self, offsets: set[int], end: int) -> Iterator[tuple[str, int]]:
+        """(event id, offset) of the messages at ``offsets`` before ``end``, in offset order, read from the log."""
+        if not offsets:
+            return
+        with self.backend.reader(self.topic) as reader:
+            reader.assign(min(offsets))
+            for batch in reader.batches(end=end):
+                for m in batch:
+                    if m.offset() in offsets:
+                        raw = Decoder.event_id(m)
+                        if raw is not None:
+                            yield raw.decode(), m.offset()
 
     def _state_from_index(self, agent: str, at: int) -> AgentState | None:
         """``state`` from the session's index of ``agent`` (None: no index covers ``at``)."""

@@ -154,26 +154,26 @@ class LogProbe:
 
 
 class IdsBefore:
-    """The ids a fold restored at ``before`` has taken: those of ``base`` first taken before it (``base`` is
-    read, never written: other folds share it), then its own. What :class:`Watch` asks of its ids."""
+    """The ids a fold restored at some offset has taken: those another fold of the same agent took before
+    it (``first``: the offset an id was first taken at there, None: not before it; ``listed``: all of them,
+    in that order), then its own. What :class:`Watch` asks of its ids; the other fold's are never copied."""
 
-    __slots__ = ("_base", "_before", "_own")
+    __slots__ = ("_first", "_listed", "_own")
 
-    def __init__(self, base: dict[str, int], before: int) -> None:
-        self._base = base
-        self._before = before
+    def __init__(self, first: Callable[[str], int | None], listed: Callable[[], Iterator[tuple[str, int]]]) -> None:
+        self._first = first
+        self._listed = listed
         self._own: dict[str, int] = {}
 
     def setdefault(self, event_id: str, offset: int) -> int:
-        first = self._base.get(event_id)
-        if first is not None and first < self._before:
+        first = self._first(event_id)
+        if first is not None:
             return first
         return self._own.setdefault(event_id, offset)
 
     def items(self) -> Iterator[tuple[str, int]]:
         # The order a fold from zero would hold them in: by the offset each was first taken at.
-        before = self._before
-        yield from ((k, v) for k, v in self._base.items() if v < before)
+        yield from self._listed()
         yield from self._own.items()
 
 
@@ -266,12 +266,12 @@ class Watch:
         return {"ids": list(self._ids.items()), "anomalies": [list(a) for a in self.anomalies],
                 "parked": list(self.parked) if self.parked is not None else None}
 
-    def share_ids(self, ids: dict[str, int], *, before: int) -> None:
-        """Take as this fold's the ids another fold of the same agent took before ``before`` (``ids``: id ->
-        the offset it was first taken at, read through and never copied nor changed): a fold restored at
-        ``before`` from a session's kept index (:mod:`swarmlog.debug.index`), whose capture left its ids out
-        because the one fold that went further holds them all."""
-        self._ids = IdsBefore(ids, before)  # type: ignore[assignment]
+    def share_ids(self, first: Callable[[str], int | None], listed: Callable[[], Iterator[tuple[str, int]]]) -> None:
+        """Take as this fold's the ids another fold of the same agent took before this one's start, read
+        through and never copied (:class:`IdsBefore`): a fold restored from a session's kept index
+        (:mod:`swarmlog.debug.index`), whose capture left its ids out because the fold that went
+        further holds them all."""
+        self._ids = IdsBefore(first, listed)  # type: ignore[assignment]
 
     def restore(self, doc: dict[str, Any] | None) -> None:
         if not doc:
