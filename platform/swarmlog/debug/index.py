@@ -78,10 +78,11 @@ class KeptIds:
     """The event ids one fold took, each with the offset it was first taken at, in 16 bytes an id.
 
     A fold restored at P has taken exactly the ids first taken before P; it asks, for each event it
-    takes, whether that id is one of them (a copy of an earlier event is named, not handled). Kept
-    as a dict, a million ids took ~120 MB; here each is its ``hash()`` and its offset, two sorted
-    arrays, and a match is confirmed by reading the event id at that offset from the log: only a real
-    repeat, or two ids of one hash, costs that read, and the answer stays exact.
+    takes, whether that id is one of them (a copy of an earlier event is named, not handled). A dict
+    of them took several times as much (bench/README.md, "Time travel at random offsets"); here each
+    is its ``hash()`` and its offset, two sorted arrays, and a match is confirmed by reading the event
+    id at that offset from the log: only a real repeat, or two ids of one hash, costs that read, and
+    the answer stays exact.
     """
 
     __slots__ = ("_hashes", "_offsets", "_read_id", "_read_ids")
