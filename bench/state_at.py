@@ -11,6 +11,11 @@ Baseline ``state_at.from_zero``: the same session code with ``snapshots=False`` 
 folds the agent from offset zero), on a sample of the queries (a fold of up to 1M offsets each).
 Every answer of the sample is compared with its from-zero answer, or the benchmark fails.
 
+Second baseline ``state_at.from_snapshots``: the path without an index, a session over stored
+snapshots every ``BENCH_STATE_AT_SNAPSHOT_EVERY`` (10,000) offsets (``Session.snapshot``, taken
+once and kept with the log), on the first ``BENCH_STATE_AT_SNAPSHOT_QUERIES`` (30) queries; their
+answers are compared with the index's.
+
 The log: two agents rallying ``CHAINS`` balls; each step counts the ball and keeps the last few
 it saw (a small state, as an agent's bookkeeping is), one message a step, about one step an
 offset. Written as bench/restart.py writes its log (the runtime over an in-memory log, the
@@ -43,6 +48,8 @@ OFFSETS = env_int("BENCH_STATE_AT_OFFSETS", 1_000_000)
 INDEX_EVERY = env_int("BENCH_STATE_AT_INDEX_EVERY", 64, scale=False)
 QUERIES = env_int("BENCH_STATE_AT_QUERIES", 1_000)
 CHECKED = env_int("BENCH_STATE_AT_CHECKED", 8, scale=False)
+SNAPSHOT_EVERY = env_int("BENCH_STATE_AT_SNAPSHOT_EVERY", 10_000, scale=False)
+SNAPSHOT_QUERIES = env_int("BENCH_STATE_AT_SNAPSHOT_QUERIES", 30, scale=False)
 CHAINS = 100
 AGENT = "a"
 
@@ -161,9 +168,30 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
         if (a.state, a.steps) != (z.state, z.steps) or a.from_snapshot is None:
             raise RuntimeError(f"state at {queries[i]}: from the index (capture {a.from_snapshot}) != from zero")
     log(f"{base.name}: {sum(zero_times) / len(sample):.2f} s a query ({len(sample)} checked equal)")
+    # The path without an index: the latest stored snapshot at or before N, then its tail.
+    stored = Session(settings=ts, swarm=swarm, registry=registry)
+    if not stored.store.kept():
+        t0 = perf_counter()
+        taken = stored.snapshot(every=SNAPSHOT_EVERY)
+        log(f"state_at: {taken.records} snapshot records taken in {perf_counter() - t0:.0f} s")
+    picked = queries[:SNAPSHOT_QUERIES]
+    stored.state(AGENT, at=picked[0])  # its first look reads the snapshot topic's headers
+    snap_times, snap_answers = timed_queries(stored, picked)
+    for q, a, b in zip(picked, answers, snap_answers, strict=False):
+        if (a.state, a.steps) != (b.state, b.steps):
+            raise RuntimeError(f"state at {q}: from the index != from the stored snapshot {b.from_snapshot}")
+    old = Run("state_at.from_snapshots", len(picked))
+    old.add(sum(snap_times))
+    snap_mean_tail = sum(q - (b.from_snapshot or 0) for q, b in zip(picked, snap_answers, strict=True)) / len(picked)
+    log(f"{old.name}: {sum(snap_times) / len(picked) * 1000:.0f} ms a query (mean tail {snap_mean_tail:,.0f})")
     times.sort()
     zero_times.sort()
-    return [row(sub, base, headline=True, target="p50 <= 5 ms a query on >= 1M offsets", log_offsets=end,
-                unit="queries", p50_ms=round(percentile(times, 50) * 1000, 2),
-                p99_ms=round(percentile(times, 99) * 1000, 2), first_query_ms=round(first_ms, 1),
-                baseline_p50_ms=round(percentile(zero_times, 50) * 1000, 1), checked_equal=len(sample), **built)]
+    snap_times.sort()
+    head = {"log_offsets": end, "unit": "queries", "p50_ms": round(percentile(times, 50) * 1000, 2),
+            "p99_ms": round(percentile(times, 99) * 1000, 2)}
+    return [row(sub, base, headline=True, target="p50 <= 5 ms a query on >= 1M offsets", **head,
+                first_query_ms=round(first_ms, 1), baseline_p50_ms=round(percentile(zero_times, 50) * 1000, 1),
+                checked_equal=len(sample), **built),
+            row(sub, old, **head, baseline_p50_ms=round(percentile(snap_times, 50) * 1000, 1),
+                baseline_p99_ms=round(percentile(snap_times, 99) * 1000, 1), every=SNAPSHOT_EVERY,
+                mean_tail_offsets=round(snap_mean_tail))]
