@@ -35,6 +35,7 @@ from typing import Any
 
 from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.debug import Session
+from swarmlog.errors import SwarmlogError
 from swarmlog.kafka.backend import KafkaBackend
 from swarmlog.kafka.reader import watermarks
 from swarmlog.log.memory import InMemoryLog
@@ -169,10 +170,24 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
             raise RuntimeError(f"state at {queries[i]}: from the index (capture {a.from_snapshot}) != from zero")
     log(f"{base.name}: {sum(zero_times) / len(sample):.2f} s a query ({len(sample)} checked equal)")
     # The path without an index: the latest stored snapshot at or before N, then its tail.
+    times.sort()
+    zero_times.sort()
+    head = {"log_offsets": end, "unit": "queries", "p50_ms": round(percentile(times, 50) * 1000, 2),
+            "p99_ms": round(percentile(times, 99) * 1000, 2)}
+    rows = [row(sub, base, headline=True, target="p50 <= 5 ms a query on >= 1M offsets", **head,
+                first_query_ms=round(first_ms, 1), baseline_p50_ms=round(percentile(zero_times, 50) * 1000, 1),
+                checked_equal=len(sample), **built)]
     stored = Session(settings=ts, swarm=swarm, registry=registry)
     if not stored.store.kept():
         t0 = perf_counter()
-        taken = stored.snapshot(every=SNAPSHOT_EVERY)
+        try:
+            taken = stored.snapshot(every=SNAPSHOT_EVERY)
+        except SwarmlogError as exc:
+            # A snapshot holds every event id its agent took: on a long log it outgrows what Kafka takes in one
+            # record (message.max.bytes, 1 MB by default). Said, and the baseline left out.
+            log(f"state_at: the stored snapshots could not be written: {exc}")
+            rows[0]["stored_snapshots"] = f"not written: {type(exc).__name__}: {str(exc)[:200]}"
+            return rows
         log(f"state_at: {taken.records} snapshot records taken in {perf_counter() - t0:.0f} s")
     picked = queries[:SNAPSHOT_QUERIES]
     stored.state(AGENT, at=picked[0])  # its first look reads the snapshot topic's headers
@@ -184,14 +199,9 @@ def run(s: Settings, registry: SchemaRegistry) -> list[dict[str, Any]]:
     old.add(sum(snap_times))
     snap_mean_tail = sum(q - (b.from_snapshot or 0) for q, b in zip(picked, snap_answers, strict=True)) / len(picked)
     log(f"{old.name}: {sum(snap_times) / len(picked) * 1000:.0f} ms a query (mean tail {snap_mean_tail:,.0f})")
-    times.sort()
-    zero_times.sort()
     snap_times.sort()
-    head = {"log_offsets": end, "unit": "queries", "p50_ms": round(percentile(times, 50) * 1000, 2),
-            "p99_ms": round(percentile(times, 99) * 1000, 2)}
-    return [row(sub, base, headline=True, target="p50 <= 5 ms a query on >= 1M offsets", **head,
-                first_query_ms=round(first_ms, 1), baseline_p50_ms=round(percentile(zero_times, 50) * 1000, 1),
-                checked_equal=len(sample), **built),
-            row(sub, old, **head, baseline_p50_ms=round(percentile(snap_times, 50) * 1000, 1),
-                baseline_p99_ms=round(percentile(snap_times, 99) * 1000, 1), every=SNAPSHOT_EVERY,
-                mean_tail_offsets=round(snap_mean_tail))]
+    rows.append(row(sub, old, **head, baseline_p50_ms=round(percentile(snap_times, 50) * 1000, 1),
+                    baseline_p99_ms=round(percentile(snap_times, 99) * 1000, 1), every=SNAPSHOT_EVERY,
+                    mean_tail_offsets=round(snap_mean_tail), snapshot_records=len(stored.store.kept()),
+                    last_snapshot_at=max((i.at for i in stored.store.kept()), default=None)))
+    return rows
