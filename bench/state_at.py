@@ -46,7 +46,7 @@ from swarmlog.settings import Settings
 from .common import Run, env_int, log, percentile, reserve_topic, row
 
 OFFSETS = env_int("BENCH_STATE_AT_OFFSETS", 1_000_000)
-INDEX_EVERY = env_int("BENCH_STATE_AT_INDEX_EVERY", 64, scale=False)
+INDEX_EVERY = env_int("BENCH_STATE_AT_INDEX_EVERY", 32, scale=False)
 QUERIES = env_int("BENCH_STATE_AT_QUERIES", 1_000)
 CHECKED = env_int("BENCH_STATE_AT_CHECKED", 8, scale=False)
 SNAPSHOT_EVERY = env_int("BENCH_STATE_AT_SNAPSHOT_EVERY", 10_000, scale=False)

@@ -26,8 +26,8 @@ a capture restored whole and its tail fold to what the whole fold reaches (the g
 snapshots stand on, :mod:`swarmlog.runtime.checkpoint`); ``tests/unit/test_state_index.py``
 compares them at random offsets.
 
-**Memory.** Captures are kept as JSON and take ``max_bytes`` at most: past it, every other one
-is dropped and ``every`` doubles. Beside them, 16 bytes per event the agent took and one byte
+**Memory.** Captures are kept as compressed JSON and take ``max_bytes`` at most: past it, every
+other one is dropped and ``every`` doubles. Beside them, 16 bytes per event the agent took and one byte
 per offset of the log. :attr:`AgentIndex.memory` says how much of each.
 """
 
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+import zlib
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
@@ -49,15 +50,15 @@ __all__ = ["DEFAULT_INDEX_BYTES", "DEFAULT_INDEX_EVERY", "AgentIndex", "IndexMem
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_INDEX_EVERY = 64
+DEFAULT_INDEX_EVERY = 32
 """Offsets between two kept captures: a query folds at most this many offsets of tail."""
 DEFAULT_INDEX_BYTES = 64 << 20
-"""The captures' JSON bytes an index keeps at most (then it keeps every other one)."""
+"""The captures' bytes (compressed JSON) an index keeps at most (then it keeps every other one)."""
 
 
 @dataclass(frozen=True, slots=True)
 class IndexMemory:
-    """What an index holds, in bytes (captures: their JSON size) and entries."""
+    """What an index holds, in bytes (captures: compressed) and entries."""
 
     captures: int
     capture_bytes: int
@@ -147,9 +148,11 @@ class AgentIndex:
             doc = capture(core)
         finally:
             watch._ids = ids
-        # Kept as JSON bytes: a capture is mostly its outputs awaiting their record, and as Python
-        # objects it takes several times its JSON size; a query parses only the one it restores.
-        kept = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+        # Kept as compressed JSON: a capture is mostly its outputs awaiting their record, alike from one
+        # capture to the next; as Python objects it took several times its JSON size, compressed a
+        # fraction of it, so twice as many fit the same bound. A query inflates and parses only the
+        # one it restores.
+        kept = zlib.compress(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode(), 1)
         size = len(kept)
         self._at.append(at)
         self._docs.append(kept)
@@ -186,7 +189,7 @@ class AgentIndex:
         k = bisect_right(self._at, at) - 1
         if k < 0:
             return None
-        return self._at[k], json.loads(self._docs[k]), self._lasts[k]
+        return self._at[k], json.loads(zlib.decompress(self._docs[k])), self._lasts[k]
 
     def share(self, core: AgentCore, *, at: int) -> None:
         """Give ``core``, just restored from the capture at ``at``, the ids its agent took before ``at``."""
