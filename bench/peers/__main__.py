@@ -2,7 +2,7 @@
 
 Usage::
 
-    PYTHONPATH=platform:connectors .venv/bin/python -m bench.peers [--only ring,hop,sink] [--out DIR]
+    PYTHONPATH=platform:connectors .venv/bin/python -m bench.peers [--only ring,hop,sink,state_at] [--out DIR]
 
 Needs the ``peers`` extra (``pip install -e '.[peers]'``, what ``make bench-peers`` does)
 and Maven (Kafka Connect and the JDBC sink connector are fetched on the first run).
@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 from swarmlog.debug import Session
+from swarmlog.runtime import interpreter
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 from swarmlog_connectors.postgres_migrations import migrate
@@ -184,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     chosen = PARTS if not args.only else tuple(p.strip() for p in args.only.split(",") if p.strip())
     if set(chosen) - set(PARTS):
         parser.error(f"unknown part(s): {', '.join(sorted(set(chosen) - set(PARTS)))}")
+    # state_at replays a run a swarmlog process started, pinned to swarmlog's string-hash seed: the same here.
+    if "state_at" in chosen and interpreter.current().seed != interpreter.DEFAULT_HASH_SEED:
+        interpreter.reexec_with(interpreter.DEFAULT_HASH_SEED, run_id="bench-peers")
     s = common.settings()
     registry = SchemaRegistry.load(s.schema_dirs())
     if "sink" in chosen:  # fetch the jars before any clock runs
