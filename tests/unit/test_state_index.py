@@ -144,3 +144,19 @@ def test_the_ids_an_index_keeps_are_those_a_fold_from_zero_took(long_log, regist
         taken = list(rebuild.cores["r3"].watch.capture()["ids"])
     assert [tuple(i) for i in taken] == list(index._ids.listed(before))  # type: ignore[union-attr]
     assert all(index._ids.first(event_id, before) == offset for event_id, offset in taken)  # type: ignore[union-attr]
+
+
+def test_a_session_told_to_indexes_an_agent_once_asked_and_its_diffs_equal_the_fold_from_zero(long_log, registry):
+    end = long_log.watermarks("relay")[1]
+    session = Session(settings=_settings(), swarm=swarms.relay_long, backend=long_log, registry=registry,
+                      index_after=2)
+    from_zero = Session(settings=_settings(), swarm=swarms.relay_long, backend=long_log, registry=registry,
+                        snapshots=False)
+    session.state("r4", at=end // 3)
+    assert "r4" not in session._indexes  # once is not yet
+    session.state("r4", at=end // 2)
+    assert session._indexes["r4"].end == end
+    for start, stop in ((0, end), (end // 5, end // 5 + 40), (end // 2, end // 2)):
+        kept, zero = session.diff("r4", start, stop), from_zero.diff("r4", start, stop)
+        assert (kept.before, kept.after, kept.changes, kept.steps) == (zero.before, zero.after, zero.changes,
+                                                                      zero.steps)

@@ -111,8 +111,10 @@ class Session:
 
     def __init__(self, *, settings: Settings, swarm: Swarm, topic: str | None = None,
                  registry: SchemaRegistry | None = None, backend: LogBackend | None = None,
-                 snapshots: bool = True) -> None:
-        """``snapshots=False``: every fold starts at offset zero (what snapshots save is measured so)."""
+                 snapshots: bool = True, index_after: int = 0) -> None:
+        """``snapshots=False``: every fold starts at offset zero (what snapshots save is measured so).
+        ``index_after``: :meth:`index` an agent once :meth:`state` has been asked about it this many times
+        (0: only when asked to) — what a long-lived process that answers many queries wants (the console)."""
         self.settings = settings
         self.swarm = swarm
         self.topic = topic or settings.topic
@@ -125,6 +127,8 @@ class Session:
                                    code_version=self.code_version)
         self.use_snapshots = snapshots
         self._indexes: dict[str, AgentIndex] = {}
+        self._index_after = index_after
+        self._asked: dict[str, int] = {}
         self._probe = LogProbe(backend=self.backend, topic=self.topic)
         """Which offsets hold a message, asked of the log once each for every fold of this session."""
 
@@ -231,6 +235,14 @@ class Session:
                         if raw is not None:
                             yield raw.decode(), m.offset()
 
+    def _index_when_asked(self, agent: str) -> None:
+        if not self._index_after or agent in self._indexes:
+            return
+        asked = self._asked[agent] = self._asked.get(agent, 0) + 1
+        if asked >= self._index_after:
+            logger.info("%s asked about %d times: indexing it (one fold from offset zero)", agent, asked)
+            self.index(agent)
+
     def _state_from_index(self, agent: str, at: int) -> AgentState | None:
         """``state`` from the session's index of ``agent`` (None: no index covers ``at``)."""
         idx = self._indexes.get(agent)
@@ -256,6 +268,7 @@ class Session:
         """``agent``'s state just before offset ``at`` (past the end: at the end of the log)."""
         self._check_agent(agent)
         if self.use_snapshots:
+            self._index_when_asked(agent)
             kept = self._state_from_index(agent, at)
             if kept is not None:
                 return kept
@@ -284,6 +297,13 @@ class Session:
         self._check_agent(agent)
         if end < start:
             raise UsageError(f"--diff {start} {end}: the second offset must not be before the first")
+        if self.use_snapshots:
+            self._index_when_asked(agent)
+            first = self._state_from_index(agent, start)
+            last = self._state_from_index(agent, end) if first is not None else None
+            if first is not None and last is not None:
+                return StateDiff(agent=agent, start=start, end=end, before=first.state, after=last.state,
+                                 changes=diff(first.state, last.state), steps=last.steps - first.steps)
 
         def body(rebuild: Rebuild) -> StateDiff:
             rebuild.run_to(start)
