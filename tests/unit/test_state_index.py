@@ -55,8 +55,8 @@ def test_an_indexed_session_answers_random_offsets_as_the_fold_from_zero(long_lo
 
 
 def test_a_repeated_event_before_a_capture_is_still_not_handled_after_it(long_log, registry):
-    """The ids a restored fold has taken come from the index's one fold: a copy of an event taken before the
-    capture, appended at the end, is named and not handled, as from offset zero."""
+    """What a restored fold remembers of the ids it took comes from the capture: a copy of an event taken
+    before it, appended at the end, is named and not handled, as from offset zero."""
     copy = InMemoryLog()
     copy.create_copy("relay", long_log.messages("relay"))
     first = next(m for m in long_log.messages("relay") if route(m.headers()).to == "r1")
@@ -111,39 +111,6 @@ def test_an_index_of_a_log_made_again_is_not_used(long_log, registry, caplog):
             got = session.state("r1", at=n)
             assert (got.state, got.steps) == (from_zero.state("r1", at=n).state, from_zero.state("r1", at=n).steps)
     assert "index of r1 is dropped" in caplog.text
-
-
-def test_kept_ids_of_one_hash_are_told_apart_by_reading_the_log(monkeypatch):
-    from swarmlog.debug import index
-
-    monkeypatch.setattr(index, "_id_hash", lambda _event_id: 0)  # every id collides
-    log = {3: "x", 5: "y", 9: "z"}
-    reads: list[int] = []
-
-    def read_id(offset: int) -> str | None:
-        reads.append(offset)
-        return log.get(offset)
-
-    kept = index.KeptIds({"x": 3, "y": 5, "z": 9}, read_id=read_id,
-                         read_ids=lambda offsets, end: iter(sorted((log[o], o) for o in offsets if o < end)))
-    assert kept.first("y", 10) == 5 and kept.first("y", 5) is None and kept.first("z", 9) is None
-    assert kept.first("w", 10) is None and set(reads) == {3, 5, 9}
-    assert list(kept.listed(6)) == [("x", 3), ("y", 5)]
-
-
-def test_the_ids_an_index_keeps_are_those_a_fold_from_zero_took(long_log, registry):
-    from swarmlog.debug._rebuild import Rebuild
-    from swarmlog.schema.codec import Decoder
-
-    session = Session(settings=_settings(), swarm=swarms.relay_long, backend=long_log, registry=registry)
-    index = session.index("r3", every=50)
-    before = long_log.watermarks("relay")[1] * 2 // 3
-    with Rebuild(backend=long_log, topic="relay", swarm=swarms.relay_long, decoder=Decoder(registry),
-                 agents=["r3"], check_states=False) as rebuild:
-        rebuild.run_to(before)
-        taken = list(rebuild.cores["r3"].watch.capture()["ids"])
-    assert [tuple(i) for i in taken] == list(index._ids.listed(before))  # type: ignore[union-attr]
-    assert all(index._ids.first(event_id, before) == offset for event_id, offset in taken)  # type: ignore[union-attr]
 
 
 def test_a_session_told_to_indexes_an_agent_once_asked_and_its_diffs_equal_the_fold_from_zero(long_log, registry):

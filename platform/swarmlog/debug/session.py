@@ -194,14 +194,13 @@ class Session:
         """Fold ``agent`` once from offset zero to the end of the log, keeping its fold every ``every``
         offsets in memory (:mod:`swarmlog.debug.index`): later :meth:`state` calls of this agent at an
         offset before that end fold at most ``every`` offsets of tail. Costs one fold from zero (what a
-        query without snapshots costs); its memory is bounded by ``max_bytes`` of captures plus the
-        agent's event ids and a byte per offset (``AgentIndex.memory``). Call it again to cover what the
+        query without snapshots costs); its memory is bounded by ``max_bytes`` of captures plus a byte
+        per offset (``AgentIndex.memory``). Call it again to cover what the
         log gained since."""
         self._check_agent(agent)
         if every < 1:
             raise UsageError("an index keeps a capture every 1 offset at least")
-        built = AgentIndex(agent=agent, every=every, max_bytes=max_bytes, probe=self._probe,
-                           read_id=self._event_id_at, read_ids=self._event_ids_at)
+        built = AgentIndex(agent=agent, every=every, max_bytes=max_bytes, probe=self._probe)
         with Rebuild(backend=self.backend, topic=self.topic, swarm=self.swarm, decoder=self.decoder, agents=[agent],
                      check_states=False, probe=self._probe) as rebuild:
             core = rebuild.cores[agent]
@@ -217,23 +216,6 @@ class Session:
         logger.info("index of %s: %d captures to offset %d (%s)", agent, built.memory.captures, built.end,
                     built.memory.to_json())
         return built
-
-    def _event_id_at(self, offset: int) -> str | None:
-        """The event id of the message at ``offset`` (None: none there, or not an event)."""
-        return next((event_id for event_id, _ in self._event_ids_at({offset}, offset + 1)), None)
-
-    def _event_ids_at(self, offsets: set[int], end: int) -> Iterator[tuple[str, int]]:
-        """(event id, offset) of the messages at ``offsets`` before ``end``, in offset order, read from the log."""
-        if not offsets:
-            return
-        with self.backend.reader(self.topic) as reader:
-            reader.assign(min(offsets))
-            for batch in reader.batches(end=end):
-                for m in batch:
-                    if m.offset() in offsets:
-                        raw = Decoder.event_id(m)
-                        if raw is not None:
-                            yield raw.decode(), m.offset()
 
     def _index_when_asked(self, agent: str) -> None:
         if not self._index_after or agent in self._indexes:
@@ -254,7 +236,6 @@ class Session:
             with Rebuild(backend=self.backend, topic=self.topic, swarm=self.swarm, decoder=self.decoder,
                          agents=[agent], starts={agent: doc}, last=last, check_states=False,
                          probe=idx.held) as rebuild:
-                idx.share(rebuild.cores[agent], at=base)
                 rebuild.run_to(at)
                 return AgentState(agent=agent, at=at, state=rebuild.state(agent), steps=rebuild.cores[agent].steps,
                                   from_snapshot=base)
