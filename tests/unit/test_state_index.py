@@ -127,3 +127,33 @@ def test_a_session_told_to_indexes_an_agent_once_asked_and_its_diffs_equal_the_f
         kept, zero = session.diff("r4", start, stop), from_zero.diff("r4", start, stop)
         assert (kept.before, kept.after, kept.changes, kept.steps) == (zero.before, zero.after, zero.changes,
                                                                       zero.steps)
+
+
+def test_a_restored_fold_remembers_the_ids_a_fold_from_zero_remembers_there(long_log, registry, monkeypatch):
+    """A capture leaves out what the watch remembers of the step ids it took; the index gives it back from
+    the one fold it made: the same ids, offsets and order as a fold from zero has at that offset, and the
+    same after the tail (its oldest dropped as from zero)."""
+    from swarmlog.debug import index as index_module
+    from swarmlog.debug._rebuild import Rebuild
+    from swarmlog.runtime import anomalies
+    from swarmlog.schema.codec import Decoder
+
+    monkeypatch.setattr(anomalies, "RECENT_IDS", 40)  # small, so that the watch drops ids and sets floors
+    monkeypatch.setattr(index_module, "RECENT_IDS", 40)
+    session = Session(settings=_settings(), swarm=swarms.relay_long, backend=long_log, registry=registry)
+    index = session.index("r0", every=25)
+    end = index.end
+    for n in (end // 4, end // 2, end - 3):
+        base, doc, last = index.start(n)  # type: ignore[misc]
+        decoder = Decoder(registry)
+        with Rebuild(backend=long_log, topic="relay", swarm=swarms.relay_long, decoder=decoder, agents=["r0"],
+                     starts={"r0": doc}, last=last, check_states=False) as restored, \
+                Rebuild(backend=long_log, topic="relay", swarm=swarms.relay_long, decoder=decoder, agents=["r0"],
+                        check_states=False) as whole:
+            index.share(restored.cores["r0"], at=base)
+            whole.run_to(base)
+            assert restored.cores["r0"].watch.capture() == whole.cores["r0"].watch.capture()
+            assert len(whole.cores["r0"].watch.capture()["recent"]) == 40
+            restored.run_to(n)
+            whole.run_to(n)
+            assert restored.cores["r0"].watch.capture() == whole.cores["r0"].watch.capture()

@@ -32,12 +32,14 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from bisect import bisect_right
-from collections.abc import Callable
+from array import array
+from bisect import bisect_left, bisect_right
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime.anomalies import Presence
+from ..runtime.anomalies import RECENT_IDS, Presence
 from ..runtime.checkpoint import capture
 from ..runtime.engine import AgentCore
 
@@ -57,10 +59,123 @@ class IndexMemory:
 
     captures: int
     capture_bytes: int
+    ids: int
+    ids_bytes: int
     offsets: int
 
     def to_json(self) -> dict[str, int]:
-        return {"captures": self.captures, "capture_bytes": self.capture_bytes, "offsets": self.offsets}
+        return {"captures": self.captures, "capture_bytes": self.capture_bytes, "ids": self.ids,
+                "ids_bytes": self.ids_bytes, "offsets": self.offsets}
+
+
+class TakenIds:
+    """Every step id the index's fold remembered, in the order it did (what :class:`~swarmlog.runtime.
+    anomalies.Watch` keeps the latest :data:`~swarmlog.runtime.anomalies.RECENT_IDS` of), compactly:
+    the ids in one buffer, their offsets, writers and steps in arrays. The watch of a fold from zero
+    at P remembers exactly the last RECENT_IDS of those it had taken before P, so a capture leaves them
+    out and a restored fold reads them here (:class:`RecentIds`): a capture stays the size of the
+    agent's state, not of the watch's memory."""
+
+    __slots__ = ("_text", "_ends", "_offsets", "_steps", "_writers", "_writer_names", "_by_hash", "_positions")
+
+    def __init__(self) -> None:
+        self._text = bytearray()
+        self._ends = array("q")
+        self._offsets = array("q")
+        self._steps = array("q")
+        self._writers = array("l")
+        self._writer_names: dict[str, int] = {}
+        self._by_hash = array("q")
+        self._positions = array("q")
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def add(self, event_id: str, kept: tuple[int, str, int]) -> None:
+        off, writer, step = kept
+        self._text += event_id.encode()
+        self._ends.append(len(self._text))
+        self._offsets.append(off)
+        self._steps.append(step)
+        self._writers.append(self._writer_names.setdefault(writer, len(self._writer_names)))
+
+    def seal(self) -> None:
+        """The fold is over: the lookup by id is built (each id's ``hash()`` and position, sorted)."""
+        pairs = sorted((hash(self.event_id(i)), i) for i in range(len(self)))
+        self._by_hash = array("q", [h for h, _ in pairs])
+        self._positions = array("q", [i for _, i in pairs])
+
+    def event_id(self, i: int) -> str:
+        return self._text[self._ends[i - 1] if i else 0:self._ends[i]].decode()
+
+    def entry(self, i: int) -> tuple[str, tuple[int, str, int]]:
+        names = list(self._writer_names)
+        return self.event_id(i), (self._offsets[i], names[self._writers[i]], self._steps[i])
+
+    def find(self, event_id: str, lo: int, hi: int) -> int | None:
+        """The position of ``event_id`` in ``[lo, hi)`` (None: not there)."""
+        hashes, h = self._by_hash, hash(event_id)
+        i = bisect_left(hashes, h)
+        while i < len(hashes) and hashes[i] == h:
+            pos = self._positions[i]
+            if lo <= pos < hi and self.event_id(pos) == event_id:
+                return pos
+            i += 1
+        return None
+
+    @property
+    def nbytes(self) -> int:
+        return len(self._text) + 8 * (5 * len(self._ends))
+
+
+class _Recording(OrderedDict[str, tuple[int, str, int]]):
+    """The index fold's watch memory: every id it remembers is also added to the index's :class:`TakenIds`."""
+
+    def __init__(self, taken: TakenIds) -> None:
+        super().__init__()
+        self.taken = taken
+
+    def __setitem__(self, key: str, value: tuple[int, str, int]) -> None:
+        self.taken.add(key, value)
+        super().__setitem__(key, value)
+
+
+class RecentIds:
+    """What a fold restored at P remembers of the step ids it took: positions ``[lo, hi)`` of the index's
+    :class:`TakenIds` (the last ``RECENT_IDS`` before P), then its own. The part of an ``OrderedDict`` a
+    :class:`~swarmlog.runtime.anomalies.Watch` uses."""
+
+    __slots__ = ("_taken", "_lo", "_hi", "_own")
+
+    def __init__(self, taken: TakenIds, lo: int, hi: int) -> None:
+        self._taken, self._lo, self._hi = taken, lo, hi
+        self._own: OrderedDict[str, tuple[int, str, int]] = OrderedDict()
+
+    def get(self, event_id: str) -> tuple[int, str, int] | None:
+        own = self._own.get(event_id)
+        if own is not None or self._lo >= self._hi:
+            return own
+        pos = self._taken.find(event_id, self._lo, self._hi)
+        return None if pos is None else self._taken.entry(pos)[1]
+
+    def __setitem__(self, event_id: str, kept: tuple[int, str, int]) -> None:
+        self._own[event_id] = kept
+
+    def __len__(self) -> int:
+        return self._hi - self._lo + len(self._own)
+
+    def popitem(self, last: bool = True) -> tuple[str, tuple[int, str, int]]:
+        if last:
+            raise TypeError("a watch drops its oldest id only")
+        if self._lo < self._hi:
+            self._lo += 1
+            return self._taken.entry(self._lo - 1)
+        return self._own.popitem(last=False)
+
+    def items(self) -> Iterator[tuple[str, tuple[int, str, int]]]:
+        for i in range(self._lo, self._hi):
+            yield self._taken.entry(i)
+        yield from self._own.items()
 
 
 class AgentIndex:
@@ -78,6 +193,8 @@ class AgentIndex:
         self._sizes: list[int] = []
         self._bytes = 0
         self._finished = False
+        self.taken = TakenIds()
+        self._taken_before: list[int] = []
         self._presence: Presence | None = None
         self._probe = probe
 
@@ -85,7 +202,12 @@ class AgentIndex:
 
     def keep(self, core: AgentCore, *, at: int, last: tuple[int, int]) -> None:
         """Keep ``core``'s fold just before offset ``at`` (``last``: the message it folded last)."""
-        doc = capture(core)
+        watch = core.watch
+        recent, watch._recent = watch._recent, OrderedDict()  # left out: the index holds them (TakenIds)
+        try:
+            doc = capture(core)
+        finally:
+            watch._recent = recent
         # Kept as compressed JSON: a capture is mostly its outputs awaiting their record, alike from one
         # capture to the next; as Python objects it took several times its JSON size, compressed a
         # fraction of it, so twice as many fit the same bound. A query inflates and parses only the
@@ -93,6 +215,7 @@ class AgentIndex:
         kept = zlib.compress(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode(), 1)
         size = len(kept)
         self._at.append(at)
+        self._taken_before.append(len(self.taken))
         self._docs.append(kept)
         self._lasts.append(last)
         self._sizes.append(size)
@@ -106,6 +229,7 @@ class AgentIndex:
         self._at = [self._at[i] for i in keep]
         self._docs = [self._docs[i] for i in keep]
         self._lasts = [self._lasts[i] for i in keep]
+        self._taken_before = [self._taken_before[i] for i in keep]
         self._sizes = [self._sizes[i] for i in keep]
         self._bytes = sum(self._sizes)
         self.every *= 2
@@ -115,6 +239,7 @@ class AgentIndex:
     def finish(self, core: AgentCore, *, end: int) -> None:
         """The fold reached ``end``: the offsets it read answer every restored fold's questions about them."""
         self._presence = core.watch.presence
+        self.taken.seal()
         self._finished = True
         self.end = end
 
@@ -129,6 +254,16 @@ class AgentIndex:
             return None
         return self._at[k], json.loads(zlib.decompress(self._docs[k])), self._lasts[k]
 
+    def recording(self, core: AgentCore) -> None:
+        """Have the index's fold (``core``, nothing folded yet) add every id its watch remembers here."""
+        core.watch._recent = _Recording(self.taken)
+
+    def share(self, core: AgentCore, *, at: int) -> None:
+        """Give ``core``, just restored from the capture at ``at``, what its watch remembered of the step ids
+        it took (a capture leaves them out): the last ``RECENT_IDS`` the index's fold had taken there."""
+        k = self._taken_before[bisect_right(self._at, at) - 1]
+        core.watch._recent = RecentIds(self.taken, max(0, k - RECENT_IDS), k)  # type: ignore[assignment]
+
     def held(self, offset: int) -> bool:
         """Whether ``offset`` (before the index's end) holds a message: from the fold's marks, else the log."""
         p = self._presence
@@ -140,5 +275,6 @@ class AgentIndex:
     @property
     def memory(self) -> IndexMemory:
         p = self._presence
-        return IndexMemory(captures=len(self._at), capture_bytes=self._bytes,
+        return IndexMemory(captures=len(self._at), capture_bytes=self._bytes, ids=len(self.taken),
+                           ids_bytes=self.taken.nbytes,
                            offsets=len(p._marks) if p is not None else 0)

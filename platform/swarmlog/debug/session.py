@@ -204,6 +204,7 @@ class Session:
         with Rebuild(backend=self.backend, topic=self.topic, swarm=self.swarm, decoder=self.decoder, agents=[agent],
                      check_states=False, probe=self._probe) as rebuild:
             core = rebuild.cores[agent]
+            built.recording(core)
             due = every
             for m in rebuild.messages():
                 off = m.offset()
@@ -236,6 +237,7 @@ class Session:
             with Rebuild(backend=self.backend, topic=self.topic, swarm=self.swarm, decoder=self.decoder,
                          agents=[agent], starts={agent: doc}, last=last, check_states=False,
                          probe=idx.held) as rebuild:
+                idx.share(rebuild.cores[agent], at=base)
                 rebuild.run_to(at)
                 return AgentState(agent=agent, at=at, state=rebuild.state(agent), steps=rebuild.cores[agent].steps,
                                   from_snapshot=base)
