@@ -126,7 +126,7 @@ def indexed_session(ts: Settings, registry: SchemaRegistry) -> tuple[Session, di
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # what the fold freed, given back: the RSS the index keeps
     built = {"index_seconds": round(perf_counter() - t0, 2), "index_rss_mb": round((rss_bytes() - rss0) / 2**20, 1),
              "index_build_rss_mb": round((peak - rss0) / 2**20, 1),
-             "index_holds_mb": round((mem.capture_bytes + mem.offsets) / 2**20, 1),
+             "index_holds_mb": round((mem.capture_bytes + mem.ids_bytes + mem.offsets) / 2**20, 1),
              "index_every": index.every, **{f"index_{k}": v for k, v in index.memory.to_json().items()}}
     log(f"state_at: index of {AGENT} built in {built['index_seconds']} s: {built}")
     return session, built
