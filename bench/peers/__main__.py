@@ -8,7 +8,8 @@ Needs the ``peers`` extra (``pip install -e '.[peers]'``, what ``make bench-peer
 and Maven (Kafka Connect and the JDBC sink connector are fetched on the first run).
 Knobs: ``BENCH_REPS``, ``BENCH_QUICK=1``, ``BENCH_SWARM_CHAINS`` / ``BENCH_SWARM_HOPS``
 (the ring), ``BENCH_HOP_HOPS`` (the single chain), ``BENCH_SINK_EVENTS``,
-``BENCH_PEERS_LANGGRAPH_PROCESSES`` (5).
+``BENCH_PEERS_LANGGRAPH_PROCESSES`` (5), ``BENCH_PEERS_STATE_AT_STEPS`` (20,000: LangGraph's
+thread for ``state_at``; swarmlog's side takes bench/state_at.py's ``BENCH_STATE_AT_*``).
 """
 
 from __future__ import annotations
