@@ -9,7 +9,11 @@ each).
 log as it is then, and keeps:
 
 * **a capture every** ``every`` **offsets** (:func:`~swarmlog.runtime.checkpoint.capture`,
-  compressed);
+  compressed), without what the agent's watch remembers of the step ids it took (up to
+  :data:`~swarmlog.runtime.anomalies.RECENT_IDS` of them, the bulk of a small agent's capture);
+* **every step id the fold remembered, once, in order** (:class:`TakenIds`): a fold restored at
+  P is given the last ``RECENT_IDS`` of those taken before P (:class:`RecentIds`), exactly what
+  a fold from zero remembers there;
 * **which offsets held a message** (one byte an offset), which answers the tail's questions
   about offsets before its start without reading the log.
 
@@ -23,8 +27,9 @@ snapshots stand on, :mod:`swarmlog.runtime.checkpoint`); ``tests/unit/test_state
 compares them at random offsets.
 
 **Memory.** Captures are kept as compressed JSON and take ``max_bytes`` at most: past it, every
-other one is dropped and ``every`` doubles. Beside them, one byte per offset of the log.
-:attr:`AgentIndex.memory` says how much of each.
+other one is dropped and ``every`` doubles. Beside them, the remembered ids (their bytes, and five
+8-byte numbers each) and one byte per offset of the log. :attr:`AgentIndex.memory` says how much
+of each.
 """
 
 from __future__ import annotations
