@@ -194,8 +194,8 @@ class Session:
         """Fold ``agent`` once from offset zero to the end of the log, keeping its fold every ``every``
         offsets in memory (:mod:`swarmlog.debug.index`): later :meth:`state` calls of this agent at an
         offset before that end fold at most ``every`` offsets of tail. Costs one fold from zero (what a
-        query without snapshots costs); its memory is bounded by ``max_bytes`` of captures plus a byte
-        per offset (``AgentIndex.memory``). Call it again to cover what the
+        query without snapshots costs); it holds at most ``max_bytes`` of captures, plus the step ids its
+        fold remembered and a byte per offset (``AgentIndex.memory``). Call it again to cover what the
         log gained since."""
         self._check_agent(agent)
         if every < 1:
