@@ -49,8 +49,8 @@ CHECKPOINT_FORMAT = 1
 
 FOLD_FIELDS = frozenset({
     "divergences", "pending", "timers", "events_seen", "position", "steps", "last_recorded_step", "unverified",
-    "stopped", "stopped_at", "run_pin", "states_checked", "state_mismatches", "state_diverged_at", "failures", "checked_from",
-    "watch",
+    "stopped", "stopped_at", "run_pin", "states_checked", "state_mismatches", "state_diverged_at", "failures",
+    "checked_from", "watch",
 })
 """Core attributes that are the fold's state (beside ``agent.state`` and the ``ctx``'s run)."""
 WIRING_FIELDS = frozenset({
