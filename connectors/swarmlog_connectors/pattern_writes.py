@@ -22,8 +22,8 @@ from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
 
 from . import sink_owners
-from .postgres_rows import COPY_SIGNATURE, COPY_TRAILER, CopyBatch, RowBuilder, dead_letter
-from .postgres_sink import _COPY_EVENTS, _INSERT_DEAD, _INSERT_EVENT
+from .postgres_rows import COPY_SIGNATURE, COPY_TRAILER, CopyBatch, RowBuilder
+from .postgres_sink import _COPY_EVENTS, _INSERT_DEAD, _INSERT_EVENT, ROW_REFUSALS, refused_one_by_one, refused_row
 from .sink_owners import Fence
 
 __all__ = ["TopicsWriter", "Written"]
@@ -77,8 +77,11 @@ class TopicsWriter:
                     cur.executemany(_INSERT_DEAD, dead)
                 cur.execute(_SET_POSITIONS, (topics, [ends[t] for t in topics]))
             conn.commit()
-        except psycopg.DataError:
-            # A row Postgres refuses: the transaction again, row by row (as postgres_sink does).
+        except ROW_REFUSALS as exc:
+            # A row Postgres refuses (bad jsonb text), or a second event with an id the topic's mirror has
+            # (events_by_event_id): the transaction again, row by row, as postgres_sink does.
+            if not refused_one_by_one(exc):
+                raise
             conn.rollback()
             return self._slowly(conn, pending, expected, topics, ends)
         except psycopg.OperationalError as exc:
@@ -104,8 +107,8 @@ class TopicsWriter:
                         with conn.transaction():  # a savepoint
                             cur.execute(_INSERT_EVENT, row)
                         rows[t] = rows.get(t, 0) + 1
-                    except psycopg.DataError as exc:
-                        dead.append(dead_letter(t, by_offset[row[1]], f"Postgres refused the row: {exc}"))
+                    except ROW_REFUSALS as exc:
+                        dead.append(refused_row(cur, t, by_offset[row[1]], row, exc))
                 for d in dead:
                     cur.execute(_INSERT_DEAD, d)
                 dead_count[t] = dead_count.get(t, 0) + len(dead)

@@ -544,7 +544,7 @@ def refused_row(cur: psycopg.Cursor[Any], topic: str, message: Any, row: tuple[A
                 exc: Exception) -> tuple[Any, ...]:
     """The dead letter of a row Postgres refused on its own (in a savepoint, rolled back): the message whole,
     and why. Re-raises what is not a row's refusal (:func:`refused_one_by_one`). Both sinks' row-by-row
-    paths and ``mirror redrive`` use it."""
+    paths (postgres_sink, pattern_writes) and ``mirror redrive`` use it."""
     if not refused_one_by_one(exc):
         raise exc
     if isinstance(exc, psycopg.errors.UniqueViolation):

@@ -13,6 +13,7 @@ import time
 from confluent_kafka import Producer
 
 from swarmlog.kafka.discovery import TopicPattern
+from swarmlog.kafka.reader import LogReader
 from swarmlog.kafka.topic import create_topic
 from swarmlog.log.append import EventLog
 from swarmlog.log.protocol import sink_group, snapshot_topic
@@ -255,3 +256,31 @@ def test_kafka_consumer_groups_shows_the_sinks_lag_falling_to_zero(settings, reg
 def test_the_one_topic_sink_names_its_group_after_the_topic(settings, registry):
     assert PostgresSink(settings=settings, registry=registry).group == f"swarmlog-sink.{settings.topic}"
     assert PostgresSink(settings=settings, registry=registry, group="mine").group == "mine"
+
+
+def test_a_repeated_event_id_is_dead_lettered_by_the_many_topics_sink_as_by_the_one_topic_sink(
+        base_settings, registry, db):
+    # A copy of an event (re-sent byte for byte by a copy tool) in one topic of many: the mirror holds the id
+    # once (its unique index), the copy is a dead letter naming the first, and the sink goes on.
+    prefix = new_topic_name("many-dup")
+    topics = [f"{prefix}.a", f"{prefix}.b"]
+    create_topics(base_settings, topics)
+    for t in topics:
+        _append(base_settings, t, 50)
+    s = base_settings.model_copy(update={"topic": topics[0]})
+    copied = read_log(s, registry)[7]
+    with LogReader(settings=s) as reader:
+        reader.assign(copied.offset)
+        raw = next(m for batch in reader.batches(end=copied.offset + 1) for m in batch)
+    p = Producer({"bootstrap.servers": base_settings.bootstrap_servers})
+    p.produce(topics[0], raw.value(), key=raw.key(), headers=raw.headers())
+    assert p.flush(30) == 0
+    _append(base_settings, topics[0], 10, start=50)
+    sink = PatternSink(settings=base_settings, pattern=TopicPattern(pattern=re.escape(prefix) + r"\..*"),
+                       group=f"{prefix}-sink", registry=registry)
+    sink.run(until_end=True)
+    mirrored = _mirror(db, topics[0])
+    assert len(mirrored) == 60 and len({r[1] for r in mirrored}) == 60
+    assert _mirror(db, topics[1]) == _log(base_settings, registry, topics[1])
+    dead = db.execute("SELECT seq, error FROM dead_letters WHERE topic = %s", (topics[0],)).fetchall()
+    assert [(seq, f"offset {copied.offset}" in error) for seq, error in dead] == [(50, True)], dead
