@@ -272,8 +272,14 @@ def test_what_compaction_leaves_of_a_swarm_names_its_holes_though_no_cause_is_le
         replay(settings=compacted, registry=registry, backend=backend)
     _, found = check_causality(settings=compacted, registry=registry, backend=backend)
     assert [v.rule for v in found if v.section == "history"].count("hole") >= 1
+    workers: list = []
     with pytest.raises(Holes):
-        run_agents(settings=compacted, swarm=swarms.relay, agents=["r1"], until_quiet=0.3, backend=backend)
+        run_agents(settings=compacted, swarm=swarms.relay, agents=["r1", "r2"], until_quiet=0.3, backend=backend,
+                   on_started=workers.extend)
+    # Parked, not crashed: up and not ready, saying why, and no crash that stops the other agents with it (a
+    # supervisor would restart the process into the same holes).
+    parked = {w.agent.name: w.refused for w in workers if w.refused is not None}
+    assert parked and all("has lost events" in why for why in parked.values()), parked
 
 
 def test_check_lets_a_logical_timer_fire_during_a_message_that_is_not_an_event(registry):

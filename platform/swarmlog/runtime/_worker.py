@@ -51,6 +51,7 @@ from ..agent import Agent, Swarm
 from ..errors import (
     AgentFenced,
     CodeVersionRefused,
+    HistoryHoles,
     NondeterminismError,
     RunContinuedElsewhere,
     SwarmlogError,
@@ -144,7 +145,7 @@ class AgentWorker:
         :func:`~swarmlog.runtime.run_agents`): the agent refuses it before its rebuild."""
         self.refused: str | None = None
         """Why this agent does not go on with the run (see :meth:`_park`); None while it can."""
-        self.refusal: NondeterminismError | CodeVersionRefused | RunContinuedElsewhere | None = None
+        self.refusal: NondeterminismError | CodeVersionRefused | RunContinuedElsewhere | HistoryHoles | None = None
         """The error it refused the run with (:func:`~swarmlog.runtime.run_agents` raises it once stopped)."""
         self.from_zero = from_zero
         self.resumed_from = 0
@@ -192,14 +193,15 @@ class AgentWorker:
             channel = self._channel = self.backend.agent_channel(self.topic, name)
             if self.stop_event.is_set():
                 channel.wake()  # stopped before this life began: its polls wait for nothing
-            refused: NondeterminismError | CodeVersionRefused | RunContinuedElsewhere | None = None
+            refused: NondeterminismError | CodeVersionRefused | RunContinuedElsewhere | HistoryHoles | None = None
             try:
                 return self._run(channel)
             except AgentFenced:
                 raise
-            except (NondeterminismError, CodeVersionRefused, RunContinuedElsewhere) as exc:
+            except (NondeterminismError, CodeVersionRefused, RunContinuedElsewhere, HistoryHoles) as exc:
                 # Parked below, once this life's channel is closed. A run continued on another topic
-                # (.continued) parks its agents left on this one the same way: up, not ready, no crash loop.
+                # (.continued) parks its agents left on this one the same way: up, not ready, no crash loop;
+                # so does a log that lost events the agent needs (a restart would find the same holes).
                 refused = exc
             except TransactionAborted as exc:
                 # Lives in a row that committed nothing: a cause that a new life does not cure.
@@ -218,7 +220,8 @@ class AgentWorker:
             if self.stop_event.wait(min(aborted, 5)):
                 raise last  # stopped before the new life rebuilt anything: there is no state to report
 
-    def _park(self, exc: NondeterminismError | CodeVersionRefused | RunContinuedElsewhere) -> WorkerResult:
+    def _park(self, exc: NondeterminismError | CodeVersionRefused | RunContinuedElsewhere | HistoryHoles,
+              ) -> WorkerResult:
         """This code cannot go on with the run: say so once, in the log and through readiness, and wait
         to be stopped. Not an exit: a restarted process would refuse the same way, a crash loop that
         says nothing more. Nothing was written (a divergence is found while rebuilding, before any live
@@ -229,8 +232,12 @@ class AgentWorker:
         self.refused = f"agent {name} cannot go on with run {run_id!r} (topic {self.topic!r}): {exc}"
         self.refusal = exc
         self._channel = None
-        logger.error("%s. It stays up, not ready (/readyz), and does not restart: deploy code that can go on with "
-                     "this run (docs/evolution.md)", self.refused)
+        if isinstance(exc, HistoryHoles):
+            logger.error("%s. It stays up, not ready (/readyz), and does not restart: a restart would find the same "
+                         "holes (docs/edges.md)", self.refused)
+        else:
+            logger.error("%s. It stays up, not ready (/readyz), and does not restart: deploy code that can go on "
+                         "with this run (docs/evolution.md)", self.refused)
         self.stop_event.wait()
         return WorkerResult(agent=name, state_hash=core.state_hash() if core is not None else "",
                             position=core.position if core is not None else 0,
