@@ -98,9 +98,10 @@ drawing to them::
     ├── NondeterminismError
     │   ├── EffectDiverged
     │   │   ├── FailedStepChanged
-    │   │   ├── HTTPRequestDiverged  [swarmlog.llm.errors]
+    │   │   ├── RequestDiverged  [swarmlog.llm.errors]
+    │   │   │   ├── HTTPRequestDiverged  [swarmlog.llm.errors]
+    │   │   │   └── ModelRequestDiverged  [swarmlog.integrations.errors]
     │   │   ├── AsyncCallDiverged  [swarmlog.aio.errors]
-    │   │   ├── ModelRequestDiverged  [swarmlog.integrations.errors]
     │   │   └── ToolResultDiverged  [swarmlog.integrations.errors]
     │   ├── StateDiverged
     │   ├── PatchUnknown

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any, NamedTuple
 
@@ -209,3 +212,24 @@ def helm_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     for var in ("HELM_CONFIG_HOME", "HELM_CACHE_HOME", "HELM_DATA_HOME"):
         env[var] = str(home / var.lower())
     return env
+
+
+def sigkill_in_a_step_then_run_again(*, settings: Settings, swarm: Any, target: str, env: dict[str, str],
+                                     reached: Callable[[], bool], between: Callable[[], None]) -> None:
+    """The framework swarms' crash test: start a run of ``target`` (``module:swarm``) as a ``swarmlog run``
+    process, SIGKILL it once ``reached()`` says its step is inside its tool (its first model call
+    answered), call ``between()`` (let the tool go, check what the first life did), and run it again to
+    its end, which must succeed."""
+    cmd = [sys.executable, "-m", "swarmlog.cli", "run", target, "--until-quiet", "2"]
+    from swarmlog.runtime import start_run
+    start_run(settings=settings, swarm=swarm, run_id="killed", seed=1)
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 90
+    while not reached():
+        assert first.poll() is None and time.monotonic() < deadline, "the first life never reached its tool"
+        time.sleep(0.05)
+    os.kill(first.pid, signal.SIGKILL)  # after the step's first model call, before its second
+    first.wait(10)
+    between()
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert second.returncode == 0, second.stderr[-3000:]

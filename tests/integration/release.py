@@ -23,9 +23,11 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -246,3 +248,19 @@ def install_wheel(*, repo: Path, python: str, workdir: Path) -> Path:
                                env=env)
     assert installed.returncode == 0, installed.stderr[-3000:]
     return venv
+
+
+def install_release(*, repo: Path, root: Path) -> dict[str, Path]:
+    """What a release's pods run, outside the repo: the wheel in a fresh venv (``venv``), the swarm's code in
+    an 'image' directory (``app``: ``tests/swarms.py`` as ``research_swarm``), a home and a logs directory."""
+    assert not root.resolve().is_relative_to(repo)
+    venv = install_wheel(repo=repo, python=sys.executable, workdir=root)
+    app = root / "app"
+    app.mkdir()
+    # The user's image: their swarm's code, importable (the chart README's `ENV PYTHONPATH=/app`).
+    shutil.copy(repo / "tests" / "swarms.py", app / "research_swarm.py")
+    home = root / "home"
+    home.mkdir()
+    logs = root / "logs"
+    logs.mkdir()
+    return {"venv": venv, "app": app, "home": home, "logs": logs}

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -33,7 +31,7 @@ from swarmlog.settings import Settings
 
 from .. import swarms
 from .conftest import REPO, new_topic_name, read_log
-from .release import Pod, Workload, install_wheel, replica, workloads
+from .release import Pod, Workload, install_release, replica, workloads
 from .test_helm_chart import CHART, DOCKERFILE, RELEASE, render
 
 AGENTS = [f"r{i}" for i in range(swarms.N_AGENTS)]
@@ -43,18 +41,7 @@ APP = "research_swarm:relay_long"
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The wheel in a fresh venv, the swarm's code in an 'image' directory, a cwd outside the repo."""
-    root = tmp_path_factory.mktemp("release")
-    assert not root.resolve().is_relative_to(REPO)
-    venv = install_wheel(repo=REPO, python=sys.executable, workdir=root)
-    app = root / "app"
-    app.mkdir()
-    # The user's image: their swarm's code, importable (the chart README's `ENV PYTHONPATH=/app`).
-    shutil.copy(REPO / "tests" / "swarms.py", app / "research_swarm.py")
-    home = root / "home"
-    home.mkdir()
-    logs = root / "logs"
-    logs.mkdir()
-    return {"venv": venv, "app": app, "home": home, "logs": logs}
+    return install_release(repo=REPO, root=tmp_path_factory.mktemp("release"))
 
 
 def _values(base: Settings, topic: str, app: Path, **extra: Any) -> dict[str, Any]:

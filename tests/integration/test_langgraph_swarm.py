@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
-import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -30,7 +26,7 @@ from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.testing import StubServer, tool_call_reply
 
-from .conftest import read_log, subprocess_env
+from .conftest import read_log, sigkill_in_a_step_then_run_again, subprocess_env
 
 KEY = "sk-test-0123456789"
 PAGE = "a distributed append-only log"
@@ -187,20 +183,14 @@ def test_sigkill_between_the_researchers_two_model_calls_reaches_the_same_end_an
     with StubServer(counting) as server, Pages(gate=release) as pages:
         env = subprocess_env(settings)
         env.update(RESEARCH_LLM_URL=server.base_url, RESEARCH_TOOLS_URL=pages.url, OPENAI_API_KEY=KEY)
-        cmd = [sys.executable, "-m", "swarmlog.cli", "run", "swarmlog.examples.langgraph_research:swarm",
-               "--until-quiet", "2"]
-        start_run(settings=settings, swarm=program.swarm, run_id="killed", seed=1)
-        first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 90
-        while not pages.requests:
-            assert first.poll() is None and time.monotonic() < deadline, "the first life never reached its tool"
-            time.sleep(0.05)
-        os.kill(first.pid, signal.SIGKILL)  # after the researcher's first model call, before its second
-        first.wait(10)
-        release.set()
-        assert len(researcher_calls) == 1
-        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
-        assert second.returncode == 0, second.stderr[-3000:]
+
+        def between() -> None:
+            release.set()
+            assert len(researcher_calls) == 1
+
+        sigkill_in_a_step_then_run_again(settings=settings, swarm=program.swarm,
+                                         target="swarmlog.examples.langgraph_research:swarm", env=env,
+                                         reached=lambda: bool(pages.requests), between=between)
         urls = (server.base_url, pages.url)
     # Its step ran again, from its start: the first model call made again (live calls are at-least-once).
     assert len(researcher_calls) == 4 and len(pages.requests) == 2

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
-import time
 from collections import Counter
 from typing import Any
 
@@ -31,7 +27,7 @@ from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.testing import StubServer, tool_call_reply
 
-from .conftest import read_log, subprocess_env
+from .conftest import read_log, sigkill_in_a_step_then_run_again, subprocess_env
 
 # The SDK's tracing would export to OpenAI's backend: never from a test (read once, on the SDK's first trace).
 os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
@@ -164,20 +160,15 @@ def test_sigkill_between_the_researchers_two_model_calls_reaches_the_same_end_an
         env = subprocess_env(settings)
         env.update(RESEARCH_LLM_URL=server.base_url, RESEARCH_TOOLS_URL=f"http://127.0.0.1:{server.port}",
                    OPENAI_API_KEY="sk-test-0123456789", OPENAI_AGENTS_DISABLE_TRACING="1")
-        cmd = [sys.executable, "-m", "swarmlog.cli", "run", "swarmlog.examples.agents_sdk_research:swarm",
-               "--until-quiet", "2"]
-        start_run(settings=settings, swarm=program.swarm, run_id="killed", seed=1)
-        first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 90
-        while not any(r.path.startswith("/tools/") for r in server.requests):
-            assert first.poll() is None and time.monotonic() < deadline, "the first life never reached its tool"
-            time.sleep(0.05)
-        os.kill(first.pid, signal.SIGKILL)  # after the researcher's first model call, before its second
-        first.wait(10)
-        release.set()
-        assert len(researcher_calls) == 1
-        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
-        assert second.returncode == 0, second.stderr[-3000:]
+
+        def between() -> None:
+            release.set()
+            assert len(researcher_calls) == 1
+
+        sigkill_in_a_step_then_run_again(settings=settings, swarm=program.swarm,
+                                         target="swarmlog.examples.agents_sdk_research:swarm", env=env,
+                                         reached=lambda: any(r.path.startswith("/tools/") for r in server.requests),
+                                         between=between)
         urls = {"llm_url": server.base_url, "tools_url": f"http://127.0.0.1:{server.port}"}
     assert len(researcher_calls) == 4  # its step ran again: the first model call made again (at-least-once)
     log = read_log(settings, registry)

@@ -12,12 +12,7 @@ nothing written twice.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
-import time
 from collections import Counter
 from typing import Any
 
@@ -31,7 +26,7 @@ from swarmlog.replaying import replay_swarm
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.testing import StubServer, tool_call_reply
 
-from .conftest import read_log, subprocess_env
+from .conftest import read_log, sigkill_in_a_step_then_run_again, subprocess_env
 
 PAGE = "a distributed append-only log"
 SERVED = json.dumps(PAGE)  # the stub answers a route with JSON: the page arrives quoted
@@ -163,20 +158,15 @@ def test_sigkill_between_the_researchers_two_model_calls_reaches_the_same_end_an
         env = subprocess_env(settings)
         env.update(RESEARCH_LLM_URL=server.base_url, RESEARCH_TOOLS_URL=f"http://127.0.0.1:{server.port}",
                    OPENAI_API_KEY="sk-test-0123456789")
-        cmd = [sys.executable, "-m", "swarmlog.cli", "run", "swarmlog.examples.pydantic_ai_research:swarm",
-               "--until-quiet", "2"]
-        start_run(settings=settings, swarm=program.swarm, run_id="killed", seed=1)
-        first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 90
-        while not any(r.path.startswith("/tools/") for r in server.requests):
-            assert first.poll() is None and time.monotonic() < deadline, "the first life never reached its tool"
-            time.sleep(0.05)
-        os.kill(first.pid, signal.SIGKILL)  # after the researcher's first model call, before its second
-        first.wait(10)
-        release.set()
-        assert len(researcher_calls) == 1
-        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
-        assert second.returncode == 0, second.stderr[-3000:]
+
+        def between() -> None:
+            release.set()
+            assert len(researcher_calls) == 1
+
+        sigkill_in_a_step_then_run_again(settings=settings, swarm=program.swarm,
+                                         target="swarmlog.examples.pydantic_ai_research:swarm", env=env,
+                                         reached=lambda: any(r.path.startswith("/tools/") for r in server.requests),
+                                         between=between)
         urls = {"llm_url": server.base_url, "tools_url": f"http://127.0.0.1:{server.port}"}
     assert len(researcher_calls) == 4  # its step ran again: the first model call made again (at-least-once)
     log = read_log(settings, registry)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 import yaml
 
 from .conftest import REPO
-from .release import Pod, install_wheel, workloads
+from .release import Pod, install_release, workloads
 from .test_helm_chart import (
     CHART,
     DOCKERFILE,
@@ -85,20 +84,7 @@ def test_the_regression_job_can_take_the_runs_the_mirror_lists_and_then_gets_the
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The wheel in a fresh venv, the swarm's code in an 'image' directory, a cwd outside the repo."""
-    import sys
-
-    root = tmp_path_factory.mktemp("regress-release")
-    assert not root.resolve().is_relative_to(REPO)
-    venv = install_wheel(repo=REPO, python=sys.executable, workdir=root)
-    app = root / "app"
-    app.mkdir()
-    # The user's image: their swarm's code, importable (the chart README's `ENV PYTHONPATH=/app`).
-    shutil.copy(REPO / "tests" / "swarms.py", app / "research_swarm.py")
-    home = root / "home"
-    home.mkdir()
-    logs = root / "logs"
-    logs.mkdir()
-    return {"venv": venv, "app": app, "home": home, "logs": logs}
+    return install_release(repo=REPO, root=tmp_path_factory.mktemp("regress-release"))
 
 
 def _report_line(stdout: str) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from swarmlog.events import Event
 from swarmlog.log.memory import InMemoryLog
 from swarmlog.log.protocol import EFFECT_RECORDED, LLM_CALL, MESSAGE, RUN_STARTED, STATE_DIGEST, TIMER_FIRED, TIMER_SET
 from swarmlog.runtime import run_agents, start_run
-from swarmlog.runtime.engine import Divergence
+from swarmlog.runtime.outcomes import Divergence
 from swarmlog.settings import Settings
 
 from .. import swarms

@@ -36,8 +36,9 @@ from ..log.protocol import Route
 from ..observe import tracing
 from ..runtime.anomalies import LogProbe
 from ..runtime.checkpoint import capture, copy_state, restore
-from ..runtime.engine import AgentCore, Divergence
+from ..runtime.engine import AgentCore
 from ..runtime.history import LogHistory
+from ..runtime.outcomes import Divergence
 from ..schema.codec import Decoder
 
 logger = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from ..log.base import LogBackend
 from ..runtime import code_version
 from ..runtime.anomalies import Anomaly
 from ..runtime.checkpoint import StateNotCapturable, capture, clean, restore
-from ..runtime.engine import Divergence
+from ..runtime.outcomes import Divergence
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings

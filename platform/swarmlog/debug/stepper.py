@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..log.protocol import STATE_DIGEST
-from ..runtime.engine import Divergence
+from ..runtime.outcomes import Divergence
 from ._rebuild import AgentStep
 from .breakpoints import Breakpoint, first_match
 from .logview import LoggedEvent

@@ -16,19 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import EffectDiverged
-from ..llm.compare import first_difference
+from ..llm.compare import first_difference, show
+from ..llm.errors import RequestDiverged
 
 __all__ = ["ModelRequestDiverged", "ToolResultDiverged"]
 
-_MAX_SHOWN = 160
 
 
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "..."
-
-
-class ModelRequestDiverged(EffectDiverged):
+class ModelRequestDiverged(RequestDiverged):
     """A replayed model call of a framework asks something else than the call the log recorded at its place.
 
     ``part`` is the first differing JSON path of the request (``request.instructions``,
@@ -40,18 +35,9 @@ class ModelRequestDiverged(EffectDiverged):
     def __init__(self, *, offset: int | None, agent: str | None, model: str, part: str, recorded_value: Any,
                  replayed_value: Any, about: str | None = None) -> None:
         self.model = model
-        self.part = part
-        self.recorded_value = recorded_value
-        self.replayed_value = replayed_value
-        self.about = about
-        where = f"{part} ({about})" if about else part
-        super().__init__(
-            offset=offset, agent=agent,
-            detail=(f"the model call to {model!r} differs from the recorded one at {where}: recorded "
-                    f"{_show(recorded_value)}, now {_show(replayed_value)}. Fix the program, or replay with the "
-                    f"code that made the log"),
-            recorded={"model": model, "part": part, "value": recorded_value},
-            replayed={"part": part, "value": replayed_value})
+        super().__init__(offset=offset, agent=agent, call=f"the model call to {model!r}", part=part,
+                         recorded_value=recorded_value, replayed_value=replayed_value, about=about,
+                         remedy="Fix the program", recorded={"model": model})
 
     @classmethod
     def between(cls, *, offset: int | None, agent: str | None, model: str, recorded: Any,
@@ -80,11 +66,11 @@ class ToolResultDiverged(EffectDiverged):
         self.replayed_result = replayed_result
         call = f" (call {call_id})" if call_id else ""
         if recorded_name != tool or recorded_args != replayed_args:
-            detail = (f"tool {tool!r}{call} ran with {_show(replayed_args)} where the recorded run's tool "
-                      f"{recorded_name!r} ran with {_show(recorded_args)}")
+            detail = (f"tool {tool!r}{call} ran with {show(replayed_args)} where the recorded run's tool "
+                      f"{recorded_name!r} ran with {show(recorded_args)}")
         else:
-            detail = (f"tool {tool!r}{call} returned {_show(replayed_result)} where the recorded run's returned "
-                      f"{_show(recorded_result)}")
+            detail = (f"tool {tool!r}{call} returned {show(replayed_result)} where the recorded run's returned "
+                      f"{show(recorded_result)}")
         super().__init__(
             offset=offset, agent=agent, detail=detail + ". Fix the tool, or replay with the code that made the log",
             recorded={"tool": recorded_name, "args": recorded_args, "result": recorded_result},

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         LLMRequestFailed,
         LLMResponseInvalid,
         LLMUnavailable,
+        RequestDiverged,
         ScriptExhausted,
     )
     from .http import RecordedHTTP
@@ -44,8 +45,7 @@ if TYPE_CHECKING:
 __getattr__ = exports(globals(), {
     **dict.fromkeys(["LLMClient", "OpenAIChat", "ScriptedLLM", "completion", "content"], ".clients"),
     **dict.fromkeys(["CredentialMissing", "HTTPRequestDiverged", "LLMError", "LLMRequestFailed", "LLMResponseInvalid",
-                     "LLMUnavailable",
-                     "ScriptExhausted"], ".errors"),
+                     "LLMUnavailable", "RequestDiverged", "ScriptExhausted"], ".errors"),
     "RecordedHTTP": ".http",
     "Redaction": "..redaction",
     "RetryPolicy": ".retry",
@@ -54,5 +54,5 @@ __getattr__ = exports(globals(), {
 
 __all__ = ["CredentialMissing", "HTTPRequestDiverged", "LLMClient", "LLMError", "LLMRequestFailed",
            "LLMResponseInvalid", "LLMUnavailable", "OpenAIChat",
-           "RecordedHTTP", "Redaction", "RetryPolicy", "SDKChat", "ScriptExhausted", "ScriptedLLM",
+           "RecordedHTTP", "Redaction", "RequestDiverged", "RetryPolicy", "SDKChat", "ScriptExhausted", "ScriptedLLM",
            "completion", "content", "llm_client"]

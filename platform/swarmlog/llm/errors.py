@@ -3,8 +3,9 @@
 * :class:`LLMError` — an LLM client of ``ctx.llm`` failed; nothing was recorded for the call:
   :class:`LLMUnavailable` (also :class:`~swarmlog.errors.Retriable`), :class:`LLMRequestFailed`,
   :class:`LLMResponseInvalid`, :class:`ScriptExhausted`;
-* :class:`HTTPRequestDiverged` — an :class:`~swarmlog.errors.EffectDiverged`: a replayed step sent
-  another HTTP request than the one recorded at its place.
+* :class:`RequestDiverged` — an :class:`~swarmlog.errors.EffectDiverged`: a replayed call asks something
+  else than the one recorded at its place: :class:`HTTPRequestDiverged` (an HTTP request) and the
+  frameworks' :class:`~swarmlog.integrations.errors.ModelRequestDiverged` (a model call).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from ..log.hashing import canonical
 from .compare import show
 
 __all__ = ["CredentialMissing", "HTTPRequestDiverged", "LLMError", "LLMRequestFailed", "LLMResponseInvalid",
-           "LLMUnavailable",
-           "ScriptExhausted"]
+           "LLMUnavailable", "RequestDiverged", "ScriptExhausted"]
 
 _MAX_BODY_IN_MESSAGE = 2000
 
@@ -92,34 +92,47 @@ class ScriptExhausted(LLMError):
                          f"build it from a function request -> reply")
 
 
-class HTTPRequestDiverged(EffectDiverged):
+class RequestDiverged(EffectDiverged):
+    """A replayed call asks something else than the call the log recorded at its place: an HTTP request
+    (:class:`HTTPRequestDiverged`) or a framework's model call
+    (:class:`~swarmlog.integrations.errors.ModelRequestDiverged`).
+
+    An :class:`~swarmlog.errors.EffectDiverged`: the handler cannot be served the response, so the
+    agent's replay stops there. ``part`` is what differs first, a path into the request
+    (:func:`~swarmlog.llm.compare.first_difference`); ``recorded_value`` / ``replayed_value`` are that
+    part on each side (credentials redacted, long values cut in the message); ``about`` what the part is,
+    when the request says (``the result of tool 'word_count' (call ...)``).
+    """
+
+    def __init__(self, *, offset: int | None, agent: str | None, call: str, part: str, recorded_value: Any,
+                 replayed_value: Any, about: str | None, remedy: str, recorded: dict[str, Any]) -> None:
+        self.part = part
+        self.recorded_value = recorded_value
+        self.replayed_value = replayed_value
+        self.about = about
+        where = f"{part} ({about})" if about else part
+        super().__init__(
+            offset=offset, agent=agent,
+            detail=(f"{call} differs from the recorded one at {where}: recorded {show(recorded_value)}, now "
+                    f"{show(replayed_value)}. {remedy}, or replay with the code that made the log"),
+            recorded={**recorded, "part": part, "value": recorded_value},
+            replayed={"part": part, "value": replayed_value})
+
+
+class HTTPRequestDiverged(RequestDiverged):
     """A replayed step sent a different HTTP request than the one the log recorded at its place.
 
-    An :class:`~swarmlog.errors.EffectDiverged`: the handler cannot be served the response, so
-    the agent's replay stops there.
-
-    ``part`` is what differs first: ``"method"``, ``"url"``, ``"body"``, or a JSON path into
-    the body such as ``"body.messages[0].content"``; ``recorded_value`` / ``replayed_value``
-    are that part on each side (credentials redacted, long values cut).
+    ``part`` is ``"method"``, ``"url"``, ``"body"``, or a JSON path into the body such as
+    ``"body.messages[0].content"``.
     """
 
     def __init__(self, *, offset: int | None, agent: str | None, method: str, url: str, part: str,
                  recorded_value: Any, replayed_value: Any, about: str | None = None) -> None:
         self.method = method
         self.url = url
-        self.part = part
-        self.recorded_value = recorded_value
-        self.replayed_value = replayed_value
-        self.about = about
-        """What the differing part is, when the body says (``the result of tool 'word_count' (call ...)``)."""
-        where = f"{part} ({about})" if about else part
-        super().__init__(
-            offset=offset, agent=agent,
-            detail=(f"the HTTP request {method} {url} differs from the recorded one at {where}: "
-                    f"recorded {show(recorded_value)}, now {show(replayed_value)}. Fix the handler, "
-                    f"or replay with the code that made the log"),
-            recorded={"method": method, "url": url, "part": part, "value": recorded_value},
-            replayed={"part": part, "value": replayed_value})
+        super().__init__(offset=offset, agent=agent, call=f"the HTTP request {method} {url}", part=part,
+                         recorded_value=recorded_value, replayed_value=replayed_value, about=about,
+                         remedy="Fix the handler", recorded={"method": method, "url": url})
 
 
 class CredentialMissing(ConfigurationError):

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ._replayer import SwarmReplayResult, replay_swarm_log
     from ._statediff import LiveStates, diff_states
     from ._worker import AgentWorker, WorkerResult
-    from .engine import Divergence
+    from .outcomes import Divergence
     from .runner import (
         RunInfo,
         code_version,

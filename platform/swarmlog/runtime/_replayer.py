@@ -40,8 +40,9 @@ from ._dispatch import Dispatcher
 from ._statediff import LiveStates
 from .anomalies import Anomaly, LogProbe, Presence
 from .checkpoint import restore
-from .engine import AgentCore, Divergence
+from .engine import AgentCore
 from .history import LogHistory, steps_past
+from .outcomes import Divergence
 from .resume import Checkpoint, Checkpoints
 from .versions import code_version
 

@@ -27,7 +27,9 @@ from ..errors import CheckpointUnreadable, StateNotCapturable
 from ..events import Event
 from ..log.hashing import state_hash
 from . import interpreter
-from .engine import AgentCore, Divergence, FailedStep, Timer
+from .engine import AgentCore
+from .outcomes import Divergence, FailedStep
+from .timers import Timer
 
 __all__ = [
     "CHECKPOINT_FORMAT",

@@ -43,9 +43,10 @@ from ..events import Event
 from ..log.base import BATCH, LogBackend
 from ..log.protocol import Route, route
 from ..schema.codec import Decoder, Encoder
-from .engine import AgentCore, Timer
+from .engine import AgentCore
 from .history import RecordedHistory, first_pass
 from .sink import LiveSink
+from .timers import Timer
 
 logger = logging.getLogger(__name__)
 

@@ -14,23 +14,13 @@ replayed when the log already holds outputs of this agent for a step at or
 after X: an earlier life of the agent got that far, so everything up to there
 is history to reproduce, not to write again.
 
-**Checking without lookahead.** A step's recorded outputs come *after* its
-input in the log. So a replayed step's outputs wait in ``pending`` until the
-recorded outputs arrive (``<agent>@<step>#<i>`` says which is which); they must
-match one for one. Because an agent's transactions commit in order, a recorded
-output of a later step proves every earlier step's outputs have all arrived, so
-whatever is still pending for an earlier step was never written: a divergence.
-Effects and LLM calls cannot wait (the handler needs their result at once); they
-come from the agent's recorded history (:mod:`.history`: read by a first pass at a live
-agent's start, or ahead of the fold as far as the step needs in a replay or the debugger).
+**Checking without lookahead.** A replayed step's outputs wait for their records, which come
+after its input in the log (:mod:`.verify`); its effects and LLM calls are served from the
+agent's recorded history (:mod:`.history`: read by a first pass at a live agent's start, or ahead
+of the fold as far as the step needs in a replay or the debugger).
 
-**Timers.** A timer counts from its ``timer.set`` *as read from the log*, so the
-counting is the same in every replay. A logical timer fires as an output of the
-step during which the N-th event after it is read. A wall-clock timeout's due
-time is the set event's recorded broker timestamp plus the timeout; the live
-worker appends its firing (:func:`~swarmlog.log.protocol.wall_timer_id`) when due. Either way
-the handler runs when the ``timer.fired`` event is read back from the log, at
-its fixed place in the total order.
+**Timers** count from their ``timer.set`` as read from the log and fire as events read back at
+their place in the total order (:mod:`.timers`).
 
 **State.** After each step the agent's state is digested: a live step's digest goes
 into the record (:mod:`.digests`), a replayed step's is compared with the recorded
@@ -45,43 +35,27 @@ Digest records are bookkeeping, not events of the swarm: logical timers do not c
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from inspect import isawaitable
 from typing import Any
 
 from ..agent import Agent
 from ..context import Context, EffectRunner, Output, OutputSink
-from ..errors import (
-    EffectDiverged,
-    FailedStepChanged,
-    NondeterminismError,
-    PatchUnknown,
-    SchemaNotFound,
-    StateDiverged,
-    SwarmlogError,
-)
+from ..errors import NondeterminismError, SchemaNotFound, StateDiverged, SwarmlogError
 from ..events import Event
 from ..guard import guarded
 from ..log.hashing import state_hash
 from ..log.protocol import (
     HANDLER_FAILED,
     MESSAGE,
-    PATCH_INDEX,
-    PATCH_MARKER,
-    RECORDED_EFFECTS,
     RUN_STARTED,
     SELF_RECORDS,
     STATE_DIGEST,
     STEP_RETRIED,
-    TIMER_CANCELLED,
     TIMER_FIRED,
-    TIMER_SET,
     Route,
-    parse_step,
 )
 from ..schema.codec import Decoder
 from . import interpreter
@@ -89,21 +63,13 @@ from ._statediff import LiveStates, diff_states
 from .anomalies import Presence, Watch, is_newer_schema
 from .digests import DigestRecord, DigestRecorder, state_digest
 from .history import RecordedHistory
+from .outcomes import Divergence, FailedStep
+from .timers import TIMER_TYPES, Timer, TimerFold
+from .verify import RecordCheck, Unreached, VerifySink
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "KINDS",
-    "UNDECODED",
-    "AgentCore",
-    "Divergence",
-    "FailedStep",
-    "Timer",
-]
-
-
-_TIMER_TYPES = frozenset({TIMER_SET, TIMER_CANCELLED, TIMER_FIRED})
-"""An agent's own events that change its timers: read back, they are always decoded."""
+__all__ = ["UNDECODED", "AgentCore"]
 
 
 class _Undecoded:
@@ -119,101 +85,9 @@ UNDECODED = _Undecoded()
 """``AgentCore.process``'s "not decoded yet" (``None`` means "does not decode")."""
 
 
-@dataclass(slots=True)
-class Timer:
-    name: str
-    set_offset: int
-    due_count: int | None  # logical: fires when events_seen reaches this
-    due_wall_ms: int | None  # wall clock: fires when the clock passes this
-    firing: bool = False  # a timer.fired was written, not yet read back
-
-
-@dataclass(slots=True, frozen=True)
-class FailedStep:
-    """A step whose handler raised (recorded as ``handler.failed``), not retried since."""
-
-    offset: int
-    agent: str
-    input: Event
-    """What the handler was given: a ``step.retried`` hands it to the handler again."""
-    error_type: str
-    message: str
-
-    def describe(self) -> str:
-        kind = self.input.payload.get("kind") if isinstance(self.input.payload, dict) else None
-        what = f"{self.input.event_type}{f' {kind!r}' if kind else ''} at offset {self.input.offset}"
-        return (f"agent {self.agent!r}: step at offset {self.offset} ({what}) failed with "
-                f"{self.error_type}: {self.message}")
-
-
-KINDS = ("output", "effect", "state")
-"""What a divergence is about, in the order divergences at one offset are reported: what the step
-wrote, what it asked of the world, and last the state it left (a changed output usually changes it too)."""
-
-
-@dataclass(slots=True)
-class Divergence:
-    offset: int
-    agent: str
-    detail: str
-    recorded: Any = None
-    replayed: Any = None
-    kind: str = "output"
-    """``output``, ``effect`` or ``state`` (:data:`KINDS`)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "agent": self.agent, "kind": self.kind, "detail": self.detail,
-                "recorded": self.recorded, "replayed": self.replayed}
-
-    def sort_key(self) -> tuple[int, int]:
-        return self.offset, KINDS.index(self.kind)
-
-
-class _Unreached(Exception):
-    """A replayed step needs a record the live agent never made: it never got this far."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-
-class _VerifySink:
-    """Replayed steps: outputs wait for their recorded counterparts; effects come from the history."""
-
-    __slots__ = ("core",)
-
-    def __init__(self, core: AgentCore) -> None:
-        self.core = core
-
-    def write(self, out: Output, *, locate: bool) -> int | None:
-        core = self.core
-        rec = core.history.effect(out.event_id) if locate else None
-        if locate:
-            if rec is None:
-                raise EffectDiverged(offset=core.ctx.now(), agent=core.name,
-                                     detail=f"the step now makes a {out.event_type} the log does not have",
-                                     replayed=out.payload)
-            core.check(out, rec)
-            return rec.offset
-        core.pending.setdefault(core.ctx._step, {})[out.event_id] = out  # ctx.now(), one call less
-        return None
-
-    def recorded(self, event_id: str) -> Event | None:
-        history = self.core.history
-        rec = history.effect(event_id)
-        if rec is None:
-            parsed = parse_step(event_id)
-            if parsed is not None and parsed[1] == PATCH_INDEX:
-                return None  # no marker: the step was recorded on the unpatched path (ctx.patched is False)
-            step = self.core.ctx.now()
-            if history.past_cut(step) or step >= history.reach():
-                raise _Unreached(step)  # the record lies past the cut, or the live agent never got here
-            raise EffectDiverged(offset=self.core.ctx.now(), agent=self.core.name,
-                                 detail="the step now calls an effect or LLM the log has no record of")
-        return rec
-
-
-class AgentCore:
-    """The deterministic part of an agent: everything but Kafka."""
+class AgentCore(TimerFold, RecordCheck):
+    """The deterministic part of an agent: everything but Kafka. Its timers are kept by
+    :class:`~.timers.TimerFold`, its replayed outputs checked by :class:`~.verify.RecordCheck`."""
 
     def __init__(self, *, agent: Agent, decoder: Decoder, history: RecordedHistory, live_sink: OutputSink | None,
                  llm_client: Any = None, strict: bool = True,
@@ -237,7 +111,7 @@ class AgentCore:
         self.ctx = Context(agent=agent.name, registry=decoder.registry, llm_client=llm_client,
                            run_effect=run_effect)
         self.live_sink = live_sink
-        self.verify_sink = _VerifySink(self)
+        self.verify_sink = VerifySink(self)
         self.strict = strict
         self.on_divergence = on_divergence
         self.divergences: list[Divergence] = []
@@ -355,7 +229,7 @@ class AgentCore:
             return None, decoded
         event: Event | None
         if writer == me:
-            if decoded is UNDECODED and etype not in _TIMER_TYPES and not self.pending \
+            if decoded is UNDECODED and etype not in TIMER_TYPES and not self.pending \
                     and self.live_sink is not None:
                 step = self.decoder.step(msg)
                 if step is not None and step > self.history.last_step:
@@ -492,7 +366,7 @@ class AgentCore:
                 self._fire_logical(off)
         except NondeterminismError as exc:
             self._diverge(exc)
-        except _Unreached as exc:
+        except Unreached as exc:
             self.unverified = exc.step
             self.stopped = True  # nothing after this can be served from the log
         finally:
@@ -581,148 +455,13 @@ class AgentCore:
             return None
         return self.recorder.take(self.agent.state, position=position, final=final)
 
-    # -- own events: timers, and checking replayed outputs ----------------------------------
+    # -- own events ------------------------------------------------------------------------
 
     def _own(self, event: Event) -> None:
-        t = event.event_type
-        p = event.payload
-        if t == TIMER_SET:
-            after_events, after_ms = p["after_events"], p["after_ms"]
-            self.timers[p["name"]] = Timer(
-                name=p["name"], set_offset=event.offset,
-                due_count=self.events_seen + after_events if after_events is not None else None,
-                due_wall_ms=(event.timestamp_ms or 0) + after_ms if after_ms is not None else None)
-        elif t == TIMER_CANCELLED:
-            self.timers.pop(p["name"], None)
-        elif t == TIMER_FIRED:
-            timer = self.timers.get(p["name"])
-            if timer is not None and timer.set_offset == p["set_offset"]:
-                del self.timers[p["name"]]
-        parsed = parse_step(event.event_id)
-        if parsed is None:
-            return  # a wall-clock firing: a recorded fact, nothing to check
-        step = parsed[0]
-        if step > self.last_recorded_step:
-            self.last_recorded_step = step
-        if step < self.checked_from:
-            return  # written live by the fold a checkpoint restored (its state digest vouched for it)
-        if self._held is not None and step > self._held[0]:
-            self._unwritten_before(step)  # and the held state divergence, in its place among them
-        if not self.pending:
-            if step <= self.history.last_step and not self.live(step) and event.event_type not in RECORDED_EFFECTS:
-                self._diverge(self._no_longer_written(step, event))
-            return
-        self._unwritten_before(step)
-        outs = self.pending.get(step)
-        out = outs.pop(event.event_id, None) if outs is not None else None
-        if outs is not None and not outs:
-            del self.pending[step]
-        if out is None:
-            if event.event_type not in RECORDED_EFFECTS:
-                self._diverge(self._no_longer_written(step, event))
-            return
-        self.check(out, event)
-
-    def _no_longer_written(self, step: int, event: Event) -> NondeterminismError:
-        """The divergence for a recorded output of ``step`` the step no longer writes: one that names what
-        to do when the output is a patch marker (older code) or a recorded failure (a fix not versioned)."""
-        if event.event_type == PATCH_MARKER:
-            return PatchUnknown(offset=step, agent=self.name, patch_id=event.payload["patch_id"])
-        if event.event_type == HANDLER_FAILED:
-            return FailedStepChanged(offset=step, agent=self.name, error_type=event.payload["error_type"],
-                                     message=event.payload["message"], replayed=None)
-        return NondeterminismError(offset=step, agent=self.name, recorded=_brief(event),
-                                   detail="the log has an output this step no longer writes")
-
-    def _unwritten_before(self, step: int) -> None:
-        """Everything still pending for a step before ``step`` was never written: a record of ``step``
-        or later has been read, and an agent's records come in step order. A held state divergence
-        is reported in its place among them (after the outputs of its own step)."""
-        # Steps run in offset order, so ``pending`` holds them in increasing order: the earliest is the first key.
-        pending = self.pending
-        while pending:
-            earlier = next(iter(pending))
-            if earlier >= step:
-                break
-            if self._held is not None and earlier > self._held[0]:
-                self._release_held()
-            for unwritten in pending.pop(earlier).values():
-                self._diverge(NondeterminismError(offset=earlier, agent=self.name, replayed=_brief_out(unwritten),
-                                                  detail="the step now writes an event the log does not have"))
-        if self._held is not None and self._held[0] < step:
-            self._release_held()
-
-    def _release_held(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            self._diverge(held[1])
-
-    def check(self, out: Output, rec: Event) -> None:
-        if (out.event_type, out.to, out.payload, out.causes) != (rec.event_type, rec.to, rec.payload, rec.causes):
-            step = parse_step(out.event_id)
-            if rec.event_type == HANDLER_FAILED and step is not None:
-                self._diverge(FailedStepChanged(offset=step[0], agent=self.name, error_type=rec.payload["error_type"],
-                                                message=rec.payload["message"], replayed=_brief_out(out)))
-                return
-            self._diverge(NondeterminismError(offset=step[0] if step else rec.offset, agent=self.name,
-                                              detail=f"output {out.event_id} differs from the log",
-                                              recorded=_brief(rec), replayed=_brief_out(out)))
-
-    def finish(self) -> None:
-        """End of a replay: outputs still pending were never written.
-
-        A step past both how far the live agent is known to have got (its group's committed
-        offset, its last recorded step: the history's ``reach``) and its last recorded output
-        may simply never have run live (an unfinished run, a stopped agent), and a step whose
-        outputs lie past a replay's cut cannot be compared with them: neither's outputs are
-        divergences, and ``unverified`` says from where on nothing could be checked.
-        """
-        parked = self.watch.parked
-        if parked is not None:  # it could not read its input there: nothing from there on was checked
-            self.unverified = parked.offset if self.unverified is None else min(self.unverified, parked.offset)
-        history = self.history
-        bound = max(self.last_recorded_step + 1, history.reach())
-        for step, outs in sorted(self.pending.items()):
-            if self._held is not None and step > self._held[0]:
-                self._release_held()
-            if step >= bound or history.past_cut(step):
-                self.unverified = step if self.unverified is None else min(self.unverified, step)
-                continue
-            for out in outs.values():
-                self._diverge(NondeterminismError(offset=step, agent=self.name, replayed=_brief_out(out),
-                                                  detail="the step now writes an event the log does not have"))
-        self.pending.clear()
-        self._release_held()
-
-    # -- timers ---------------------------------------------------------------------------
-
-    def _logical_due(self) -> bool:
-        if not self.timers:
-            return False
-        n = self.events_seen
-        for t in self.timers.values():
-            if t.due_count is not None and not t.firing and t.due_count <= n:
-                return True
-        return False
-
-    def _fire_logical(self, off: int) -> None:
-        n = self.events_seen
-        for t in sorted(self.timers.values(), key=lambda t: t.set_offset):
-            if t.due_count is not None and not t.firing and t.due_count <= n:
-                t.firing = True
-                self.ctx.output_timer_fired(name=t.name, set_offset=t.set_offset, clock="events",
-                                            causes=[t.set_offset, off])
-
-    def due_wall_timers(self, now_ms: int) -> list[Timer]:
-        return [t for t in self.timers.values()
-                if t.due_wall_ms is not None and not t.firing and t.due_wall_ms <= now_ms]
-
-    def next_wall_due_ms(self) -> int | None:
-        # Also asked by the run's quiet watcher, another thread, while this agent's thread sets and fires
-        # timers: iterating the dict there could meet it changing size. tuple() copies the values in one C
-        # call, which no other thread interleaves under the GIL.
-        dues = [t.due_wall_ms for t in tuple(self.timers.values()) if t.due_wall_ms is not None and not t.firing]
-        return min(dues) if dues else None
+        """One of its own records read back: its timers follow it, and it is checked against the step."""
+        if event.event_type in TIMER_TYPES:
+            self._timer_event(event)
+        self._check_own(event)
 
     # -- results --------------------------------------------------------------------------
 
@@ -740,32 +479,4 @@ class AgentCore:
             return None
         return Event.from_message(msg, writer, rec)
 
-    def _diverge(self, exc: NondeterminismError) -> None:
-        if exc is self._raised:  # recorded where it was detected, and on its way out (strict)
-            raise exc
-        held = self._held
-        if held is not None and exc is not held[1] and (exc.offset is None or exc.offset > held[0]):
-            self._release_held()  # a later step's divergence: the held state one is the first (strict: raised)
-        kind = "state" if isinstance(exc, StateDiverged) else "effect" if isinstance(exc, EffectDiverged) else "output"
-        d = Divergence(offset=exc.offset if exc.offset is not None else -1, agent=self.name, detail=exc.detail,
-                       recorded=exc.recorded, replayed=exc.replayed, kind=kind)
-        self.divergences.append(d)
-        if self.on_divergence is not None:
-            self.on_divergence(d)
-        if self.strict:
-            self._raised = exc
-            raise exc
-        if isinstance(exc, EffectDiverged):
-            self.stopped = True  # the handler cannot go on without the result: stop this agent here
 
-
-def _brief(event: Event) -> dict[str, Any]:
-    # A copy: in a swarm replay the same decoded event goes on to the handler of the agent it
-    # is addressed to, which may change it (``_dispatch``); the report keeps what the log says.
-    # ``offset``: where the differing record sits, so a timeline marks that row, not only the step's input.
-    return copy.deepcopy({"event_type": event.event_type, "to": event.to, "payload": event.payload,
-                          "causes": event.causes, "offset": event.offset})
-
-
-def _brief_out(out: Output) -> dict[str, Any]:
-    return {"event_type": out.event_type, "to": out.to, "payload": out.payload, "causes": out.causes}

@@ -366,22 +366,30 @@ class LogHistory:
         self.done = True
 
     def _scan(self, batch: list[Any]) -> list[Route]:
-        """Every message's route; what it tells of an agent of the history, once per offset."""
-        if self._check is None:
-            return self._scan_by_envelope(batch)
-        checked = self.decoder.route
-        k, n = self._check
-        if n == 1:
-            routes = [checked(m) for m in batch]
-        else:
-            # A message whose headers another fold checks is routed by its envelope alone (its
-            # step, which only the history's agents' messages need, is read below).
+        """Every message's route; what it tells of an agent of the history, once per offset.
+
+        With ``check=None`` every message is routed by its envelope alone, and an agent's step is its
+        event id's (:meth:`~swarmlog.schema.codec.Decoder.step`), as ``sl.step`` would say."""
+        check = self._check
+        if check is None:
+            k, n = 0, 1
             by_envelope = self.decoder.envelope_route
-            routes = [checked(m) if m.offset() % n == k else by_envelope(m) for m in batch]
+            routes = [by_envelope(m) for m in batch]
+        else:
+            checked = self.decoder.route
+            k, n = check
+            if n == 1:
+                routes = [checked(m) for m in batch]
+            else:
+                # A message whose headers another fold checks is routed by its envelope alone (its
+                # step, which only the history's agents' messages need, is read below).
+                by_envelope = self.decoder.envelope_route
+                routes = [checked(m) if m.offset() % n == k else by_envelope(m) for m in batch]
         read_to = self.read_to
         if batch[-1].offset() < read_to:
             return routes  # scanned already, by the history's own reader (or before a checkpoint)
         max_step = self.max_step
+        step_of = self.decoder.step
         for m, r in zip(batch, routes, strict=True):
             etype, who, _, step = r
             top = max_step.get(who)
@@ -390,33 +398,10 @@ class LogHistory:
             off = m.offset()
             if off < read_to:
                 continue
-            if n > 1 and off % n != k:  # the step route() gives: its sl.step header's (checked by another fold)
+            if check is None:
+                step = step_of(m)
+            elif n > 1 and off % n != k:  # the step route() gives: its sl.step header's (checked by another fold)
                 step = _header_step(m.headers())
-            if step is not None and step > top:
-                max_step[who] = step
-            if etype == STATE_DIGEST:
-                self._digest(m, who, step)
-            elif etype in HISTORY_RECORDS:  # recorded I/O and patch markers, served by id
-                self._effect(m)
-        self.read_to = batch[-1].offset() + 1
-        return routes
-
-    def _scan_by_envelope(self, batch: list[Any]) -> list[Route]:
-        """:meth:`_scan` with every message routed by its envelope alone (``check=None``); an agent's
-        step is its event id's (:meth:`~swarmlog.schema.codec.Decoder.step`), as ``sl.step`` would say."""
-        by_envelope = self.decoder.envelope_route
-        routes = [by_envelope(m) for m in batch]
-        read_to = self.read_to
-        if batch[-1].offset() < read_to:
-            return routes
-        max_step = self.max_step
-        step_of = self.decoder.step
-        for m, r in zip(batch, routes, strict=True):
-            etype, who, _, _ = r
-            top = max_step.get(who)
-            if top is None or m.offset() < read_to:
-                continue
-            step = step_of(m)
             if step is not None and step > top:
                 max_step[who] = step
             if etype == STATE_DIGEST:

@@ -33,7 +33,8 @@ from ..schema.registry import SchemaRegistry
 from .digests import DigestRecord
 
 if TYPE_CHECKING:
-    from .engine import AgentCore, Timer
+    from .engine import AgentCore
+    from .timers import Timer
 
 logger = logging.getLogger(__name__)
 

@@ -56,8 +56,8 @@ from ..log.memory import InMemoryLog
 from ..log.protocol import HTTP_EXCHANGE, TIMER_CANCELLED
 from ..runtime import start_run
 from ..runtime.driven import DrivenAgent
-from ..runtime.engine import Timer
 from ..runtime.history import NoHistory
+from ..runtime.timers import Timer
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings

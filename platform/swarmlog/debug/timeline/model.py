@@ -42,7 +42,7 @@ from ...log.protocol import (
 from ..logview import CausalGraph, LoggedEvent
 
 if TYPE_CHECKING:
-    from ...runtime.engine import Divergence
+    from ...runtime.outcomes import Divergence
     from ..logview import LogView
     from ..session import Session
 
