@@ -241,11 +241,11 @@ def test_the_pytest_plugin_fails_a_test_when_the_candidate_changes_a_recorded_ru
         assert not re.search(re.escape(topic) + r"\s+offset", proc.stdout), proc.stdout
 
 
-CASE_STUDY_RUNS = 60
+CASE_STUDY_RUNS = 200  # issue 31's Must-show: 200 recorded case-study runs, some buggy, some fixed
 
 
 def test_over_case_study_runs_of_buggy_and_fixed_code_the_fix_changes_exactly_those_that_dropped_a_late_message(
-        base_settings):
+        base_settings, tmp_path):
     """The case study's runs, half recorded by the buggy reviewer and half by the fixed one, under schedules
     the simulator draws (a run is exported to a topic of its own, offset for offset, as a live run writes it).
     Replayed against the fix, the runs it changes are exactly the buggy ones whose reviewer ignored a late
@@ -269,8 +269,9 @@ def test_over_case_study_runs_of_buggy_and_fixed_code_the_fix_changes_exactly_th
             changed.add(topic)
     assert 0 < len(changed) < CASE_STUDY_RUNS // 2
 
+    junit = tmp_path / "case-study.xml"
     proc = _regress(base_settings, "--swarm", "swarmlog.examples.case_study:fixed", "--topics-pattern",
-                    re.escape(prefix) + r"\..*", "--json")
+                    re.escape(prefix) + r"\..*", "--json", "--junit", str(junit))
     assert proc.returncode == 4, proc.stderr
     report = json.loads(proc.stdout)
     assert report["runs"] == CASE_STUDY_RUNS
@@ -280,6 +281,11 @@ def test_over_case_study_runs_of_buggy_and_fixed_code_the_fix_changes_exactly_th
     assert group["handler"] == "FixedReviewer.task_complete" and set(group["runs"]) == changed
     versions = {o["topic"]: o["code_version"] for o in report["outcomes"]}
     assert all(versions[t] == "case-study-buggy" for t in changed)
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures")) == (str(CASE_STUDY_RUNS), str(len(changed)))
+    failed = {c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None}
+    assert failed == changed
 
 
 def test_on_a_terminal_a_progress_bar_counts_the_runs_and_their_verdicts_then_the_table(base_settings, recorded):
