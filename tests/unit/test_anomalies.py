@@ -175,6 +175,76 @@ def test_a_long_run_of_copies_is_named_without_a_line_each(registry, caplog):
     assert {a.first for a in w.anomalies} == {1}
 
 
+def _step_event(offset: int, writer: str, step: int, index: int = 0):
+    from swarmlog.events import Event
+
+    return Event(offset, MESSAGE, 3, f"{writer}@{step}#{index}", "r", writer, "a", [], {}, 0)
+
+
+def test_the_ids_an_agent_remembers_are_bounded_and_a_copy_of_a_step_it_no_longer_keeps_is_still_named(
+        monkeypatch):
+    """A run's length must not grow what a fold (and each checkpoint of it) remembers of the ids it took: of
+    the steps' ids only the latest RECENT_IDS are kept, and an id of an earlier step of its writer than one
+    dropped was taken before (a writer's steps come in order)."""
+    from swarmlog.runtime import anomalies
+
+    monkeypatch.setattr(anomalies, "RECENT_IDS", 8)
+    w = Watch(agent="a", presence=Presence())
+    for step in range(100):
+        assert w.take(_step_event(step, "b", step))
+    doc = w.capture()
+    assert len(doc["recent"]) == 8 and doc["ids"] == [] and doc["floor"] == {"b": 91}
+    assert not w.take(_step_event(500, "b", 95))  # kept: named with the offset of the first
+    assert not w.take(_step_event(501, "b", 3))  # dropped long ago: still a copy
+    assert [(a.offset, a.kind, a.first) for a in w.anomalies] == [(500, REPEATED, 95), (501, REPEATED, None)]
+    restored = Watch(agent="a", presence=Presence())
+    restored.restore(doc)
+    assert not restored.take(_step_event(502, "b", 3)) and not restored.take(_step_event(503, "b", 96))
+    assert restored.take(_step_event(504, "b", 100))
+
+
+def test_an_id_of_a_step_still_writing_is_not_taken_for_a_copy_when_its_first_ids_were_dropped(monkeypatch):
+    # One writer's step may write many ids, its transaction interleaved with other writers': the first ids
+    # of step 10 dropped from the kept ones (the floor is 10) say nothing of step 10's later ids.
+    from swarmlog.runtime import anomalies
+
+    monkeypatch.setattr(anomalies, "RECENT_IDS", 4)
+    w = Watch(agent="a", presence=Presence())
+    assert w.take(_step_event(0, "b", 10, 0))
+    for i in range(1, 6):
+        assert w.take(_step_event(i, "c", i))
+    assert w.take(_step_event(6, "b", 10, 1)) and w.take(_step_event(7, "b", 11, 0))
+    assert w.anomalies == []
+
+
+def test_appended_input_and_ids_of_another_writers_grammar_are_kept_whole(monkeypatch):
+    # An id a client chose, even one that looks like an agent's step, has no order to lean on.
+    from swarmlog.events import Event
+    from swarmlog.runtime import anomalies
+
+    monkeypatch.setattr(anomalies, "RECENT_IDS", 2)
+    w = Watch(agent="a", presence=Presence())
+    ids = [f"q-{i}" for i in range(10)] + ["b@7#0"]  # the last looks like b's step 7's, written by "client"
+    for off, event_id in enumerate(ids):
+        assert w.take(Event(off, MESSAGE, 3, event_id, "r", "client", "a", [], {}, 0))
+    assert not w.take(Event(20, MESSAGE, 3, "q-0", "r", "client", "a", [], {}, 0))
+    assert not w.take(Event(21, MESSAGE, 3, "b@7#0", "r", "client", "a", [], {}, 0))
+    assert [a.first for a in w.anomalies] == [0, 10]
+
+
+def test_a_snapshot_that_kept_every_id_is_restored_into_the_bounded_memory(monkeypatch):
+    # A checkpoint written by a swarmlog that kept every id ({"ids": [...]}, no "recent"): still honoured.
+    from swarmlog.runtime import anomalies
+
+    monkeypatch.setattr(anomalies, "RECENT_IDS", 4)
+    w = Watch(agent="a", presence=Presence())
+    w.restore({"ids": [[f"b@{s}#0", s] for s in range(10)] + [["q-1", 10]], "anomalies": [], "parked": None})
+    assert len(w.capture()["recent"]) == 4
+    assert not w.take(_step_event(30, "b", 2)) and not w.take(_step_event(31, "b", 9))
+    assert w.take(_step_event(32, "b", 10))
+    assert [a.first for a in w.anomalies] == [None, 9]
+
+
 def test_the_routes_of_a_bad_input_come_from_its_headers():
     # What makes an unreadable input "addressed" to an agent: its routing headers, the only say there is.
     headers = [("sl.type", b"agent.message"), ("sl.v", b"4"), ("sl.agent", b"w"), ("sl.to", b"r2")]

@@ -31,7 +31,7 @@ __all__ = ["AGENT_NAME_FORBIDDEN", "EFFECT_RECORDED", "HANDLER_FAILED", "HTTP_EX
            "TIMER_CANCELLED", "TIMER_FIRED", "TIMER_SET", "agent_group", "agent_transactional_id", "checked_route",
            "copy_transactional_ids", "is_side_topic", "new_route", "output_id", "output_id_prefix", "parse_step",
            "replay_group", "route", "run_started_id", "sink_group", "snapshot_topic", "state_digest_id", "step_of",
-           "stop_digest_id", "wall_timer_id"]
+           "stop_digest_id", "wall_timer_id", "writer_step"]
 
 # --- event types ------------------------------------------------------------------------
 
@@ -361,6 +361,16 @@ RUN_WRITER = "swarmlog"
 RUN_STARTER_CHANNEL = "@run-start"
 """The name the run's starter opens its transactional channel under: its transactional id is
 ``swarmlog.<topic>.@run-start``, which no agent's can be (``@`` is not allowed in agent names)."""
+
+
+def writer_step(event_id: str) -> tuple[str, int] | None:
+    """``agent@step#...`` -> (agent, step): the agent whose step wrote it, and that step; None for a
+    wall-clock firing or an id of another grammar."""
+    writer, mark, tail = event_id.rpartition(_STEP_MARK)
+    step, sep, _ = tail.partition(_INDEX_MARK)
+    if not mark or not sep or not step.isdigit():
+        return None
+    return writer, int(step)
 
 
 def parse_step(event_id: str) -> tuple[int, int] | None:

@@ -8,7 +8,9 @@ decide alike (issue 28; docs/edges.md):
   message with an id the agent has already taken — an input addressed to it, or one of its own
   records — is a copy (re-sent by a producer or a copy tool): named at its offset, never handled a
   second time, and never a divergence of the agent that wrote the first (its restart would
-  otherwise find "an output this step no longer writes" and stop for good).
+  otherwise find "an output this step no longer writes" and stop for good). What it remembers is
+  bounded (:class:`Watch`): an agent's ids (``agent@step#i``) come in the order their writer's
+  steps ran, so ids of older steps are known to be taken without being kept one by one.
 * **An input it cannot read**, addressed to it. Written by a newer version of a schema this reader
   knows — a writer upgraded before the readers (:data:`NEWER_SCHEMA`) — it **parks** the agent at
   that offset: nothing after it is handled, nothing past it committed, the agent says so (log,
@@ -30,12 +32,14 @@ replay with the same schemas name the same anomalies at the same offsets.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..errors import HistoryHoles, SchemaNotFound, SwarmlogError
 from ..events import Event
 from ..log.base import History
+from ..log.protocol import writer_step
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +51,9 @@ UNREADABLE = "unreadable"
 """An input addressed to the agent that no schema can read (garbage, trailing bytes): named, skipped."""
 NEWER_SCHEMA = "newer_schema"
 """An input addressed to the agent written with a newer version of a type it knows: it parks there."""
+
+RECENT_IDS = 4096
+"""Ids of agents' steps a :class:`Watch` keeps one by one (with the offset that held each), the latest it took."""
 
 _LOGGED = 20
 """Anomalies an agent logs one a line; after that, every thousandth (a summary of how many)."""
@@ -154,9 +161,23 @@ class LogProbe:
 
 
 class Watch:
-    """One agent's: the event ids it has taken, the anomalies it named, and whether it is parked."""
+    """One agent's: the event ids it has taken, the anomalies it named, and whether it is parked.
 
-    __slots__ = ("agent", "presence", "anomalies", "parked", "_ids")
+    **What it remembers, and why that is enough.** An id of an agent's step (``agent@step#i``,
+    written by that agent: :func:`~swarmlog.log.protocol.writer_step`) comes after every id of the
+    same agent's earlier steps: one agent writes its steps in order, each transaction after the last,
+    to the one partition, and an aborted one is never read. So of those ids only the latest
+    :data:`RECENT_IDS` the agent took are kept, with their offsets (a copy of one is named with the
+    offset of the first); for each writer ``floor`` is the newest step an id was dropped of, and an id
+    of an *earlier* step than that was taken before: it is a copy, named without its first offset.
+    (An id of the floor's own step is not judged by the floor: its step may still be writing, its
+    transaction interleaved with others. A copy of it that comes after RECENT_IDS others is missed.)
+    Other ids — input appended by ``swarmlog append`` or a client, a wall-clock firing — are kept
+    all: there is no order to lean on. So the memory of an agent's ids is bounded by RECENT_IDS and
+    by the input appended to it, not by the length of the run, and so is a checkpoint's copy of it.
+    """
+
+    __slots__ = ("agent", "presence", "anomalies", "parked", "_ids", "_recent", "_floor")
 
     def __init__(self, *, agent: str, presence: Presence) -> None:
         self.agent = agent
@@ -164,15 +185,18 @@ class Watch:
         self.anomalies: list[Anomaly] = []
         self.parked: Anomaly | None = None
         """The input the agent could not read and parked at (:data:`NEWER_SCHEMA`); None: not parked."""
-        self._ids: dict[str, int] = {}  # event id -> the offset of the first event with it the agent took
+        self._ids: dict[str, int] = {}  # an id outside the steps' grammar -> the offset of the first event with it
+        # a step's id -> (offset, writer, step), oldest first (an OrderedDict drops its oldest in O(1))
+        self._recent: OrderedDict[str, tuple[int, str, int]] = OrderedDict()
+        self._floor: dict[str, int] = {}  # writer -> the newest step of it whose id was dropped from _recent
 
     def take(self, event: Event) -> bool:
         """Whether the agent may take ``event`` (an input addressed to it, or one of its own records):
         False for a copy of one it took (:meth:`repeated`); :class:`~swarmlog.errors.HistoryHoles` if a
         cause names an offset that lost its event. The engine's one call per event it decodes."""
         off = event.offset
-        if self._ids.setdefault(event.event_id, off) != off:
-            return not self.repeated(event)
+        if self._remember(event.event_id, off, event.agent_id) != off:
+            return not self._repeat(event)
         causes = event.causes
         if causes:
             p = self.presence
@@ -190,13 +214,41 @@ class Watch:
     def repeated(self, event: Event) -> bool:
         """Whether ``event`` repeats an id the agent already took (then it is named, and not to be
         handled or checked); else its id is remembered."""
-        first = self._ids.setdefault(event.event_id, event.offset)
-        if first == event.offset:
-            return False
+        return self._remember(event.event_id, event.offset, event.agent_id) != event.offset and self._repeat(event)
+
+    def _remember(self, event_id: str, off: int, writer_id: str) -> int | None:
+        """The offset of the first event the agent took with the id of the event at ``off`` (written by
+        ``writer_id``): ``off`` if it is the first (its id is remembered then), None if it is a copy of
+        one no longer kept one by one."""
+        ws = writer_step(event_id)
+        if ws is None or ws[0] != writer_id:  # not a step's own id (appended input, a wall-clock firing)
+            return self._ids.setdefault(event_id, off)
+        recent = self._recent
+        kept = recent.get(event_id)
+        if kept is not None:
+            return kept[0]
+        writer, step = ws
+        floor = self._floor.get(writer)
+        if floor is not None and step < floor:
+            return None  # an earlier step of its writer than one already dropped: taken before (see the class)
+        recent[event_id] = (off, writer, step)
+        if len(recent) > RECENT_IDS:
+            _, (_, old_writer, old_step) = recent.popitem(last=False)
+            if old_step > self._floor.get(old_writer, -1):
+                self._floor[old_writer] = old_step
+        return off
+
+    def _repeat(self, event: Event) -> bool:
+        first = self._first_kept(event)
+        where = f"the event at offset {first}" if first is not None else "an event this agent took long before"
         self._name(Anomaly(event.offset, self.agent, REPEATED, (
-            f"event id {event.event_id!r} repeats the event at offset {first}: a copy (re-sent by a producer or a "
-            f"copy tool), not handled"), first))
+            f"event id {event.event_id!r} repeats {where}: a copy (re-sent by a producer or a copy tool), not "
+            f"handled"), first))
         return True
+
+    def _first_kept(self, event: Event) -> int | None:
+        kept = self._recent.get(event.event_id)
+        return kept[0] if kept is not None else self._ids.get(event.event_id)
 
     def unreadable(self, offset: int, error: SwarmlogError, *, record: int | None = None) -> Anomaly:
         """Name an input addressed to the agent that does not decode; a newer schema's parks the agent.
@@ -238,14 +290,26 @@ class Watch:
         raise HistoryHoles(topic=topic, holes=dict.fromkeys(lost, named_by), remedy=History.remedy(topic))
 
     def capture(self) -> dict[str, Any]:
-        """What a snapshot keeps of this watch (:mod:`._checkpoint`): the ids taken, the anomalies named."""
-        return {"ids": list(self._ids.items()), "anomalies": [list(a) for a in self.anomalies],
+        """What a snapshot keeps of this watch (:mod:`.checkpoint`): the ids taken as it remembers them
+        (bounded: see the class), the anomalies named."""
+        return {"ids": list(self._ids.items()),
+                "recent": [[event_id, off, writer, step] for event_id, (off, writer, step) in self._recent.items()],
+                "floor": self._floor.copy(),
+                "anomalies": [list(a) for a in self.anomalies],
                 "parked": list(self.parked) if self.parked is not None else None}
 
     def restore(self, doc: dict[str, Any] | None) -> None:
         if not doc:
             return
-        self._ids = {event_id: offset for event_id, offset in doc["ids"]}
+        if "recent" in doc:
+            self._ids = {event_id: offset for event_id, offset in doc["ids"]}
+            self._recent = OrderedDict((event_id, (off, writer, step)) for event_id, off, writer, step in doc["recent"])
+            self._floor = dict(doc["floor"])
+        else:  # a snapshot of a swarmlog that kept every id: taken again in the order it took them
+            self._ids, self._recent, self._floor = {}, OrderedDict(), {}
+            for event_id, offset in doc["ids"]:
+                ws = writer_step(event_id)
+                self._remember(event_id, offset, ws[0] if ws is not None else "")
         self.anomalies = [Anomaly(*a) for a in doc["anomalies"]]
         self.parked = Anomaly(*doc["parked"]) if doc["parked"] is not None else None
 
