@@ -34,7 +34,8 @@ from .replay import start_probe_server
 
 BENCH_DIR = Path(__file__).resolve().parent
 BENCHMARKS = ("append", "replay", "replay_swarm", "regress", "cli", "sink", "sink_many", "swarm", "hop", "llm_clients",
-              "aio", "frameworks", "snapshots", "timetravel", "restart", "simulate", "guard", "route", "console")
+              "aio", "frameworks", "snapshots", "timetravel", "restart", "state_at", "simulate", "guard", "route",
+              "console")
 
 # (column title, key, format)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (

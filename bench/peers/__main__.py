@@ -2,13 +2,14 @@
 
 Usage::
 
-    PYTHONPATH=platform:connectors .venv/bin/python -m bench.peers [--only ring,hop,sink] [--out DIR]
+    PYTHONPATH=platform:connectors .venv/bin/python -m bench.peers [--only ring,hop,sink,state_at] [--out DIR]
 
 Needs the ``peers`` extra (``pip install -e '.[peers]'``, what ``make bench-peers`` does)
 and Maven (Kafka Connect and the JDBC sink connector are fetched on the first run).
 Knobs: ``BENCH_REPS``, ``BENCH_QUICK=1``, ``BENCH_SWARM_CHAINS`` / ``BENCH_SWARM_HOPS``
 (the ring), ``BENCH_HOP_HOPS`` (the single chain), ``BENCH_SINK_EVENTS``,
-``BENCH_PEERS_LANGGRAPH_PROCESSES`` (5).
+``BENCH_PEERS_LANGGRAPH_PROCESSES`` (5), ``BENCH_PEERS_STATE_AT_STEPS`` (20,000: LangGraph's
+thread for ``state_at``; swarmlog's side takes bench/state_at.py's ``BENCH_STATE_AT_*``).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from typing import Any
 
 import psycopg
 
+from swarmlog.debug import Session
+from swarmlog.runtime import interpreter
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 from swarmlog_connectors.postgres_migrations import migrate
 
 from .. import common
-from ..common import Run, env_int, fresh_topic, log, make_stream, populate, reps, row
+from ..common import Run, env_int, fresh_topic, log, make_stream, percentile, populate, reps, row
 from ..hop import CHAIN
 from ..run import environment, markdown
 from ..sink import _start_sink_process, _stop_sink_process, forget_topic_rows
@@ -35,11 +38,12 @@ from ..swarm import AGENTS, RING, swarmlog_swarm
 from . import kafka_connect, langgraph_ring
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
-PARTS = ("ring", "hop", "sink")
+PARTS = ("ring", "hop", "sink", "state_at")
 DURABILITIES = ("sync", "async")
 LANGGRAPH_PROCESSES = env_int("BENCH_PEERS_LANGGRAPH_PROCESSES", 5, scale=False)
 SINK_EVENTS = env_int("BENCH_SINK_EVENTS", 200_000)
 SINK_MODES = ("upsert", "insert")
+STATE_AT_STEPS = env_int("BENCH_PEERS_STATE_AT_STEPS", 20_000)
 
 
 def ring(s: Settings, conninfo: str) -> list[dict[str, Any]]:
@@ -76,6 +80,37 @@ def hop(s: Settings, conninfo: str) -> list[dict[str, Any]]:
             run_.add(seconds, **stats)
             log(f"{run_.name} rep {r}: hop p50 {stats['p50_ms']:.2f} ms, p99 {stats['p99_ms']:.2f} ms")
     return [row(sub, lg["sync"], unit="hops", headline=True), row(sub, lg["async"], unit="hops")]
+
+
+def state_at(s: Settings, registry: SchemaRegistry, conninfo: str) -> list[dict[str, Any]]:
+    """One agent's state at random past offsets (bench/state_at.py's log and kept session) beside
+    LangGraph's ``get_state`` at random past checkpoints of one thread (PostgresSaver)."""
+    from .. import state_at as sa
+
+    ts, end = sa.make_log(s, registry)
+    session, built = sa.indexed_session(ts, registry)
+    queries = sa.queries_of(end, sa.QUERIES)
+    session.state(sa.AGENT, at=queries[0])  # the readers' connections, as LangGraph's saver has its connection
+    times, answers = sa.timed_queries(session, queries)
+    from_zero = Session(settings=ts, swarm=sa.swarm, registry=registry, snapshots=False)
+    for i in (0, len(queries) // 2):  # the full check is bench/state_at.py's; two here keep the answers honest
+        z = from_zero.state(sa.AGENT, at=queries[i])
+        if (z.state, z.steps) != (answers[i].state, answers[i].steps):
+            raise RuntimeError(f"state at {queries[i]}: from the index != from zero")
+    lg_times, checkpoints = langgraph_ring.get_state_latency(conninfo, steps=STATE_AT_STEPS, queries=len(queries))
+    sub = Run("peers.state_at.swarmlog", len(queries), extra={"log_offsets": end, **built})
+    sub.add(sum(times))
+    base = Run("peers.state_at.langgraph_get_state", len(lg_times),
+               extra={"thread_checkpoints": checkpoints, "checkpointer": "PostgresSaver (sync)"})
+    base.add(sum(lg_times))
+    times.sort()
+    lg_times.sort()
+    ms = {"p50_ms": percentile(times, 50) * 1000, "p99_ms": percentile(times, 99) * 1000,
+          "baseline_p50_ms": percentile(lg_times, 50) * 1000, "baseline_p99_ms": percentile(lg_times, 99) * 1000}
+    log(f"{sub.name}: p50 {ms['p50_ms']:.2f} ms, p99 {ms['p99_ms']:.2f} ms; {base.name}: p50 "
+        f"{ms['baseline_p50_ms']:.2f} ms, p99 {ms['baseline_p99_ms']:.2f} ms ({checkpoints:,} checkpoints)")
+    return [row(sub, base, unit="queries", headline=True, target="p50 <= 5 ms a query on >= 1M offsets",
+                thread_checkpoints=checkpoints, **{k: round(v, 2) for k, v in ms.items()})]
 
 
 def swarmlog_mirror(s: Settings, topic: str, n: int) -> float:
@@ -151,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     chosen = PARTS if not args.only else tuple(p.strip() for p in args.only.split(",") if p.strip())
     if set(chosen) - set(PARTS):
         parser.error(f"unknown part(s): {', '.join(sorted(set(chosen) - set(PARTS)))}")
+    # state_at replays a run a swarmlog process started, pinned to swarmlog's string-hash seed: the same here.
+    if "state_at" in chosen and interpreter.current().seed != interpreter.DEFAULT_HASH_SEED:
+        interpreter.reexec_with(interpreter.DEFAULT_HASH_SEED, run_id="bench-peers")
     s = common.settings()
     registry = SchemaRegistry.load(s.schema_dirs())
     if "sink" in chosen:  # fetch the jars before any clock runs
@@ -166,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             for part in chosen:
                 log(f"== {part} ==")
                 rows = ring(s, conninfo) if part == "ring" else hop(s, conninfo) if part == "hop" \
-                    else sink(s, registry)
+                    else state_at(s, registry, conninfo) if part == "state_at" else sink(s, registry)
                 results.extend({"benchmark": part, **r} for r in rows)
     finally:
         common.delete_topics(s)

@@ -134,6 +134,7 @@ _FIELDS: list[dict[str, Any]] = [
     {"field": "agent_id", "type": "string", "optional": False},
     {"field": "event_type", "type": "string", "optional": False},
     {"field": "schema_version", "type": "int32", "optional": False},
+    {"field": "read_version", "type": "int32", "optional": True},
     {"field": "recipient", "type": "string", "optional": True},
     {"field": "causes", "type": "array", "items": {"type": "int64", "optional": False}, "optional": False},
     {"field": "payload", "type": "string", "optional": False, "name": "io.debezium.data.Json"},

@@ -124,6 +124,53 @@ def hop_latency(conninfo: str, *, hops: int, durability: str) -> tuple[float, in
     return seconds, len(gaps), {"p50_ms": percentile(gaps, 50), "p99_ms": percentile(gaps, 99)}
 
 
+# --- time travel: get_state at past checkpoints ----------------------------------------------
+
+
+class RallyState(TypedDict):
+    hits: int
+    last: list[str]
+
+
+def get_state_latency(conninfo: str, *, steps: int, queries: int, seed: int = 31) -> tuple[list[float], int]:
+    """(seconds of each ``get_state`` at a random past checkpoint, checkpoints in the thread).
+
+    One thread whose graph is bench/state_at.py's rally as LangGraph holds it: two nodes taking
+    turns, each step counting the ball and keeping the last five it saw, ``steps`` super-steps, a
+    checkpoint after each (the synchronous ``PostgresSaver``, ``durability="sync"``). Then
+    ``graph.get_state`` of that thread at ``queries`` checkpoints drawn at random from its history
+    (``get_state_history``): the state as of that checkpoint, read from Postgres."""
+    import random
+
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.graph import END, START, StateGraph
+
+    def hit(state: RallyState) -> dict[str, Any]:
+        return {"hits": state["hits"] + 1, "last": [*state["last"][-4:], str(state["hits"] % 100)]}
+
+    g = StateGraph(RallyState)
+    g.add_node("a", hit)
+    g.add_node("b", hit)
+    g.add_edge(START, "a")
+    g.add_conditional_edges("a", lambda st: END if st["hits"] >= steps else "b", ["b", END])
+    g.add_conditional_edges("b", lambda st: END if st["hits"] >= steps else "a", ["a", END])
+    with PostgresSaver.from_conn_string(conninfo) as saver:
+        graph = g.compile(checkpointer=saver)
+        thread = {"configurable": {"thread_id": f"state-at-{uuid.uuid4().hex}"}, "recursion_limit": steps + 10}
+        graph.invoke({"hits": 0, "last": []}, thread, durability="sync")
+        ids = [snap.config["configurable"]["checkpoint_id"] for snap in graph.get_state_history(thread)]
+        chosen = random.Random(seed).choices(ids, k=queries)
+        tid = thread["configurable"]["thread_id"]
+        times: list[float] = []
+        for cid in chosen:
+            t = time.perf_counter()
+            snap = graph.get_state({"configurable": {"thread_id": tid, "checkpoint_id": cid}})
+            times.append(time.perf_counter() - t)
+            if snap.config["configurable"]["checkpoint_id"] != cid:
+                raise RuntimeError(f"LangGraph's get_state answered checkpoint {snap.config} for {cid}")
+    return times, len(ids)
+
+
 # --- the ring: many chains in flight ----------------------------------------------------------
 
 

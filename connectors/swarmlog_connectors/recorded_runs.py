@@ -1,8 +1,10 @@
 """The runs the Postgres mirror holds: what ``swarmlog regress --from-mirror`` replays.
 
-A run is a topic whose first event is ``run.started`` (one topic holds one run); its payload
-names the swarm, and ``logged_at`` is the broker's append time, which is what "the runs of the
-last week" means to an operator (never an ordering: the offset is the run's only clock).
+A run is a topic whose first event is ``run.started`` (one topic holds one run), or ``run.continued``:
+a run's part on a topic it went on on (``swarmlog continue``, docs/long-runs.md; each part is listed, and
+replayed, as the run it is). Its payload names the swarm, and ``logged_at`` is the broker's append time,
+which is what "the runs of the last week" means to an operator (never an ordering: the offset is the
+run's only clock).
 
 The query goes through ``sink_positions`` (one row per mirrored topic) and, per topic, the
 ``events_by_type`` index on (topic, event_type, seq): it reads one row per run, never the
@@ -28,7 +30,7 @@ _RUNS = """
 SELECT s.topic, r.run_id, r.payload->>'swarm', r.payload->>'code_version', r.logged_at
   FROM sink_positions s
   CROSS JOIN LATERAL (SELECT e.run_id, e.payload, e.logged_at FROM events e
-                       WHERE e.topic = s.topic AND e.event_type = 'run.started'
+                       WHERE e.topic = s.topic AND e.event_type IN ('run.started', 'run.continued')
                        ORDER BY e.seq LIMIT 1) r
  WHERE (%(swarm)s::text IS NULL OR r.payload->>'swarm' = %(swarm)s)
    AND (%(since)s::timestamptz IS NULL OR r.logged_at >= %(since)s)

@@ -100,6 +100,7 @@ COMMANDS: dict[str, str | None] = {
     "token": "swarmlog.token.command",
     "check": "swarmlog.replaying.command",
     "regress": "swarmlog.regression.command",
+    "continue": "swarmlog.continuation.command",
     **dict.fromkeys(("log", "show", "state", "debug", "snapshot", "step", "timeline", "fork"),
                     "swarmlog.debug.command"),
     "ui": "swarmlog.ui.command",

@@ -96,7 +96,7 @@ class Context:
 
     __slots__ = ("agent", "registry", "llm_client", "run_effect", "_sink", "_event", "_step", "_index",
                  "_rand_index", "_effects", "_rand_prefix", "seed", "run_id", "_http", "_live", "_loop",
-                 "choose_completion", "_secrets", "_patches", "_named", "_labelled")
+                 "choose_completion", "_secrets", "_patches", "_named", "_labelled", "signal")
 
     def __init__(self, *, agent: str, registry: SchemaRegistry, llm_client: Any = None,
                  run_effect: EffectRunner | None = None) -> None:
@@ -118,6 +118,9 @@ class Context:
         self._index = 0
         self._rand_index = 0
         self._effects: list[int] = []
+        self.signal: BaseException | None = None
+        """What stops this step's replay (a divergence of an effect, a record the live run never made), kept
+        until the step ends: the engine raises it again if the handler caught it and went on or failed."""
         self._http: dict[Any, Any] = {}  # (library, options) -> (client, transport), kept across steps
         self._named: set[str] = set()  # recipients found to follow the name grammar (they repeat)
         self._labelled: set[str] = set()  # message kinds and timer names found to follow it
@@ -145,6 +148,7 @@ class Context:
         self._index = 0
         self._rand_index = 0
         self._effects = []
+        self.signal = None
         if self._patches:
             self._patches = {}
         if self._loop is not None:
@@ -457,6 +461,8 @@ class Context:
 
     def _next_recorded(self) -> tuple[str, Event | None]:
         sink = self._require_sink()
+        if self.signal is not None:
+            raise self.signal  # the step's replay stopped at an earlier call: nothing after it can be served
         event_id = output_id(self.agent, self._step, self._index)
         return event_id, sink.recorded(event_id)
 
@@ -471,6 +477,8 @@ class Context:
         sink = self._sink
         if sink is None:
             raise OutsideStep(agent=self.agent)
+        if self.signal is not None:
+            raise self.signal  # the step's replay stopped at an earlier call: what it writes after is not its record
         try:
             schema = self.registry.newest[event_type]  # a subscript: no call for the hook to see
         except (KeyError, TypeError):
@@ -526,13 +534,18 @@ class Context:
         sink.write(Output(event_id, TIMER_FIRED, payload, self.agent, causes), locate=False)
 
     def _diverged(self, detail: str, *, recorded: Any, replayed: Any) -> None:
-        # A recorded effect the handler cannot be served: it cannot go on from here.
+        # A recorded effect the handler cannot be served: it cannot go on from here. Kept in ``signal`` as
+        # well as raised: a handler that catches it (``except Exception``) has not made the step replay.
+        exc: EffectDiverged
         if isinstance(recorded, dict) and recorded.get("event_type") == HANDLER_FAILED:
             payload = recorded["payload"]  # the step failed live where it now calls the world: a fix, not versioned
-            raise FailedStepChanged(offset=self._step, agent=self.agent, error_type=payload["error_type"],
+            exc = FailedStepChanged(offset=self._step, agent=self.agent, error_type=payload["error_type"],
                                     message=payload["message"], replayed=replayed)
-        raise EffectDiverged(offset=self._step, agent=self.agent, detail=detail, recorded=recorded,
-                             replayed=replayed)
+        else:
+            exc = EffectDiverged(offset=self._step, agent=self.agent, detail=detail, recorded=recorded,
+                                 replayed=replayed)
+        self.signal = exc
+        raise exc
 
 
 def _valid_patch_id(patch_id: str) -> bool:

@@ -73,6 +73,8 @@ drawing to them::
     │   └── MirrorBehind (also Retriable)
     ├── RunError
     │   ├── RunAlreadyRecorded
+    │   ├── ContinueRefused
+    │   ├── RunContinuedElsewhere
     │   ├── RunNotStarted
     │   │   └── InputBeforeRun
     │   ├── NoReply
@@ -774,6 +776,32 @@ class RunAlreadyRecorded(RunError):
             f"topic {topic!r} already holds run {run_id!r} (seed {seed}), not {requested_run_id!r} (seed "
             f"{requested_seed}); one topic holds one run, so that replay from offset zero rebuilds exactly one "
             f"history. Use a new topic for a new run.")
+
+
+class ContinueRefused(RunError):
+    """``swarmlog continue`` cannot continue a run from ``from_topic`` on ``to_topic``: nothing was written
+    (or what was is the same link, already there). ``reason`` says why, ``remedy`` what to do."""
+
+    def __init__(self, *, from_topic: str, to_topic: str, reason: str, remedy: str) -> None:
+        self.from_topic = from_topic
+        self.to_topic = to_topic
+        self.reason = reason
+        self.remedy = remedy
+        super().__init__(f"cannot continue the run of topic {from_topic!r} on {to_topic!r}: {reason}. {remedy}")
+
+
+class RunContinuedElsewhere(RunError):
+    """A live agent read the end of its run's part on this topic: the run goes on on ``to_topic``
+    (``swarmlog continue``). It does not handle this topic any more (the runtime parks it, not ready)."""
+
+    def __init__(self, *, topic: str, to_topic: str, end: int, agent: str) -> None:
+        self.topic = topic
+        self.to_topic = to_topic
+        self.end = end
+        self.agent = agent
+        super().__init__(f"agent {agent!r}: the run of topic {topic!r} goes on on topic {to_topic!r} (this topic's "
+                         f"part ends at offset {end}): run the swarm there (`swarmlog run ... --topic {to_topic}`) and "
+                         f"retire this deployment")
 
 
 class RunNotStarted(RunError):

@@ -331,6 +331,20 @@ def test_a_swallowed_violation_leaves_the_guard_on_and_still_fails_the_handler()
     assert _hook.getprofile() is None and sys.gettrace() is None
 
 
+def test_a_swallowed_violation_is_what_fails_the_handler_when_it_then_raises_something_else() -> None:
+    # Else the other error would be recorded as the handler's own failure (handler.failed) and replayed as one.
+    def handler() -> None:
+        try:
+            time()
+        except Exception:  # noqa: BLE001 - the mistake under test
+            raise ValueError("no clock") from None
+
+    with pytest.raises(ForbiddenCall, match="time.time") as raised:
+        with guarded(agent="a", offset=1):
+            handler()
+    assert isinstance(raised.value.__cause__, ValueError)
+
+
 def test_a_swallowed_violation_leaves_the_guard_on_under_a_debugger_too() -> None:
     previous = sys.gettrace()  # coverage's tracer, if the suite runs under coverage
     traced: list[str] = []

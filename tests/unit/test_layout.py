@@ -37,8 +37,9 @@ def _nodes(path: Path) -> tuple[ast.AST, ...]:
 PUBLIC = {
     "swarmlog": [
         "Agent", "AgentFenced", "AppendFailed", "AppendIncomplete", "AsyncClient", "CheckpointUnreadable", "Client",
-        "CodeVersionRefused", "FailedStepChanged", "PatchUnknown", "RunCannotGoOn",
-        "ConfigurationError", "Context", "CopyFailed", "DatabasePermissionDenied", "Divergence", "DuplicateEventId",
+        "CodeVersionRefused", "FailedStepChanged", "PatchUnknown", "RunCannotGoOn", "RunContinuedElsewhere",
+        "ConfigurationError", "Context", "ContinueRefused", "CopyFailed", "DatabasePermissionDenied", "Divergence",
+        "DuplicateEventId",
         "EffectDiverged",
         "EffectFailed", "Event", "EventError", "EventFate", "EventLog", "EventNotFound", "ForkPointInsideStep",
         "GroupHasActiveMembers", "GroupNotAtStart", "GroupResetFailed", "HTTPRequestDiverged", "HashSeedMismatch",
@@ -109,6 +110,7 @@ PUBLIC = {
     "swarmlog.replaying": ["CausalityViolation", "Divergence", "Fold", "Ledger", "LiveStates", "Reducer",
                            "ReplayResult", "SwarmReplayResult", "Undecodable", "check_causality", "replay",
                            "replay_swarm", "swarm_report"],
+    "swarmlog.continuation": ["ChainLink", "Continued", "LinkCheck", "check_chain", "check_link", "continue_run"],
     "swarmlog.regression": ["STATUSES", "DivergenceGroup", "RegressionReport", "RunOutcome", "RunsChanged",
                             "parse_since", "regress", "runs_in_mirror", "shard", "topics_matching"],
 }
@@ -351,8 +353,8 @@ running swarm (``client``), the command line and what of the log reaches a termi
 wing's commands print through it), the errors, the settings and their secrets. Machinery lives in the wing it
 belongs to; ``_lazy``, the mechanism of every wing's face, is the leaf they all import (in the package's
 ``__init__`` it would put the package itself in an import circle with every face)."""
-WINGS = {"aio", "debug", "dev", "guard", "integrations", "kafka", "llm", "log", "observe", "regression", "replaying",
-         "runtime", "schema", "testing", "token", "ui"}
+WINGS = {"aio", "continuation", "debug", "dev", "guard", "integrations", "kafka", "llm", "log", "observe", "regression",
+         "replaying", "runtime", "schema", "testing", "token", "ui"}
 
 
 def test_the_top_of_the_package_holds_only_user_facing_modules_and_wings():

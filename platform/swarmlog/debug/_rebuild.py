@@ -105,7 +105,7 @@ class Rebuild:
 
     def __init__(self, *, backend: LogBackend, topic: str, swarm: Swarm, decoder: Decoder, agents: list[str],
                  starts: dict[str, dict[str, Any]] | None = None, last: tuple[int, int] | None = None,
-                 check_states: bool = True) -> None:
+                 check_states: bool = True, probe: Callable[[int], bool] | None = None) -> None:
         """``starts``: agent -> a :func:`~swarmlog.runtime.checkpoint.capture` to resume that agent from
         (all at one position); ``last``: the (offset, crc32) of the last message folded before it, which
         the log must still hold — else :class:`SnapshotStale` (another log now has this topic's name).
@@ -131,8 +131,9 @@ class Rebuild:
         self.taps: dict[str, _Tap] = {}
         self.resume: dict[str, int] = {}
         """Agent -> the offset its fold resumes at (it skips the messages before)."""
-        self.probe = LogProbe(backend=backend, topic=topic)
-        """Whether an offset holds a message, asked of the log: see :meth:`_core`."""
+        self.probe: Callable[[int], bool] = probe or LogProbe(backend=backend, topic=topic)
+        """Whether an offset holds a message, asked of the log (or of a session's index, ``probe``): see
+        :meth:`_core`."""
         for name in self.names:
             core = self._core(built[name])
             if name in starts:

@@ -34,7 +34,10 @@ from ..log.protocol import (
     LLM_CALL,
     MESSAGE,
     RECORDED_EFFECTS,
+    RUN_CONTINUED,
     RUN_FORKED,
+    RUN_MOVED,
+    RUN_SEEDED,
     RUN_STARTED,
     STATE_DIGEST,
     TIMER_CANCELLED,
@@ -331,4 +334,11 @@ def _what(e: LoggedEvent) -> str:
         return f"after steps {steps}: state {last} (read to {p.get('position')}){final}"
     if t == RUN_FORKED:
         return f"from {p.get('source_topic')} before offset {p.get('at')} ({p.get('events')} events)"
+    if t == RUN_CONTINUED:  # a continued run (docs/long-runs.md): where its earlier part is, to read it there
+        return f"continues topic {p.get('from_topic')} [0, {p.get('from_end')}) (`--topic {p.get('from_topic')}` " \
+               f"reads it): swarm {p.get('swarm')} seed {p.get('seed')} code {p.get('code_version')}"
+    if t == RUN_SEEDED:
+        return f"{p.get('agent')}'s fold at the end of the topic it continues: state {str(p.get('state_digest'))[:12]}…"
+    if t == RUN_MOVED:
+        return f"the run goes on on topic {p.get('to_topic')} (this topic's part ends at offset {p.get('from_end')})"
     return _short_json(p)

@@ -34,7 +34,7 @@ from ..errors import ConfigurationError, SnapshotStale, UsageError
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
 from ..runtime import code_version
-from ..runtime.anomalies import Anomaly
+from ..runtime.anomalies import Anomaly, LogProbe
 from ..runtime.checkpoint import StateNotCapturable, capture, clean, restore
 from ..runtime.outcomes import Divergence
 from ..schema.codec import Decoder
@@ -43,6 +43,7 @@ from ..settings import Settings
 from ._debugger import HandlerTrap, Stop
 from ._rebuild import AgentStep, Rebuild
 from .diff import StateDiff, diff
+from .index import DEFAULT_INDEX_BYTES, DEFAULT_INDEX_EVERY, AgentIndex
 from .logview import LoggedEvent, LogView
 from .snapshots import DEFAULT_EVERY, Chosen, Ignored, SnapshotStore
 
@@ -110,8 +111,10 @@ class Session:
 
     def __init__(self, *, settings: Settings, swarm: Swarm, topic: str | None = None,
                  registry: SchemaRegistry | None = None, backend: LogBackend | None = None,
-                 snapshots: bool = True) -> None:
-        """``snapshots=False``: every fold starts at offset zero (what snapshots save is measured so)."""
+                 snapshots: bool = True, index_after: int = 0) -> None:
+        """``snapshots=False``: every fold starts at offset zero (what snapshots save is measured so).
+        ``index_after``: :meth:`index` an agent once :meth:`state` has been asked about it this many times
+        (0: only when asked to) — what a long-lived process that answers many queries wants (the console)."""
         self.settings = settings
         self.swarm = swarm
         self.topic = topic or settings.topic
@@ -123,6 +126,11 @@ class Session:
         self.store = SnapshotStore(backend=self.backend, topic=self.topic, registry=self.registry,
                                    code_version=self.code_version)
         self.use_snapshots = snapshots
+        self._indexes: dict[str, AgentIndex] = {}
+        self._index_after = index_after
+        self._asked: dict[str, int] = {}
+        self._probe = LogProbe(backend=self.backend, topic=self.topic)
+        """Which offsets hold a message, asked of the log once each for every fold of this session."""
 
     @property
     def agents(self) -> list[str]:
@@ -154,7 +162,8 @@ class Session:
         """``agents`` rebuilt from the latest usable snapshot at or before ``before``."""
         chosen = self._choose(agents, before, fits)
         rebuild = Rebuild(backend=self.backend, topic=self.topic, swarm=self.swarm, decoder=self.decoder,
-                          agents=agents, starts=chosen.folds, last=chosen.last, check_states=check_states)
+                          agents=agents, starts=chosen.folds, last=chosen.last, check_states=check_states,
+                          probe=self._probe)
         rebuild.chosen = chosen  # type: ignore[attr-defined]
         try:
             yield rebuild
@@ -180,9 +189,72 @@ class Session:
 
     # -- travel in time -----------------------------------------------------------------------
 
+    def index(self, agent: str, *, every: int = DEFAULT_INDEX_EVERY,
+              max_bytes: int = DEFAULT_INDEX_BYTES) -> AgentIndex:
+        """Fold ``agent`` once from offset zero to the end of the log, keeping its fold every ``every``
+        offsets in memory (:mod:`swarmlog.debug.index`): later :meth:`state` calls of this agent at an
+        offset before that end fold at most ``every`` offsets of tail. Costs one fold from zero (what a
+        query without snapshots costs); it holds at most ``max_bytes`` of captures, plus the step ids its
+        fold remembered and a byte per offset (``AgentIndex.memory``). Call it again to cover what the
+        log gained since."""
+        self._check_agent(agent)
+        if every < 1:
+            raise UsageError("an index keeps a capture every 1 offset at least")
+        built = AgentIndex(agent=agent, every=every, max_bytes=max_bytes, probe=self._probe)
+        with Rebuild(backend=self.backend, topic=self.topic, swarm=self.swarm, decoder=self.decoder, agents=[agent],
+                     check_states=False, probe=self._probe) as rebuild:
+            core = rebuild.cores[agent]
+            built.recording(core)
+            due = every
+            for m in rebuild.messages():
+                off = m.offset()
+                if off >= due and rebuild.last_message is not None:
+                    built.keep(core, at=off, last=rebuild.last_message)
+                    due = off + built.every
+                rebuild.apply(m)
+            built.finish(core, end=rebuild.position)
+        self._indexes[agent] = built
+        logger.info("index of %s: %d captures to offset %d (%s)", agent, built.memory.captures, built.end,
+                    built.memory.to_json())
+        return built
+
+    def _index_when_asked(self, agent: str) -> None:
+        if not self._index_after or agent in self._indexes:
+            return
+        asked = self._asked[agent] = self._asked.get(agent, 0) + 1
+        if asked >= self._index_after:
+            logger.info("%s asked about %d times: indexing it (one fold from offset zero)", agent, asked)
+            self.index(agent)
+
+    def _state_from_index(self, agent: str, at: int) -> AgentState | None:
+        """``state`` from the session's index of ``agent`` (None: no index covers ``at``)."""
+        idx = self._indexes.get(agent)
+        start = idx.start(at) if idx is not None else None
+        if idx is None or start is None:
+            return None
+        base, doc, last = start
+        try:
+            with Rebuild(backend=self.backend, topic=self.topic, swarm=self.swarm, decoder=self.decoder,
+                         agents=[agent], starts={agent: doc}, last=last, check_states=False,
+                         probe=idx.held) as rebuild:
+                idx.share(rebuild.cores[agent], at=base)
+                rebuild.run_to(at)
+                return AgentState(agent=agent, at=at, state=rebuild.state(agent), steps=rebuild.cores[agent].steps,
+                                  from_snapshot=base)
+        except SnapshotStale as exc:
+            # The log no longer holds what the index folded (the topic was made again): forget it.
+            logger.warning("%s; the session's index of %s is dropped", exc, agent)
+            del self._indexes[agent]
+            return None
+
     def state(self, agent: str, *, at: int) -> AgentState:
         """``agent``'s state just before offset ``at`` (past the end: at the end of the log)."""
         self._check_agent(agent)
+        if self.use_snapshots:
+            self._index_when_asked(agent)
+            kept = self._state_from_index(agent, at)
+            if kept is not None:
+                return kept
 
         def body(rebuild: Rebuild) -> AgentState:
             rebuild.run_to(at)
@@ -208,6 +280,13 @@ class Session:
         self._check_agent(agent)
         if end < start:
             raise UsageError(f"--diff {start} {end}: the second offset must not be before the first")
+        if self.use_snapshots:
+            self._index_when_asked(agent)
+            first = self._state_from_index(agent, start)
+            last = self._state_from_index(agent, end) if first is not None else None
+            if first is not None and last is not None:
+                return StateDiff(agent=agent, start=start, end=end, before=first.state, after=last.state,
+                                 changes=diff(first.state, last.state), steps=last.steps - first.steps)
 
         def body(rebuild: Rebuild) -> StateDiff:
             rebuild.run_to(start)

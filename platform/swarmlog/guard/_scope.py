@@ -11,6 +11,7 @@ import sys
 import types
 import warnings
 
+from ..errors import NondeterminismError
 from . import _hook
 from ._state import local, thread_state
 from .errors import ForbiddenCall
@@ -79,9 +80,12 @@ class guarded:
         if st.rearm_frames is not None and not st.hooked:
             _hook.disarm(st)
         self.base = None
-        if exc_type is None and self.violation is not None:
-            # The handler swallowed a ForbiddenCall; it still must not count as a success.
-            raise self.violation
+        violation = self.violation
+        if violation is not None and exc is not violation \
+                and (exc_type is None or isinstance(exc, Exception) and not isinstance(exc, NondeterminismError)):
+            # The handler swallowed a ForbiddenCall: it still must not count as a success, nor as a failure of
+            # the handler's own (recorded as handler.failed, replayed as one) if it then raised something else.
+            raise violation from exc if isinstance(exc, BaseException) else None
 
 
 class allowed:

@@ -23,14 +23,15 @@ from typing import Any, NamedTuple, NoReturn
 
 from ..errors import RoutingHeaderMismatch
 
-__all__ = ["AGENT_NAME_FORBIDDEN", "EFFECT_RECORDED", "HANDLER_FAILED", "HTTP_EXCHANGE", "H_AGENT", "H_SNAPSHOT_AT",
-           "H_SNAPSHOT_CODE", "H_STEP", "H_TO", "H_TYPE", "H_VERSION", "Headers", "LANGGRAPH_CHECKPOINT",
-           "LANGGRAPH_DELETED", "LANGGRAPH_WRITES", "LLM_CALL", "MESSAGE", "RECORDED_EFFECTS",
-           "RECORDED_EFFECT_HEADERS", "RUN_FORKED", "RUN_STARTED", "RUN_STARTED_HEADER", "RUN_STARTER_CHANNEL",
-           "RUN_WRITER", "Route", "SELF_RECORDS", "SIDE_TOPIC_SUFFIXES", "STATE_DIGEST", "STATE_DIGEST_TYPE",
-           "TIMER_CANCELLED", "TIMER_FIRED", "TIMER_SET", "agent_group", "agent_transactional_id", "checked_route",
-           "copy_transactional_ids", "is_side_topic", "new_route", "output_id", "output_id_prefix", "parse_step",
-           "replay_group", "route", "run_started_id", "sink_group", "snapshot_topic", "state_digest_id", "step_of",
+__all__ = ["AGENT_NAME_FORBIDDEN", "CONTINUED_RECORDS", "EFFECT_RECORDED", "HANDLER_FAILED", "HTTP_EXCHANGE",
+           "H_AGENT", "H_SNAPSHOT_AT", "H_SNAPSHOT_CODE", "H_STEP", "H_TO", "H_TYPE", "H_VERSION", "Headers",
+           "LANGGRAPH_CHECKPOINT", "LANGGRAPH_DELETED", "LANGGRAPH_WRITES", "LLM_CALL", "MESSAGE", "RECORDED_EFFECTS",
+           "RECORDED_EFFECT_HEADERS", "RUN_CONTINUED", "RUN_FORKED", "RUN_MOVED", "RUN_SEEDED", "RUN_STARTED",
+           "RUN_STARTED_HEADER", "RUN_STARTER_CHANNEL", "RUN_WRITER", "Route", "SELF_RECORDS", "SIDE_TOPIC_SUFFIXES",
+           "STATE_DIGEST", "STATE_DIGEST_TYPE", "TIMER_CANCELLED", "TIMER_FIRED", "TIMER_SET", "agent_group",
+           "agent_transactional_id", "checked_route", "copy_transactional_ids", "is_side_topic", "new_route",
+           "output_id", "output_id_prefix", "parse_step", "replay_group", "route", "run_continued_id", "run_moved_id",
+           "run_seed_id", "run_started_id", "sink_group", "snapshot_topic", "state_digest_id", "step_of",
            "stop_digest_id", "wall_timer_id", "writer_step"]
 
 # --- event types ------------------------------------------------------------------------
@@ -52,6 +53,14 @@ HANDLER_FAILED = "handler.failed"
 """A handler raised; replay expects the same failure at the same step."""
 RUN_FORKED = "run.forked"
 """Appended to a fork right after the prefix it copied: where the fork came from."""
+RUN_CONTINUED = "run.continued"
+"""The first event of a run continued on a new topic (``swarmlog continue``): the run, and the link to the old topic."""
+RUN_SEEDED = "run.continued.seed"
+"""An agent's fold at the old topic's end, right after ``run.continued``: its fold on the new topic starts from it."""
+RUN_MOVED = "run.continued.to"
+"""The last event of a run's part on the topic it left: where the run went (a live agent reading it stops)."""
+CONTINUED_RECORDS = frozenset({RUN_CONTINUED, RUN_SEEDED, RUN_MOVED})
+"""Bookkeeping of a continued run: no handler takes them, no logical timer counts them."""
 STATE_DIGEST = "state.digest"
 """An agent's state after its steps, as digests (:mod:`swarmlog.runtime.digests`): written in
 the same transaction as those steps' outputs, and at every clean stop."""
@@ -354,6 +363,21 @@ def stop_digest_id(agent: str, position: int) -> str:
 
 def run_started_id(run_id: str) -> str:
     return f"run@{run_id}"
+
+
+def run_continued_id(run_id: str) -> str:
+    """The event id of a continued run's ``run.continued`` (its new topic's first record)."""
+    return f"run@{run_id}:continued"
+
+
+def run_moved_id(run_id: str) -> str:
+    """The event id of the ``run.continued.to`` that ends a run's part on the topic it left."""
+    return f"run@{run_id}:continued-to"
+
+
+def run_seed_id(run_id: str, agent: str) -> str:
+    """The event id of an agent's ``run.continued.seed``."""
+    return f"run@{run_id}:seed:{agent}"
 
 
 RUN_WRITER = "swarmlog"

@@ -121,6 +121,7 @@ def replay_swarm(
     live_states: LiveStates | None = None,
     workers: int | None = None,
     from_checkpoints: bool = False,
+    follow_link: bool = True,
 ) -> SwarmReplayResult:
     """Re-run ``swarm``'s handlers over the recorded log (writing nothing to it).
 
@@ -146,6 +147,11 @@ def replay_swarm(
     (``SWARMLOG_CHECKPOINT_EVERY``, docs/checkpoints.md) and the steps before it are not re-run
     (``result.resumed_from`` says where each started): the replay costs what the log's tail does,
     and checks only the tail. The default re-runs and checks everything from the log start.
+
+    A topic that continues a run (``swarmlog continue``) is replayed from the agents' seeds; with
+    ``follow_link`` (the default) the old topic's part is replayed too, up to the link, and checked
+    against the seeds (``result.link``: :class:`~swarmlog.continuation.LinkCheck`, which says so when
+    the old topic is gone). docs/long-runs.md.
     """
     from ..runtime import replay_swarm_log
 
@@ -161,6 +167,12 @@ def replay_swarm(
     with backend.reader(topic):
         pass  # refuses a missing or multi-partition topic with a clear error
     require_complete_history(backend, topic)  # the agents' code replays from offset 0 or not at all
-    return replay_swarm_log(backend=backend, swarm=swarm, topic=topic, registry=registry, to=to, strict=strict,
-                            group=group, reset=reset, progress=progress, live_states=live_states, workers=workers,
-                            from_checkpoints=from_checkpoints)
+    result = replay_swarm_log(backend=backend, swarm=swarm, topic=topic, registry=registry, to=to, strict=strict,
+                              group=group, reset=reset, progress=progress, live_states=live_states, workers=workers,
+                              from_checkpoints=from_checkpoints)
+    if follow_link and result.continued:  # told by the replay's own read: the log is read once
+        from ..continuation import check_link
+
+        result.link = check_link(backend=backend, swarm=swarm, topic=topic, registry=registry,
+                                 token_key=settings.token_key_bytes(), workers=workers)
+    return result

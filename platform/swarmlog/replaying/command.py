@@ -75,10 +75,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         bar = _progress_bar("replay", unit="ev")
         try:
             result = replay(settings=settings, to=args.to, group=args.group, reset=not args.no_reset,
-                            reducer=reducer_obj, progress=bar.update_to if bar else None,
+                            reducer=reducer_obj, progress=bar.update_to if bar is not None else None,
                             from_log_start=args.from_log_start)
         finally:
-            if bar:
+            if bar is not None:
                 bar.close()
         # Bounded: past swarmlog.terminal.CAP, a summary by kind with offset ranges (every one with
         # --json or -v), never a line per message of a log with ten thousand bad ones.
@@ -142,10 +142,10 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
     bar = _progress_bar("replay", unit="ev")
     try:
         result = replay_swarm(settings=settings, swarm=swarm, to=args.to, group=args.group, reset=not args.no_reset,
-                              progress=bar.update_to if bar else None, workers=args.workers,
-                              from_checkpoints=args.from_checkpoints)
+                              progress=bar.update_to if bar is not None else None, workers=args.workers,
+                              from_checkpoints=args.from_checkpoints, follow_link=not args.no_follow_link)
     finally:
-        if bar:
+        if bar is not None:
             bar.close()
     # A replay from checkpoints attests only to the tail it re-ran: no token says more than that.
     token = None if result.resumed_from else _token(settings, result, f"swarm:{swarm.name}")
@@ -185,10 +185,14 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
             print(f"  now:      {json.dumps(first.replayed, default=str)}")
             if len(result.divergences) > 1:
                 print(f"  ({len(result.divergences) - 1} more divergence(s) after it)")
+        if result.link is not None:  # a continued topic: the part of the run on the topic it continues
+            for line in result.link.lines():
+                print(printable(line))
         if args.publish:
             print(f"report {report['report_id']} published to Postgres (table replay_reports)")
     unreadable = any(a.kind != "repeated" for a in result.anomalies)
-    status = EXIT_DIVERGED if result.divergences else EXIT_UNREADABLE if args.strict and unreadable else EXIT_OK
+    diverged = result.divergences or (result.link is not None and result.link.diverged)
+    status = EXIT_DIVERGED if diverged else EXIT_UNREADABLE if args.strict and unreadable else EXIT_OK
     return status, result
 
 
@@ -238,7 +242,8 @@ def _check_unhandled(args: argparse.Namespace) -> int:
 
 
 def _progress_bar(desc: str, unit: str) -> Any:
-    """A tqdm bar on a terminal; nothing in logs and pipes."""
+    """A tqdm bar on a terminal; None in logs and pipes. Test it with ``is not None``: a tqdm bar with no
+    total yet refuses ``bool()`` (TypeError)."""
     if not sys.stderr.isatty():
         return None
     from tqdm import tqdm
@@ -299,4 +304,7 @@ def add_parser(sub: Any, name: str, *, parents: list[argparse.ArgumentParser]) -
     r.add_argument("--workers", type=int, metavar="N",
                    help="with --swarm: fold the agents in N processes, each some of them over the whole log "
                         "(default: one per CPU this process may use, at most one per agent; 1: one process)")
+    r.add_argument("--no-follow-link", action="store_true",
+                   help="with --swarm, on a continued topic (`swarmlog continue`): verify it from its seeds only, "
+                        "not the topic it continues (docs/long-runs.md)")
     r.set_defaults(func=cmd_replay)

@@ -26,7 +26,17 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from ..log.protocol import RUN_STARTED, SELF_RECORDS, STATE_DIGEST, STEP_RETRIED, TIMER_FIRED, Route
+from ..log.protocol import (
+    CONTINUED_RECORDS,
+    RUN_CONTINUED,
+    RUN_SEEDED,
+    RUN_STARTED,
+    SELF_RECORDS,
+    STATE_DIGEST,
+    STEP_RETRIED,
+    TIMER_FIRED,
+    Route,
+)
 from .anomalies import Presence
 from .engine import UNDECODED, AgentCore
 
@@ -93,6 +103,19 @@ class Dispatcher:
             digested = self._by_name.get(writer)
             if digested is not None:
                 digested.digest_read(msg, route[3])
+            return
+        if etype in CONTINUED_RECORDS:
+            # A continued run's link and seeds (.continued): bookkeeping no handler takes and no timer
+            # counts. A seed restores its agent's fold, whose event count (the old topic's, the same for
+            # every agent) the fold goes on from: logical timers come due where they would have.
+            self.position = msg.offset() + 1
+            for c in self.cores:
+                if etype == RUN_CONTINUED or c.name == to:
+                    c.process(msg, route)
+                if etype == RUN_SEEDED and c.name == to:
+                    self.seen = c.events_seen
+                    if c.timers and c not in self._timed:
+                        self._timed.append(c)
             return
         seen = self.seen
         self.seen = seen + 1

@@ -31,7 +31,7 @@ from ..errors import UsageError
 from ..log.base import BATCH, LogBackend, read_from_log_start
 from ..log.hashing import StreamHasher
 from ..log.hotloop import fewer_collections
-from ..log.protocol import agent_group
+from ..log.protocol import RUN_CONTINUED, agent_group
 from ..observe import tracing
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
@@ -39,7 +39,7 @@ from . import _processes
 from ._dispatch import Dispatcher
 from ._statediff import LiveStates
 from .anomalies import Anomaly, LogProbe, Presence
-from .checkpoint import restore
+from .checkpoint import capture, restore
 from .engine import AgentCore
 from .history import LogHistory, steps_past
 from .outcomes import Divergence
@@ -79,10 +79,19 @@ class SwarmReplayResult:
     anomalies: list[Anomaly] = field(default_factory=list)
     """Messages the agents named instead of handling (:mod:`.anomalies`), in offset order: a repeated
     event id, an input no schema reads, one of a newer schema (the agent parks there: unverified from it)."""
+    continued: bool = False
+    """The log starts with a continued run's link (``swarmlog continue``): its agents started from their seeds."""
+    link: Any = None
+    """A continued topic's link, followed (:class:`swarmlog.continuation.LinkCheck`): whether the old
+    topic's part replays to the seeds this topic starts from; None: the topic continues none, or it was not
+    followed."""
     resumed_from: dict[str, int] = field(default_factory=dict)
     """Agent -> the position of the verified checkpoint its fold started from (``from_checkpoints``); the
     agents not named folded from the log start. Steps before a checkpoint were not re-run: empty for a
     full re-verification, and a stream hash of only what was read (from the earliest checkpoint on)."""
+    folds: dict[str, Any] = field(default_factory=dict, repr=False)
+    """Agent -> its whole fold at the end (:func:`.checkpoint.capture`), when asked for (``folds=True``:
+    what ``swarmlog continue`` seeds a new topic with)."""
 
     @property
     def first_divergence(self) -> Divergence | None:
@@ -104,6 +113,7 @@ class SwarmReplayResult:
             "states_recorded": dict(sorted(self.states_recorded.items())),
             "anomalies": [a.to_json() for a in self.anomalies],
             **({"resumed_from": dict(sorted(self.resumed_from.items()))} if self.resumed_from else {}),
+            **({"continues": self.link.to_json()} if self.link is not None else {}),
         }
 
 
@@ -124,6 +134,7 @@ class _AgentOutcome:
     unverified: int | None
     divergences: list[Divergence]
     anomalies: list[Anomaly] = field(default_factory=list)
+    fold: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -134,13 +145,14 @@ class _PartOutcome:
     events: int
     stream_hash: str | None
     agents: dict[str, _AgentOutcome]
+    continued: bool = False
 
 
 def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry: SchemaRegistry,
                      to: int | None = None, strict: bool = False, group: str | None = None, reset: bool = True,
                      progress: Callable[[int, int], None] | None = None,
                      live_states: LiveStates | None = None, workers: int | None = None,
-                     from_checkpoints: bool = False) -> SwarmReplayResult:
+                     from_checkpoints: bool = False, folds: bool = False) -> SwarmReplayResult:
     """``workers``: processes to fold the agents in, at most one per agent (None: one per CPU this
     process may use, and one for a log shorter than :data:`MIN_EVENTS_TO_SPLIT`; see ``_processes``).
     A strict replay, one with ``live_states`` and one under tracing run in one process.
@@ -148,7 +160,9 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
     ``from_checkpoints``: each agent's fold starts from its latest checkpoint of this code version
     that the log's state digest vouches for (:mod:`.resume`; refused ones are logged, and that
     agent folds from the log start), and the log is read from the earliest of them: the steps
-    before are not re-run. Not with a cut, a group or ``live_states`` (those replay from the start)."""
+    before are not re-run. Not with a cut, a group or ``live_states`` (those replay from the start).
+
+    ``folds``: also capture every agent's whole fold at the end (``result.folds``)."""
     decoder = Decoder(registry)
     logger.info("replaying swarm %s against topic %s%s%s", swarm.name, topic,
                 f" up to offset {to}" if to is not None else "", f" as consumer group {group}" if group else "")
@@ -189,7 +203,7 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
                      agents=groups[part.index], low=low, to=to, cut=cut, past=past, committed=committed,
                      strict=strict, group=group if first else None, reset=reset, hash_stream=first,
                      progress=report, total=total, part=part, live_states=live_states, traced=traced,
-                     swarm=swarm, starts=starts)
+                     swarm=swarm, starts=starts, folds=folds)
 
     if n > 1:
         logger.info("replay of %s: %d processes fold its %d agents (%s)", swarm.name, n, len(agents),
@@ -205,12 +219,14 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
                 len(divergences))
     return SwarmReplayResult(
         end_offset=first.end, events=first.events, agents={name: outcomes[name].hash for name in names},
+        continued=first.continued,
         stream_hash=first.stream_hash or "", divergences=divergences,
         steps={name: outcomes[name].steps for name in names},
         states={name: outcomes[name].state for name in names},
         states_checked={name: outcomes[name].states_checked for name in names},
         states_recorded={name: outcomes[name].states_recorded for name in names}, swarm=swarm.name,
         resumed_from={name: cp.at for name, cp in starts.items()},
+        folds={name: captured for name in names if (captured := outcomes[name].fold) is not None},
         unverified_from={name: unverified for name in names
                          if (unverified := outcomes[name].unverified) is not None},
         anomalies=sorted((a for name in names for a in outcomes[name].anomalies), key=lambda a: (a.offset, a.agent)))
@@ -259,7 +275,7 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
           cut: int | None, past: dict[str, set[int]], committed: dict[str, int], strict: bool, group: str | None,
           reset: bool, hash_stream: bool, progress: Callable[[int, int], None] | None, total: int,
           part: _processes.Part, live_states: LiveStates | None, traced: Any, swarm: Swarm,
-          starts: dict[str, Checkpoint]) -> _PartOutcome:
+          starts: dict[str, Checkpoint], folds: bool = False) -> _PartOutcome:
     """Fold ``agents`` over the log (all of them, or one process's share): every message read once."""
     names = [a.name for a in agents]
     # Each process checks the routing headers of its share of the messages against their envelopes
@@ -287,6 +303,7 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
             core.tracer = traced.step_tracer(topic=topic, agent=core.name, replay=replay)
     hasher = StreamHasher() if hash_stream else None
     events = 0
+    continued = False
     last_report = time.monotonic()
     try:
         # Every message decoded, states and the recorded history alive: see swarmlog.log.hotloop.
@@ -300,6 +317,8 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
             for batch, routes in history.batches(reader.batches(end=to, batch_size=READ_BATCH)):
                 if hasher is not None:
                     hasher.update_batch(batch)
+                if not events and batch and batch[0].offset() == 0:
+                    continued = routes[0][0] == RUN_CONTINUED  # the log starts with a link (.continued)
                 for m, r in zip(batch, routes, strict=True):
                     apply(m, r)
                 events += len(batch)
@@ -322,9 +341,11 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
         traced.end_replay(replay, swarm=swarm,
                           divergences=sorted((d for c in cores for d in c.divergences), key=Divergence.sort_key))
     return _PartOutcome(end=end, events=events, stream_hash=hasher.hexdigest() if hasher is not None else None,
+                        continued=continued,
                         agents={c.name: _AgentOutcome(hash=c.state_hash(), steps=c.steps, state=c.agent.state,
                                                       states_checked=c.states_checked,
                                                       states_recorded=c.history.digests_recorded,
                                                       unverified=c.unverified,
-                                                      divergences=c.divergences, anomalies=c.watch.anomalies)
+                                                      divergences=c.divergences, anomalies=c.watch.anomalies,
+                                                      fold=capture(c) if folds else None)
                                 for c in cores})

@@ -48,7 +48,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Agent, Swarm
-from ..errors import AgentFenced, CodeVersionRefused, NondeterminismError, SwarmlogError, TransactionAborted
+from ..errors import (
+    AgentFenced,
+    CodeVersionRefused,
+    NondeterminismError,
+    RunContinuedElsewhere,
+    SwarmlogError,
+    TransactionAborted,
+)
 from ..kafka.backend import backend_for
 from ..log.base import AgentChannel, LogBackend, require_complete_history
 from ..log.hotloop import fewer_collections
@@ -137,7 +144,7 @@ class AgentWorker:
         :func:`~swarmlog.runtime.run_agents`): the agent refuses it before its rebuild."""
         self.refused: str | None = None
         """Why this agent does not go on with the run (see :meth:`_park`); None while it can."""
-        self.refusal: NondeterminismError | CodeVersionRefused | None = None
+        self.refusal: NondeterminismError | CodeVersionRefused | RunContinuedElsewhere | None = None
         """The error it refused the run with (:func:`~swarmlog.runtime.run_agents` raises it once stopped)."""
         self.from_zero = from_zero
         self.resumed_from = 0
@@ -185,13 +192,15 @@ class AgentWorker:
             channel = self._channel = self.backend.agent_channel(self.topic, name)
             if self.stop_event.is_set():
                 channel.wake()  # stopped before this life began: its polls wait for nothing
-            refused: NondeterminismError | CodeVersionRefused | None = None
+            refused: NondeterminismError | CodeVersionRefused | RunContinuedElsewhere | None = None
             try:
                 return self._run(channel)
             except AgentFenced:
                 raise
-            except (NondeterminismError, CodeVersionRefused) as exc:
-                refused = exc  # parked below, once this life's channel is closed
+            except (NondeterminismError, CodeVersionRefused, RunContinuedElsewhere) as exc:
+                # Parked below, once this life's channel is closed. A run continued on another topic
+                # (.continued) parks its agents left on this one the same way: up, not ready, no crash loop.
+                refused = exc
             except TransactionAborted as exc:
                 # Lives in a row that committed nothing: a cause that a new life does not cure.
                 aborted = aborted + 1 if self.transactions == committed else 1
@@ -209,7 +218,7 @@ class AgentWorker:
             if self.stop_event.wait(min(aborted, 5)):
                 raise last  # stopped before the new life rebuilt anything: there is no state to report
 
-    def _park(self, exc: NondeterminismError | CodeVersionRefused) -> WorkerResult:
+    def _park(self, exc: NondeterminismError | CodeVersionRefused | RunContinuedElsewhere) -> WorkerResult:
         """This code cannot go on with the run: say so once, in the log and through readiness, and wait
         to be stopped. Not an exit: a restarted process would refuse the same way, a crash loop that
         says nothing more. Nothing was written (a divergence is found while rebuilding, before any live

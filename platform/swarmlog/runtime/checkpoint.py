@@ -27,7 +27,6 @@ from ..errors import CheckpointUnreadable, StateNotCapturable
 from ..events import Event
 from ..log.hashing import state_hash
 from . import interpreter
-from .engine import AgentCore
 from .outcomes import Divergence, FailedStep
 from .timers import Timer
 
@@ -50,8 +49,8 @@ CHECKPOINT_FORMAT = 1
 
 FOLD_FIELDS = frozenset({
     "divergences", "pending", "timers", "events_seen", "position", "steps", "last_recorded_step", "unverified",
-    "stopped", "run_pin", "states_checked", "state_mismatches", "state_diverged_at", "failures", "checked_from",
-    "watch",
+    "stopped", "stopped_at", "run_pin", "states_checked", "state_mismatches", "state_diverged_at", "failures",
+    "checked_from", "watch",
 })
 """Core attributes that are the fold's state (beside ``agent.state`` and the ``ctx``'s run)."""
 WIRING_FIELDS = frozenset({
@@ -125,13 +124,18 @@ def copy_state(state: Any, *, agent: str = "") -> Any:
 # --- capture and restore ---------------------------------------------------------------------
 
 
-def clean(core: AgentCore) -> bool:
+Core = Any
+"""An :class:`~swarmlog.runtime.engine.AgentCore`, by name only: the engine restores a continued run's seeded
+fold through this module (:mod:`.continued`), so this module does not import the engine."""
+
+
+def clean(core: Core) -> bool:
     """Whether ``core``'s fold is one a snapshot may keep: nothing diverged, nothing stopped it, and
     every step so far could be checked against the log."""
     return not core.divergences and not core.stopped and core.unverified is None
 
 
-def capture(core: AgentCore) -> dict[str, Any]:
+def capture(core: Core) -> dict[str, Any]:
     """Everything folding has built up in ``core``, as JSON-able data."""
     ctx = core.ctx
     return {
@@ -145,6 +149,7 @@ def capture(core: AgentCore) -> dict[str, Any]:
         "last_recorded_step": core.last_recorded_step,
         "unverified": core.unverified,
         "stopped": core.stopped,
+        "stopped_at": core.stopped_at,
         "run": [ctx.run_id, ctx.seed] if ctx.seed is not None else None,
         "hash": list(core.run_pin) if core.run_pin is not None else None,
         "timers": [[t.name, t.set_offset, t.due_count, t.due_wall_ms, t.firing] for t in core.timers.values()],
@@ -161,7 +166,7 @@ def capture(core: AgentCore) -> dict[str, Any]:
     }
 
 
-def restore(core: AgentCore, doc: dict[str, Any]) -> None:
+def restore(core: Core, doc: dict[str, Any]) -> None:
     """Put a :func:`capture` of the same agent back into ``core`` (freshly built, nothing folded yet)."""
     if doc.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointUnreadable(agent=core.name, reason=f"format {doc.get('format')!r}, this swarmlog reads "
@@ -179,6 +184,7 @@ def restore(core: AgentCore, doc: dict[str, Any]) -> None:
         core.last_recorded_step = doc["last_recorded_step"]
         core.unverified = doc["unverified"]
         core.stopped = doc["stopped"]
+        core.stopped_at = doc.get("stopped_at")
         if doc.get("hash") is not None:
             # What folding run.started would have checked: the fold goes on in this interpreter.
             core.run_pin = (doc["hash"][0], doc["hash"][1])

@@ -43,13 +43,15 @@ from typing import Any
 
 from ..agent import Agent
 from ..context import Context, EffectRunner, Output, OutputSink
-from ..errors import NondeterminismError, SchemaNotFound, StateDiverged, SwarmlogError
+from ..errors import CheckpointUnreadable, NondeterminismError, SchemaNotFound, StateDiverged, SwarmlogError
 from ..events import Event
 from ..guard import guarded
 from ..log.hashing import state_hash
 from ..log.protocol import (
+    CONTINUED_RECORDS,
     HANDLER_FAILED,
     MESSAGE,
+    RUN_SEEDED,
     RUN_STARTED,
     SELF_RECORDS,
     STATE_DIGEST,
@@ -58,7 +60,7 @@ from ..log.protocol import (
     Route,
 )
 from ..schema.codec import Decoder
-from . import interpreter
+from . import continued, interpreter
 from ._statediff import LiveStates, diff_states
 from .anomalies import Presence, Watch, is_newer_schema
 from .digests import DigestRecord, DigestRecorder, state_digest
@@ -125,6 +127,8 @@ class AgentCore(TimerFold, RecordCheck):
         self.run_pin: tuple[int | None, str | None] | None = None
         """The string-hash seed and algorithm ``run.started`` recorded (None: not read yet)."""
         self.stopped = False  # a non-strict replay that could not go on (an effect it cannot serve)
+        self.stopped_at: int | None = None
+        """The step it stopped at: its own records of earlier steps are still read and checked."""
         self.step_latency: Any = None
         """A :class:`~swarmlog.observe.LatencyHistogram` the live worker gives; None in replay."""
         self.tracer: Any = None
@@ -217,8 +221,18 @@ class AgentCore(TimerFold, RecordCheck):
                 if last is not None and (self.pending or self._held is not None):
                     self._unwritten_before(last + 1)
             return None, decoded
+        if etype in CONTINUED_RECORDS:
+            # A continued run's link and its seeds (.continued): they set the run and restore the fold; not events.
+            if etype != RUN_SEEDED or route[2] == self.name:
+                record = self._decode(msg) if decoded is UNDECODED else decoded
+                if not isinstance(record, Event):
+                    raise self._decode_error or CheckpointUnreadable(agent=self.name, reason="its seed does not decode")
+                continued.take(self, record, route)
+            return None, decoded
         self.events_seen += 1
         if self.stopped:
+            if writer == self.name and self.pending:
+                self._check_before_stop(msg, route, decoded)
             return None, decoded
         me = self.name
         parked = self.watch.parked
@@ -286,6 +300,19 @@ class AgentCore(TimerFold, RecordCheck):
             return (off, None), decoded
         return None, decoded
 
+    def _check_before_stop(self, msg: Any, route: Route, decoded: Event | None | _Undecoded) -> None:
+        """A stopped fold runs no more steps, but one of its records of a step before the stop is still
+        checked against what that step wrote: an agent's transaction may commit its earlier steps' outputs
+        after the input it stopped at, and a change there is the first divergence, not "never written"."""
+        step = route[3]
+        if step is None:
+            step = self.decoder.step(msg)
+        if step is None or self.stopped_at is None or step >= self.stopped_at:
+            return
+        event = self._decode(msg) if decoded is UNDECODED else decoded
+        if isinstance(event, Event) and self.watch.take(event):
+            self._check_own(event)
+
     def _own_unreadable(self, msg: Any, route: Route, decoded: Event | None | _Undecoded) -> None:
         """One of its own records does not decode. Of a newer schema — a newer version of this agent wrote
         it, this reader is older (a replay on the old schemas of a run whose agents were upgraded) — what
@@ -341,9 +368,13 @@ class AgentCore(TimerFold, RecordCheck):
                             result = handler(ctx, event)
                             if result is not None and isawaitable(result):
                                 ctx.run(result)  # an async def handler: its coroutine, on the step's loop
-                    except NondeterminismError:
+                        if ctx.signal is not None:
+                            raise ctx.signal  # the handler caught what stops its replay, and went on
+                    except (NondeterminismError, Unreached):
                         raise
                     except Exception as exc:  # recorded: replay expects the same failure here
+                        if ctx.signal is not None:
+                            raise ctx.signal from exc  # it caught what stops its replay, then failed otherwise
                         failed = FailedStep(offset=off, agent=self.name, input=event, error_type=type(exc).__name__,
                                             message=str(exc))
                         self.failures[off] = failed
@@ -369,6 +400,7 @@ class AgentCore(TimerFold, RecordCheck):
         except Unreached as exc:
             self.unverified = exc.step
             self.stopped = True  # nothing after this can be served from the log
+            self.stopped_at = off
         finally:
             ctx.end()
             if tracer is not None:

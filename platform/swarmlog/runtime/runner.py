@@ -38,7 +38,7 @@ from ..errors import (
 from ..guard import hook_in_use
 from ..kafka.backend import backend_for
 from ..log.base import LogBackend
-from ..log.protocol import RUN_STARTED, RUN_STARTER_CHANNEL, RUN_WRITER, run_started_id
+from ..log.protocol import RUN_CONTINUED, RUN_STARTED, RUN_STARTER_CHANNEL, RUN_WRITER, run_started_id
 from ..observe import tracing
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import SchemaRegistry
@@ -156,16 +156,23 @@ class RunInfo:
     """The name of the swarm that started the run ("" where the caller did not read it)."""
 
 
+_RUN_FIRST = frozenset({RUN_STARTED, RUN_CONTINUED})
+"""What a run's first record is: its start, or the link of a run continued on this topic."""
+
+
 def find_run(settings: Settings, topic: str, registry: SchemaRegistry, *,
              backend: LogBackend | None = None) -> RunInfo | None:
-    """The topic's ``run.started``, if any (found by its envelope's route, headers checked; decoded only it)."""
+    """The topic's ``run.started``, if any (found by its envelope's route, headers checked; decoded only it).
+
+    A run continued on this topic (``swarmlog continue``) starts with ``run.continued`` instead, which says
+    the same of the run (:mod:`.continued`)."""
     decoder = Decoder(registry)
     backend = backend_for(settings, backend)
     with backend.reader(topic) as reader:
         reader.assign(0)
         for batch in reader.batches():
             for m in batch:
-                if decoder.route(m).event_type == RUN_STARTED:
+                if decoder.route(m).event_type in _RUN_FIRST:
                     _, rec = decoder.decode(m.value(), m.offset())
                     p = rec["payload"]
                     return RunInfo(run_id=rec["run_id"], seed=p["seed"], offset=m.offset(), created=False,

@@ -65,7 +65,11 @@ class VerifySink:
                 return None  # no marker: the step was recorded on the unpatched path (ctx.patched is False)
             step = self.core.ctx.now()
             if history.past_cut(step) or step >= history.reach():
-                raise Unreached(step)  # the record lies past the cut, or the live agent never got here
+                # The record lies past the cut, or the live agent never got here. Kept in the step's signal as well:
+                # a handler that catches it has not made the step replay (engine.AgentCore.step raises it again).
+                exc = Unreached(step)
+                self.core.ctx.signal = exc
+                raise exc
             raise EffectDiverged(offset=self.core.ctx.now(), agent=self.core.name,
                                  detail="the step now calls an effect or LLM the log has no record of")
         return rec
@@ -85,6 +89,7 @@ class RecordCheck:
     last_recorded_step: int
     unverified: int | None
     stopped: bool
+    stopped_at: int | None
     checked_from: int
     _raised: NondeterminismError | None
     _held: tuple[int, StateDiverged] | None
@@ -172,7 +177,9 @@ class RecordCheck:
         offset, its last recorded step: the history's ``reach``) and its last recorded output
         may simply never have run live (an unfinished run, a stopped agent), and a step whose
         outputs lie past a replay's cut cannot be compared with them: neither's outputs are
-        divergences, and ``unverified`` says from where on nothing could be checked.
+        divergences, and ``unverified`` says from where on nothing could be checked (so are the
+        outputs of a step at or past it: a step that stopped there, needing a record the live run
+        never made or that lies past the cut).
         """
         parked = self.watch.parked
         if parked is not None:  # it could not read its input there: nothing from there on was checked
@@ -182,7 +189,8 @@ class RecordCheck:
         for step, outs in sorted(self.pending.items()):
             if self._held is not None and step > self._held[0]:
                 self._release_held()
-            if step >= bound or history.past_cut(step):
+            unverified = self.unverified
+            if step >= bound or history.past_cut(step) or unverified is not None and step >= unverified:
                 self.unverified = step if self.unverified is None else min(self.unverified, step)
                 continue
             for out in outs.values():
@@ -208,6 +216,7 @@ class RecordCheck:
             raise exc
         if isinstance(exc, EffectDiverged):
             self.stopped = True  # the handler cannot go on without the result: stop this agent here
+            self.stopped_at = d.offset
 
 
 def _brief(event: Event) -> dict[str, Any]:

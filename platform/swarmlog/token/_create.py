@@ -16,7 +16,7 @@ from typing import Any
 from ..agent import Swarm
 from ..errors import NondeterminismError, SwarmlogError
 from ..log.base import LogBackend
-from ..log.protocol import H_TYPE, RUN_STARTED_HEADER, STATE_DIGEST_TYPE
+from ..log.protocol import H_TYPE, RUN_CONTINUED, RUN_STARTED_HEADER, STATE_DIGEST_TYPE
 from ..runtime import SwarmReplayResult, interpreter, replay_swarm_log
 from ..runtime.digests import DigestRecord
 from ..schema.codec import FINGERPRINT_LEN, MAGIC, Decoder
@@ -25,6 +25,8 @@ from ._chain import DEFAULT_EVERY, WHOLE, ChainBuilder
 from ._document import ReplayTokenV2
 
 _FP = slice(len(MAGIC), len(MAGIC) + FINGERPRINT_LEN)
+_RUN_FIRST = frozenset({RUN_STARTED_HEADER, (H_TYPE, RUN_CONTINUED.encode())})
+"""The run's first record: its ``run.started``, or a continued run's ``run.continued`` (which says the same)."""
 
 
 def schema_name(registry: SchemaRegistry, fingerprint: bytes) -> str:
@@ -55,7 +57,7 @@ class LogFacts:
             for k, v in headers:
                 if k == H_TYPE and v == STATE_DIGEST_TYPE:
                     self._digest(m)
-                elif (k, v) == RUN_STARTED_HEADER and self.run is None:
+                elif (k, v) in _RUN_FIRST and self.run is None:
                     self._run(m)
 
     def _decode(self, m: Any) -> dict[str, Any] | None:

@@ -115,12 +115,24 @@ def verify_v2(args: argparse.Namespace, token: Any, *, source: str) -> int:
     swarm = pinned_swarm(args, settings.model_copy(update={"topic": topic}))
     check = verify_token(backend=backend_of(settings, topic), token=token, topic=topic, registry=registry_of(settings),
                          signature=status, reference=getattr(args, "reference", None), swarm=swarm)
+    chain: list[Any] = []
+    if check.ok:  # the topic matches its token, which covers a continued run's link: follow it (docs/long-runs.md)
+        from ..continuation import check_chain
+
+        chain = check_chain(backend=backend_of(settings, topic), topic=topic, registry=registry_of(settings),
+                            token_key=settings.token_key_bytes())
     if args.json:
-        print(json.dumps(check.to_json(), indent=2, default=str))
+        print(json.dumps({**check.to_json(), **({"chain": [_link_json(c) for c in chain]} if chain else {})}, indent=2,
+                         default=str))
     else:
-        for line in check.lines():
+        for line in [*check.lines(), *(c.line() for c in chain)]:
             print(printable(line))  # names from the topic and the token: escaped (swarmlog.terminal)
-    return EXIT_OK if check.ok else EXIT_TOKEN_MISMATCH
+    return EXIT_OK if check.ok and all(c.ok for c in chain) else EXIT_TOKEN_MISMATCH
+
+
+def _link_json(link: Any) -> dict[str, Any]:
+    return {"topic": link.topic, "from_topic": link.from_topic, "from_end": link.from_end, "status": link.status,
+            "detail": link.detail}
 
 
 def cmd_token(args: argparse.Namespace) -> int:

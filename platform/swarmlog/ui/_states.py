@@ -9,7 +9,8 @@ folds the log (Kafka) through :class:`swarmlog.debug.Session`, the engine of ``s
 A run pinned to a string-hash seed other than this process's cannot have its handlers run
 here (:class:`~swarmlog.errors.HashSeedMismatch`): the fold then runs in a child process,
 ``swarmlog state ... --json``, which re-executes itself under the run's seed as the command
-always does. Sessions are kept per topic (a session keeps what it folded), one fold at a time.
+always does. Sessions are kept per topic (a session keeps what it folded, and indexes an agent asked
+about twice: :mod:`swarmlog.debug.index`), one fold at a time.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from ..settings import Settings
 logger = logging.getLogger(__name__)
 
 _CHILD_TIMEOUT_S = 600.0
+INDEX_AFTER = 2
+"""State or diff queries of one agent after which the console's session indexes it (:meth:`Session.index`)."""
 
 
 class States:
@@ -88,7 +91,10 @@ class States:
             from ..debug import Session
             from ..runtime import load_swarm
 
-            session = Session(settings=self.settings.model_copy(update={"topic": topic}), swarm=load_swarm(spec))
+            # A console is asked about the same agents again and again: the second question about one
+            # indexes it (one fold from zero), and every later one folds a few dozen offsets.
+            session = Session(settings=self.settings.model_copy(update={"topic": topic}), swarm=load_swarm(spec),
+                              index_after=INDEX_AFTER)
             self._sessions[key] = session
         return session
 
