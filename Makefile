@@ -113,9 +113,12 @@ docs-serve: $(STAMP)
 # otherwise every worker compiles, through pytest's assertion rewriting, every test module and every
 # module of a package with a pytest plugin (langsmith's hundreds) again on every run.
 CACHED_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
+# Work stealing: a worker that ran out of tests takes the rest of another's queue, so a share that happens to
+# hold the long tests (a contract suite's runs, the docs' pages) does not leave a core idle at the end.
+UNIT_PYTEST := -m pytest -q -p no:cacheprovider -n auto --dist worksteal tests/unit
 
 unit: $(STAMP)
-	$(CACHED_BYTECODE) $(BIN)/python -m pytest -q -p no:cacheprovider -n auto tests/unit
+	$(CACHED_BYTECODE) $(BIN)/python $(UNIT_PYTEST)
 
 # The unit suite on each other CPython (`make unit-3.12` runs one), with Hypothesis's dev profile even in
 # CI: what differs between the versions is the interpreter under the guard and the C modules' builds,
@@ -123,7 +126,7 @@ unit: $(STAMP)
 unit-pythons: $(addprefix unit-,$(OTHER_PYTHONS))
 
 unit-%: .venv-%/.installed
-	$(CACHED_BYTECODE) HYPOTHESIS_PROFILE=dev .venv-$*/bin/python -m pytest -q -p no:cacheprovider -n auto tests/unit
+	$(CACHED_BYTECODE) HYPOTHESIS_PROFILE=dev .venv-$*/bin/python $(UNIT_PYTEST)
 
 # Against the cluster `up` just started, unless SWARMLOG_BOOTSTRAP_SERVERS already points at one.
 # (pytest run by hand with no SWARMLOG_* variables and a Docker engine reachable uses containers

@@ -63,6 +63,10 @@ class _DyingAgent(_DyingBackend):
 class _Clockwork(Agent):
     """A logical timer and a wall-clock timeout pending across many steps: restored from checkpoints mid-way."""
 
+    def __init__(self, name: str, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        super().__init__(name)
+
     def initial_state(self) -> dict[str, Any]:
         return {"seen": []}
 
@@ -70,7 +74,7 @@ class _Clockwork(Agent):
     def start(self, ctx, event):
         if self.name == "t":
             ctx.timer("late", after_events=50)
-            ctx.timeout("soon", seconds=2.0)
+            ctx.timeout("soon", seconds=self._timeout_s)
             ctx.send("u", "ping", "1")
 
     @on_message("ping")
@@ -90,6 +94,9 @@ class _Clockwork(Agent):
 
 class CheckpointContract:
     quiet: float = 1.0
+    timeout_s: float = 2.0
+    """A wall-clock timeout that must still be pending when its agent dies at its eighth commit, on this
+    backend, and that the test then waits out."""
 
     def _run(self, backend, settings, swarm=swarms.relay_long, **kw: Any):
         return {r.agent: r for r in run_agents(settings=settings, swarm=swarm, until_quiet=self.quiet,
@@ -170,7 +177,8 @@ class CheckpointContract:
 
     def test_timers_pending_in_a_checkpoint_fire_once_where_a_fold_from_zero_fires_them(
             self, backend, run_settings, registry):
-        swarm = Swarm(name="clockwork", agents=lambda: [_Clockwork("t"), _Clockwork("u")], code_version="1")
+        swarm = Swarm(name="clockwork", code_version="1",
+                      agents=lambda: [_Clockwork("t", self.timeout_s), _Clockwork("u", self.timeout_s)])
         settings = run_settings.model_copy(update={"checkpoint_every": 1})
         start_run(settings=settings, swarm=swarm, run_id="clockwork", seed=1, backend=backend)
         with pytest.raises(_Crash):  # t dies early, its timers pending in its checkpoints

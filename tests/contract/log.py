@@ -318,6 +318,44 @@ class LogContract:
         finally:
             channel.close()
 
+    def test_a_log_names_the_end_a_dead_lifes_open_transaction_holds_until_its_next_life_fences_it(
+            self, backend, log_topic):
+        """What lets a clean stop end its drain there instead of at its deadline (runtime._worker): the end
+        named is the one readers are held at, only while the transaction's channel is closed, and no more
+        once a new life fenced it."""
+        if backend.settle(log_topic, [], 0) is None:  # Kafka: a dead producer is not told from a slow one
+            assert backend.abandoned_end(log_topic) is None
+            return
+        append(backend, log_topic, b"before")
+        dead = backend.agent_channel(log_topic, "agent-a")
+        live = backend.agent_channel(log_topic, "agent-b")
+        try:
+            live.fence()
+            live.begin()
+            live.send(b"live", b"agent-b", [])
+            dead.fence()
+            dead.begin()
+            held_at = dead.send_located(b"dying", b"agent-a", [])
+            live.commit(None)
+            assert backend.abandoned_end(log_topic) is None  # open, but its life may still commit it
+            dead.close()  # the life ends between sending and committing: nothing aborts it
+            assert backend.abandoned_end(log_topic) == held_at
+            assert values(read_all(backend, log_topic)) == [b"before", b"live"]  # held there indeed
+            live.begin()
+            live.send(b"after", b"agent-b", [])
+            live.commit(None)
+            assert backend.abandoned_end(log_topic) == held_at  # a later commit does not move it
+            assert values(read_all(backend, log_topic)) == [b"before", b"live"]
+        finally:
+            live.close()
+        again = backend.agent_channel(log_topic, "agent-a")
+        try:
+            again.fence()  # the next life: aborts it, and readers go on
+            assert backend.abandoned_end(log_topic) is None
+            assert values(read_all(backend, log_topic)) == [b"before", b"live", b"after"]
+        finally:
+            again.close()
+
     def test_waiting_for_an_append_ends_with_it(self, backend, log_topic):
         import threading
 

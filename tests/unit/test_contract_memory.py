@@ -30,3 +30,4 @@ class TestFoldContractInMemory(FoldContract):
 
 class TestCheckpointContractInMemory(CheckpointContract):
     quiet = 0.3
+    timeout_s = 0.75  # its agent dies in a fifth of that here, even on a loaded machine

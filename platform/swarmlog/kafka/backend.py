@@ -169,6 +169,11 @@ class KafkaBackend:
         """Nothing to wait on: a reader polls the broker."""
         return None
 
+    def abandoned_end(self, topic: str) -> None:
+        """Not known: a producer that died with its transaction open is not told from a slow one
+        (:meth:`~swarmlog.log.base.LogBackend.abandoned_end`)."""
+        return None
+
     def after_fork(self) -> KafkaBackend:
         # A librdkafka client lives in threads a fork does not copy: the child makes its own. The
         # parent's stay referenced by the child's copy of the parent's objects and are never used

@@ -255,6 +255,13 @@ class LogBackend(Protocol):
         """Wait at most ``timeout`` seconds for ``topic``'s end to pass ``end``: True once it has,
         False if the time ran out. None, at once, where the log cannot be waited on (Kafka: poll)."""
 
+    def abandoned_end(self, topic: str) -> int | None:
+        """Where read_committed readers of ``topic`` are held now by a transaction that its producer
+        left open and no one will end until that agent's next life fences it (a life that died between
+        sending a batch and committing it): the transaction's first offset. None if no such transaction
+        holds them, or where the log cannot tell (Kafka: a dead producer's transaction looks like a slow
+        one until its coordinator aborts it, ``transaction.timeout.ms`` later)."""
+
     def after_fork(self) -> LogBackend:
         """This backend as a process forked from the one that made it may use it: nothing the parent
         opened (a Kafka client's connections and threads are the parent's), the same log."""

@@ -87,6 +87,9 @@ class _Txn:
     transactional_id: str
     state: str = "open"  # open | committed | aborted
     first_offset: int | None = None
+    abandoned: bool = False
+    """Its channel closed with it open (a life that died between sending and committing): only the
+    agent's next life, fencing, ends it (:meth:`InMemoryLog.abandoned_end`)."""
 
 
 @dataclass(slots=True)
@@ -212,6 +215,18 @@ class InMemoryLog:
             t = self._topic(topic)
             return self._idle.wait_for(
                 lambda: not t.open_txns and all(getattr(c, "waiting", False) for c in channels), timeout)
+
+    def abandoned_end(self, topic: str) -> int | None:
+        """:meth:`~swarmlog.log.base.LogBackend.abandoned_end`: the first offset of the oldest open
+        transaction, if its channel was closed with it open. Nothing else in this process can end it:
+        only a channel of the same agent opened and fenced again, which is a new life."""
+        with self._cond:
+            t = self._topic(topic)
+            firsts = [(txn.first_offset, txn.abandoned) for txn in t.open_txns if txn.first_offset is not None]
+            if not firsts:
+                return None
+            first, abandoned = min(firsts)
+            return first if abandoned else None
 
     def wait_for_append(self, topic: str, end: int, timeout: float) -> bool:
         """:meth:`~swarmlog.log.base.LogBackend.wait_for_append`."""
@@ -516,6 +531,12 @@ class MemoryAgentChannel:
 
     def close(self) -> None:
         with self.log._cond:
+            # Closed with its transaction open (a dead life: nothing aborted it): it stays open, holding every
+            # reader's end at its first offset, until the next life fences it, as on Kafka until its
+            # coordinator's timeout. Marked, so that a reader need not wait for an end that cannot move now.
+            for txn in (self._txn, *self._beside.values()):
+                if txn is not None and txn.state == "open":
+                    txn.abandoned = True
             if self._started:
                 self.log._leave(self.group, self)
                 self._started = False

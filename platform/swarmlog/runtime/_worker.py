@@ -405,6 +405,11 @@ class AgentWorker:
         queued from before the last step says an older end. The high watermark covers this
         life's outputs (the marker may follow them a moment later), and read_committed serves
         them only once their marker is in, so an end reported at or past it is past the marker.
+
+        A transaction that a dead life left open (another agent's, in this process: its thread died
+        between sending and committing) holds every reader's end until that agent's next life fences
+        it, which no wait here brings about: where the log knows (the in-memory log), the drain ends
+        when it reached that end, instead of reading on to the deadline for nothing.
         """
         read_to = self._read_to(core)
         if self.caught_up.is_set() and read_to > 0 and core.digest_due(final=True):
@@ -415,12 +420,16 @@ class AgentWorker:
             self._committed_to = read_to
         target = self.backend.watermarks(self.topic)[1]
         deadline = time.monotonic() + _DRAIN_S
-        while not (self._at_end and self.eof_at >= target) and time.monotonic() < deadline:
+        while not (self._at_end and self._drained(target)) and time.monotonic() < deadline:
             self._turn(channel, sink, core, start_end)
         read_to = self._read_to(core)
         if read_to > 0 and read_to != self._committed_to:
             self._commit(channel, sink, read_to)  # offsets only: no marker in the topic
             self._committed_to = read_to
+
+    def _drained(self, target: int) -> bool:
+        """At the end, this reached ``target`` or the end a dead life's open transaction holds (_stop_cleanly)."""
+        return self.eof_at >= target or self.eof_at == self.backend.abandoned_end(self.topic)
 
     def _commit(self, channel: AgentChannel, sink: LiveSink, position: int, *, final: bool = False) -> None:
         started = time.perf_counter()
