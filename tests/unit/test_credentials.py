@@ -9,10 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anthropic
 import httpx
 import httpx2
-import openai
 import pytest
 
 from swarmlog import Agent, Swarm, on
@@ -42,6 +40,8 @@ class Asker(Agent):
 
     @on("run.started")
     async def start(self, ctx, event):
+        import anthropic
+        import openai
         gpt = openai.OpenAI(api_key=ctx.credential("OPENAI_API_KEY"), http_client=ctx.http())
         claude = anthropic.AsyncAnthropic(api_key=ctx.credential("ANTHROPIC_API_KEY"), http_client=ctx.async_http())
         agpt = openai.AsyncOpenAI(api_key=ctx.credential("OPENAI_API_KEY"), http_client=ctx.async_http())
@@ -56,6 +56,12 @@ class Asker(Agent):
 
 
 def _swarm(tools_url: str) -> Swarm:
+    # The SDKs are imported here, not at the top: only the worker that runs these tests pays for them
+    # (anthropic's import is the unit suite's costliest). Here, before the run, as a module-level import
+    # did: the handler's own `import` then only looks them up.
+    import anthropic  # noqa: F401
+    import openai  # noqa: F401
+
     return Swarm(name="keys", agents=lambda: [Asker("asker", tools_url=tools_url)], code_version="1")
 
 
@@ -127,6 +133,9 @@ def test_a_credential_is_read_only_in_a_step_and_only_by_a_variables_name(backen
 
 
 def test_swarm_llm_takes_an_sdks_class_and_builds_the_client_only_at_the_first_live_call(monkeypatch):
+    import anthropic
+    import openai
+
     from swarmlog.llm import SDKChat
 
     _nothing_of_the_live_env(monkeypatch)

@@ -8,9 +8,6 @@ import os
 import uuid
 
 import pytest
-from langchain_core.messages import HumanMessage
-from langgraph.checkpoint.base.id import uuid6
-from langgraph.graph.message import add_messages
 
 from swarmlog.guard import ForbiddenCall, guarded
 from swarmlog.guard._exemptions import FRAMEWORKS, TRUSTED_LIBRARIES
@@ -22,6 +19,11 @@ def test_every_supported_frameworks_packages_are_trusted_without_a_trust_library
 
 
 def test_langgraphs_ids_and_configuration_pass_but_the_handlers_own_reads_do_not():
+    # Imported here, outside the guard as at the top of a module, and only by the worker that runs this test.
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.base.id import uuid6
+    from langgraph.graph.message import add_messages
+
     with guarded(agent="a", offset=1):
         checkpoint_id = uuid6(clock_seq=1)  # LangGraph's checkpoint ids: the clock and entropy
         merged = add_messages([], [HumanMessage("hi")])  # gives the message a uuid4 id

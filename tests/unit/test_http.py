@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import httpx2
-import openai
 import pytest
 
 from swarmlog.guard import ForbiddenCall, guarded
@@ -124,6 +123,7 @@ def test_a_recorded_event_stream_is_served_one_event_per_chunk():
 
 
 def test_transient_failures_are_retried_live_inside_one_recorded_exchange():
+    import openai
     with StubServer(lambda request: "fine") as server:
         server.fail_next(2, status=503)
         recorder = ListRecorder()
@@ -137,6 +137,7 @@ def test_transient_failures_are_retried_live_inside_one_recorded_exchange():
 
 
 def test_a_failure_left_after_retries_is_recorded_and_the_sdk_does_not_retry_it_again():
+    import openai
     with StubServer(lambda request: "fine") as server:
         server.fail_next(10, status=503, message="overloaded")
         recorder = ListRecorder()
@@ -198,6 +199,7 @@ def test_a_different_request_on_replay_names_method_url_and_part():
 
 
 def test_the_sdk_runs_in_a_handler_on_ctx_http_but_a_raw_socket_is_still_forbidden():
+    import openai
     with StubServer() as server:
         http, _ = client(ListRecorder())
         with guarded(agent="a", offset=1):
@@ -210,6 +212,7 @@ def test_the_sdk_runs_in_a_handler_on_ctx_http_but_a_raw_socket_is_still_forbidd
 
 
 def test_an_sdk_client_not_built_on_ctx_http_fails_at_its_first_connect():
+    import openai
     with StubServer() as server:
         with pytest.raises(ForbiddenCall, match="socket"):
             with guarded(agent="a", offset=1):
@@ -224,6 +227,8 @@ def test_an_sdk_client_not_built_on_ctx_http_fails_at_its_first_connect():
 def test_a_handler_reading_the_clock_is_still_caught_beside_a_trusted_sdk():
     import time
     import uuid
+
+    import openai
 
     with pytest.raises(ForbiddenCall, match="time.time"):
         with guarded(agent="a", offset=1):
@@ -262,6 +267,7 @@ def test_a_compressed_body_is_recorded_decoded_and_a_session_cookie_stays_out_of
 
 def test_swarm_llm_takes_either_sdk_and_refuses_what_it_cannot_record():
     import anthropic
+    import openai
 
     from swarmlog import Swarm
     from swarmlog.errors import ConfigurationError
@@ -319,6 +325,7 @@ def test_a_differing_tool_result_in_a_model_request_is_named_by_its_tool(body, p
 
 def test_an_llm_sdks_request_replays_at_another_host_but_not_at_another_path():
     import anthropic
+    import openai
 
     ask = [{"role": "user", "content": "hi"}]
     with StubServer() as server:
