@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 
-from swarmlog.integrations.langgraph._fold import CheckpointRow, ThreadFold, WriteRow
+# The fold is imported by the tests: its package imports LangGraph, which every xdist worker would pay for
+# at collection, and only one runs these tests.
 
 
 def _cp(seq, cid, *, thread="t", ns="", parent=None, versions=None, blobs=(), run_id=None):
+    from swarmlog.integrations.langgraph._fold import CheckpointRow
     meta = {"source": "loop", "step": seq} | ({"run_id": run_id} if run_id else {})
     payload = {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid, "parent_checkpoint_id": parent,
                "checkpoint_json": json.dumps({"id": cid, "channel_versions": versions or {}}),
@@ -22,6 +24,7 @@ def _ids(fold):
 
 
 def test_a_deletion_covers_only_what_was_written_before_it():
+    from swarmlog.integrations.langgraph._fold import ThreadFold
     fold = ThreadFold()
     fold.checkpoint(_cp(1, "a"))
     fold.checkpoint(_cp(2, "b", thread="other"))
@@ -31,6 +34,7 @@ def test_a_deletion_covers_only_what_was_written_before_it():
 
 
 def test_prune_keeps_the_latest_checkpoint_of_each_namespace_as_of_its_offset():
+    from swarmlog.integrations.langgraph._fold import ThreadFold
     fold = ThreadFold()
     for seq, cid, ns in ((1, "a", ""), (2, "b", ""), (3, "x", "child:1"), (4, "y", "child:1")):
         fold.checkpoint(_cp(seq, cid, ns=ns))
@@ -39,6 +43,7 @@ def test_prune_keeps_the_latest_checkpoint_of_each_namespace_as_of_its_offset():
 
 
 def test_delete_for_runs_takes_only_the_named_runs_checkpoints_and_their_writes():
+    from swarmlog.integrations.langgraph._fold import ThreadFold, WriteRow
     fold = ThreadFold()
     fold.checkpoint(_cp(1, "a", run_id="r1"))
     fold.writes(("t", "", "a"), [WriteRow(2, "task", "", 0, "ch", "json", b"1")])
@@ -49,6 +54,7 @@ def test_delete_for_runs_takes_only_the_named_runs_checkpoints_and_their_writes(
 
 
 def test_a_regular_write_keeps_its_first_record_and_a_special_one_its_last():
+    from swarmlog.integrations.langgraph._fold import ThreadFold, WriteRow
     fold = ThreadFold()
     key = ("t", "", "a")
     fold.checkpoint(_cp(1, "a"))
@@ -60,6 +66,7 @@ def test_a_regular_write_keeps_its_first_record_and_a_special_one_its_last():
 
 
 def test_a_channel_value_comes_from_its_own_branch_when_two_branches_reach_the_same_version():
+    from swarmlog.integrations.langgraph._fold import ThreadFold
     fold = ThreadFold()
     fold.checkpoint(_cp(1, "a", versions={"x": 1}, blobs=[("x", "1")]))
     fold.checkpoint(_cp(2, "b", parent="a", versions={"x": 2}, blobs=[("x", "2")]))       # branch one: x@2
@@ -72,6 +79,7 @@ def test_a_channel_value_comes_from_its_own_branch_when_two_branches_reach_the_s
 
 
 def test_a_deleted_thread_never_lends_its_old_blobs_to_a_new_one_of_the_same_id():
+    from swarmlog.integrations.langgraph._fold import ThreadFold
     fold = ThreadFold()
     fold.checkpoint(_cp(1, "a", versions={"x": 1}, blobs=[("x", "1")]))
     fold.deleted(seq=2, thread_ids=["t"], run_ids=[], keep_latest=False)

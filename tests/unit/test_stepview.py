@@ -8,10 +8,10 @@ import asyncio
 from typing import Any
 
 import pytest
-from textual.widgets import DataTable, Static
 
+# textual (and the step view on it) is imported by the tests that use it: every xdist worker collects this
+# module, only one runs them.
 from swarmlog.debug import Session
-from swarmlog.debug.stepview import StepApp
 from swarmlog.log.memory import InMemoryLog
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.settings import Settings
@@ -38,6 +38,9 @@ async def press(app: Any, pilot: Any, *keys: str) -> None:
 
 
 def test_the_arrows_move_one_event_and_the_screen_shows_the_steps_it_made(relay_run, registry):
+    from textual.widgets import DataTable, Static
+
+    from swarmlog.debug.stepview import StepApp
     backend, settings = relay_run
     session = Session(settings=settings, swarm=swarms.relay, backend=backend, registry=registry)
     expected = [s for s in session.steps() if s.agent == "r0"][:2]
@@ -69,6 +72,9 @@ def test_the_arrows_move_one_event_and_the_screen_shows_the_steps_it_made(relay_
 
 
 def test_the_divergence_key_says_so_when_the_code_does_not_diverge(relay_run, registry):
+    from textual.widgets import Static
+
+    from swarmlog.debug.stepview import StepApp
     backend, settings = relay_run
     session = Session(settings=settings, swarm=swarms.relay, backend=backend, registry=registry)
 
