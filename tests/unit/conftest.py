@@ -64,3 +64,22 @@ def log_topic(backend: InMemoryLog) -> str:
 def run_settings(log_topic: str) -> Settings:
     # Addresses nobody listens on: a unit test that reached for Kafka would fail, not find a cluster.
     return Settings(topic=log_topic, bootstrap_servers="127.0.0.1:1", database_url="postgresql://nobody@127.0.0.1:1/x")
+
+
+# --- which worker imports the agent frameworks ---------------------------------------------------------
+#
+# `make unit` runs on xdist workers with `--dist worksteal`: each worker is handed a contiguous half of the
+# collection, and an idle one steals from the tail of the other's queue. These modules import the agent
+# frameworks and the LLM SDKs (openai-agents, pydantic-ai, LangGraph, anthropic, openai: together seconds of
+# CPU to import), or textual, in their tests. Collected first, they run on one worker, from the head of its
+# queue that is never stolen, instead of making every worker import the frameworks. Only the order changes:
+# every test still runs, and the order inside each module is kept.
+FRAMEWORK_MODULES = frozenset({
+    "test_async_steps.py", "test_conversation.py", "test_credentials.py", "test_docs_code.py",
+    "test_guard_frameworks.py", "test_http.py", "test_langgraph_fold.py", "test_layout.py", "test_llm.py",
+    "test_retry_policy.py", "test_errors.py", "test_docs_changed_lines.py", "test_stepview.py",
+})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in FRAMEWORK_MODULES)  # stable: the rest keep their order
