@@ -302,7 +302,7 @@ class Watch:
         if not doc:
             return
         if "recent" in doc:
-            self._ids = {event_id: offset for event_id, offset in doc["ids"]}
+            self._ids = dict(doc["ids"])  # [event id, offset] pairs, built in C: a restore's largest part
             self._recent = OrderedDict((event_id, (off, writer, step)) for event_id, off, writer, step in doc["recent"])
             self._floor = dict(doc["floor"])
         else:  # a snapshot of a swarmlog that kept every id: taken again in the order it took them
