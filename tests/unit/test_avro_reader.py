@@ -439,7 +439,7 @@ TAILS = st.binary(min_size=1, max_size=40) | st.sampled_from([b"\x00", b"\x02"])
 
 @pytest.mark.parametrize(("schema", "value"), EVENTS, ids=[f"{s.event_type}-v{s.version}-{i}"
                                                           for i, (s, _) in enumerate(EVENTS)])
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(tail=TAILS)
 def test_a_value_with_bytes_after_its_event_is_refused_by_every_reader(schema, value, tail):
     """A value is the whole value: a valid event followed by anything is not an event. The C and
