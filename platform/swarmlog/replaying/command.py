@@ -226,6 +226,7 @@ def _check_unhandled(args: argparse.Namespace) -> int:
     from ..errors import UsageError
     from ..kafka.backend import backend_for
     from ..runtime import load_swarm
+    from ..runtime.scan import LogScan
     from ..runtime.unhandled import unhandled_messages
     from ..schema.registry import SchemaRegistry
 
@@ -233,10 +234,16 @@ def _check_unhandled(args: argparse.Namespace) -> int:
         raise UsageError("`check unhandled` needs --swarm module:swarm: which messages are handled is the code's")
     settings = settings_of(args)
     swarm = load_swarm(args.swarm)
-    found = unhandled_messages(backend=backend_for(settings, None), topic=settings.topic,
-                               registry=SchemaRegistry.load(settings.schema_dirs()), agents=swarm.agents())
+    backend = backend_for(settings, None)
+    registry = SchemaRegistry.load(settings.schema_dirs())
+    # What is not an event, or is a copy of one, is named and skipped, as the agents do.
+    scan = LogScan(backend=backend, topic=settings.topic, registry=registry)
+    found = unhandled_messages(backend=backend, topic=settings.topic, registry=registry, agents=swarm.agents(),
+                               scan=scan)
     for u in found:
-        print(u.describe())
+        print(printable(u.describe()))
+    for line in scan.report(full=args.verbose > 0):
+        print(line)
     print(f"{len(found)} message(s) no agent of {swarm.name} handles")
     return EXIT_PROBLEMS_FOUND if found else EXIT_OK
 
