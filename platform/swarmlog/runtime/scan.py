@@ -127,4 +127,4 @@ class LogScan:
 
     def to_json(self) -> dict[str, Any]:
         return {"unreadable": [u.to_json() for u in self.unreadable],
-                "repeated": [a.to_json() for a in self.repeated]}
+                "repeated": [{"offset": a.offset, "first": a.first, "detail": a.detail} for a in self.repeated]}
