@@ -332,7 +332,7 @@ def test_retry_check_unhandled_and_patches_name_garbage_and_copies_and_answer_as
     clean = answers()
     assert [a.returncode for a in clean] == [0, 1, 0], [a.stderr for a in clean]
     assert "retried at offset" in clean[0].stdout and "'jbo'" in clean[1].stdout
-    assert json.loads(clean[2].stdout)["skipped"][settings.topic] == {"unreadable": [], "repeated": []}
+    assert json.loads(clean[2].stdout)["skipped"][settings.topic] == {"unreadable": [], "repeats": 0, "repeated": []}
 
     # Another producer writes bytes that are not an event under a handler.failed's headers, the misspelt
     # message with bytes after it, and copies of the failure (after its retry) and of the misspelt message.

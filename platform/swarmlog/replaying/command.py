@@ -169,9 +169,14 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
         # most 20 of a kind one a line, then a summary by kind with offset ranges (every one with -v).
         named = [(a.offset, f"{a.kind} inputs", str(a)) for a in result.anomalies]
         if named:
-            print(f"named and not handled ({len(named)}):")
+            print(f"named and not handled ({len(named) + result.anomalies_omitted}):")
         for line in bounded(named, full=args.verbose > 0):
             print(f"  {line}")
+        if result.anomalies_omitted:
+            from ..runtime.anomalies import KEPT_ANOMALIES
+
+            print(f"  and {result.anomalies_omitted:,} more, counted and not kept one by one (each agent keeps the "
+                  f"first of each kind and its latest {KEPT_ANOMALIES:,}; metric swarmlog_agent_anomalies)")
         checked, recorded = sum(result.states_checked.values()), sum(result.states_recorded.values())
         print(f"state digests: {checked} step(s) checked of {recorded} recorded"
               + ("" if recorded else " (the log records none: state-only divergences cannot be seen)"))

@@ -75,8 +75,14 @@ class LogScan:
 
     @property
     def repeated(self) -> list[Anomaly]:
-        """The copies skipped (:data:`~.anomalies.REPEATED` anomalies, with the first event's offset)."""
+        """The copies skipped (:data:`~.anomalies.REPEATED` anomalies, with the first event's offset): the first
+        and the latest :data:`~.anomalies.KEPT_ANOMALIES` (:attr:`repeats` counts them all)."""
         return [a for a in self._watch.anomalies if a.kind == REPEATED]
+
+    @property
+    def repeats(self) -> int:
+        """How many copies were skipped."""
+        return self._watch.counts.get(REPEATED, 0)
 
     def __iter__(self) -> Iterator[Event]:
         decode, watch = self.decoder.decode, self._watch
@@ -122,9 +128,13 @@ class LogScan:
         if not findings:
             return []
         head = (f"{self.topic}: skipped {len(self.unreadable)} message(s) that are not readable events and "
-                f"{len(findings) - len(self.unreadable)} copy(ies) of an event (a repeated event id):")
-        return [head, *(f"  {line}" for line in bounded(findings, full=full))]
+                f"{self.repeats} copy(ies) of an event (a repeated event id):")
+        lines = [head, *(f"  {line}" for line in bounded(findings, full=full))]
+        omitted = self.repeats - len(self.repeated)
+        if omitted:
+            lines.append(f"  and {omitted:,} more copies, counted and not kept one by one")
+        return lines
 
     def to_json(self) -> dict[str, Any]:
-        return {"unreadable": [u.to_json() for u in self.unreadable],
+        return {"unreadable": [u.to_json() for u in self.unreadable], "repeats": self.repeats,
                 "repeated": [{"offset": a.offset, "first": a.first, "detail": a.detail} for a in self.repeated]}
