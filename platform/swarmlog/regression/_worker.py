@@ -28,6 +28,9 @@ from ..errors import (
     HashSeedMismatch,
     HistoryIncomplete,
     InvalidEvent,
+    KafkaUnavailable,
+    PostgresUnavailable,
+    RegressionWorkerFailed,
     RoutingHeaderMismatch,
     SchemaError,
     SchemaNotFound,
@@ -40,13 +43,48 @@ from ..errors import (
 )
 from .report import RunOutcome
 
-__all__ = ["Replayer", "main"]
+__all__ = ["CARRIED", "Replayer", "error_of", "fatal_answer", "main"]
 
 logger = logging.getLogger(__name__)
 
 UNREADABLE = (UndecodableMessage, InvalidEvent, UnknownEventType, SchemaError, SchemaNotFound, RoutingHeaderMismatch,
               TopicNotFound, TopicNotSinglePartition)
 """Errors that say the run's log cannot be read as a swarm's events (the verdict ``unreadable``)."""
+
+
+CARRIED: dict[str, tuple[type[ServiceUnavailable], tuple[str, ...]]] = {
+    "KafkaUnavailable": (KafkaUnavailable, ("address", "detail", "hint")),
+    "PostgresUnavailable": (PostgresUnavailable, ("address", "detail", "hint")),
+    "ServiceUnavailable": (ServiceUnavailable, ("service", "address", "detail", "hint")),
+}
+"""The errors a worker's ``fatal`` answer carries back as themselves (name -> class, the fields that
+rebuild it): the one table both sides read. A service that did not answer stops the whole replay, and
+the pool raises it as the class the worker met (so ``KafkaUnavailable`` stays :class:`~swarmlog.errors.Retriable`
+and the CLI's exit 69); any other service error goes as its nearest class here (``KafkaHandshakeFailed``
+as ``ServiceUnavailable``), and every other error as :class:`~swarmlog.errors.RegressionWorkerFailed`."""
+
+
+def fatal_answer(exc: SwarmlogError) -> dict[str, Any]:
+    """The worker's ``fatal`` answer for ``exc``: its text, its type's name and, for a carried error
+    (:data:`CARRIED`), the type it travels as and the fields that rebuild it."""
+    answer: dict[str, Any] = {"fatal": str(exc), "type": type(exc).__name__}
+    carried = next((c.__name__ for c in type(exc).__mro__ if c.__name__ in CARRIED), None)
+    if carried is not None:
+        answer["carried"] = carried
+        answer["fields"] = {f: getattr(exc, f) for f in CARRIED[carried][1]}
+    return answer
+
+
+def error_of(answer: dict[str, Any], *, topic: str | None, worker: str) -> SwarmlogError:
+    """The error a worker's ``fatal`` answer reports, as the pool raises it (see :data:`CARRIED`)."""
+    carried = CARRIED.get(answer.get("carried") or "")
+    if carried is not None:
+        cls, fields = carried
+        given = answer.get("fields") or {}
+        kwargs: dict[str, Any] = {f: given.get(f) for f in fields}
+        return cls(**kwargs)
+    return RegressionWorkerFailed(topic=topic, worker=worker, error_type=answer.get("type"),
+                                  detail=str(answer.get("fatal", "no detail")))
 
 
 class Replayer:
@@ -164,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         replayer = Replayer(swarm_spec=swarm_spec)
     except SwarmlogError as exc:
-        answers.write(json.dumps({"fatal": str(exc), "type": type(exc).__name__}) + "\n")
+        answers.write(json.dumps(fatal_answer(exc)) + "\n")
         return 1
     answers.write(json.dumps({"ready": replayer.seed}) + "\n")
     for line in sys.stdin:
@@ -172,8 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             answer = replayer.replay(topic)
         except ServiceUnavailable as exc:
-            answer = {"fatal": str(exc), "type": type(exc).__name__, "service": exc.service, "address": exc.address,
-                      "detail": exc.detail}
+            answer = fatal_answer(exc)
         answers.write(json.dumps(answer, default=str) + "\n")
     return 0
 
