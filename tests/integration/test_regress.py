@@ -216,6 +216,27 @@ def test_an_unreachable_broker_stops_the_regression_with_exit_69(base_settings, 
 
 
 
+def test_the_commands_verbosity_reaches_the_worker_processes(base_settings, recorded):
+    """-v (after the command or before it) is passed to each worker, which logs as the command line does
+    (observe.logs): -v its progress, -vv its debug lines; without -v, neither."""
+    topic = recorded["topics"][0]
+    worker = "swarmlog.regression._worker: "
+    quiet = _regress(base_settings, "--swarm", "tests.swarms:relay", "--topic", topic, "--jobs", "1")
+    assert quiet.returncode == 0, quiet.stderr
+    assert worker not in quiet.stderr, quiet.stderr
+    verbose = _regress(base_settings, "--swarm", "tests.swarms:relay", "--topic", topic, "--jobs", "1", "-v")
+    assert verbose.returncode == 0, verbose.stderr
+    assert re.search(rf"INFO {re.escape(worker)}replaying {re.escape(topic)} \(worker pid \d+", verbose.stderr), \
+        verbose.stderr
+    assert f"{worker}{topic}: clean in" not in verbose.stderr  # a debug line: -vv
+    debug = subprocess.run([sys.executable, "-m", "swarmlog.cli", "-vv", "regress", "--swarm", "tests.swarms:relay",
+                            "--topic", topic, "--jobs", "1"], env=_env(base_settings), capture_output=True, text=True,
+                           timeout=600)
+    assert debug.returncode == 0, debug.stderr
+    assert re.search(rf"DEBUG {re.escape(worker)}{re.escape(topic)}: clean in [\d.]+s \(\d+ events\)",
+                     debug.stderr), debug.stderr
+
+
 def test_the_pytest_plugin_fails_a_test_when_the_candidate_changes_a_recorded_run_naming_it_and_where(
         base_settings, recorded, tmp_path):
     """The CI recipe (docs/regression.md): a test in the user's suite, the `regress` fixture, recorded runs."""

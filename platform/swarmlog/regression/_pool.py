@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import RegressionWorkerFailed
+from ..runtime.interpreter import REEXEC_ENV
 from ._worker import error_of
 from .report import RunOutcome
 
@@ -57,9 +58,10 @@ class _WorkerFatal(Exception):
 class _Worker:
     """One worker process, started with ``PYTHONHASHSEED=seed``."""
 
-    def __init__(self, *, swarm_spec: str, seed: int, env: dict[str, str]) -> None:
+    def __init__(self, *, swarm_spec: str, seed: int, env: dict[str, str], verbosity: int) -> None:
         self.seed = seed
-        self.proc = subprocess.Popen([sys.executable, "-m", "swarmlog.regression._worker", swarm_spec],
+        self.proc = subprocess.Popen([sys.executable, "-m", "swarmlog.regression._worker", swarm_spec,
+                                      str(verbosity)],
                                      env={**env, "PYTHONHASHSEED": str(seed)}, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1)
         self.name = f"pid {self.proc.pid}, PYTHONHASHSEED={seed}"
@@ -167,11 +169,11 @@ def _child_env() -> dict[str, str]:
     if os.getcwd() not in extra:
         extra.append(os.getcwd())
     env["PYTHONPATH"] = os.pathsep.join([*extra, *filter(None, [env.get("PYTHONPATH")])])
-    env.pop("SWARMLOG_REEXEC_HASH_SEED", None)
+    env.pop(REEXEC_ENV, None)
     return env
 
 
-def _serve(runs: _Runs, *, swarm_spec: str, seed: int, env: dict[str, str]) -> None:
+def _serve(runs: _Runs, *, swarm_spec: str, seed: int, env: dict[str, str], verbosity: int) -> None:
     """One worker's thread: take runs, replay them in the worker process, record their verdicts."""
     worker: _Worker | None = None
     try:
@@ -183,7 +185,7 @@ def _serve(runs: _Runs, *, swarm_spec: str, seed: int, env: dict[str, str]) -> N
                     worker.close()
                     runs.ended(worker)
                 logger.info("starting a regression worker with PYTHONHASHSEED=%d", want)
-                worker = _Worker(swarm_spec=swarm_spec, seed=want, env=env)
+                worker = _Worker(swarm_spec=swarm_spec, seed=want, env=env, verbosity=verbosity)
                 runs.started(worker)
             try:
                 answer = worker.ask(topic)
@@ -216,13 +218,14 @@ def _serve(runs: _Runs, *, swarm_spec: str, seed: int, env: dict[str, str]) -> N
             runs.ended(worker)
 
 
-def run_pool(topics: list[str], *, swarm_spec: str, jobs: int, seed: int,
+def run_pool(topics: list[str], *, swarm_spec: str, jobs: int, seed: int, verbosity: int = 0,
              progress: Callable[[RunOutcome], None] | None = None) -> list[RunOutcome]:
-    """Replay ``topics`` in ``jobs`` worker processes (first started with ``PYTHONHASHSEED=seed``);
-    their outcomes in ``topics``' order. Raises the first error that is not one run's."""
+    """Replay ``topics`` in ``jobs`` worker processes (first started with ``PYTHONHASHSEED=seed``, logging
+    at ``verbosity``: a ``-v`` count); their outcomes in ``topics``' order. Raises the first error that is
+    not one run's."""
     runs = _Runs(topics, progress)
     env = _child_env()
-    serve = {"runs": runs, "swarm_spec": swarm_spec, "seed": seed, "env": env}
+    serve = {"runs": runs, "swarm_spec": swarm_spec, "seed": seed, "env": env, "verbosity": verbosity}
     threads = [threading.Thread(target=_serve, kwargs=serve, name=f"regress-worker-{i}", daemon=True)
                for i in range(max(1, min(jobs, len(topics))))]
     for t in threads:

@@ -1,6 +1,6 @@
 """One worker process of a regression replay: replays the runs it is handed, one at a time.
 
-Started by :mod:`swarmlog.regression._pool` as ``python -m swarmlog.regression._worker SWARM``
+Started by :mod:`swarmlog.regression._pool` as ``python -m swarmlog.regression._worker SWARM VERBOSITY``
 with the ``PYTHONHASHSEED`` of the runs it will take (:mod:`swarmlog.runtime.interpreter`: a
 run's handlers must hash strings as its live agents did, and only a new process can change how
 an interpreter hashes). It reads one JSON line per run (``{"topic": ...}``) on stdin and writes
@@ -8,7 +8,8 @@ one JSON line per answer on stdout: ``{"outcome": ...}`` (a
 :class:`~swarmlog.regression.report.RunOutcome`), or ``{"reroute": seed}`` for a run pinned to
 another seed, which the pool gives to a process started with that one. Nothing else reaches
 stdout: file descriptor 1 is pointed at stderr before any handler runs, so a ``print`` in a
-handler cannot corrupt the answers; logging goes to stderr as well.
+handler cannot corrupt the answers; logging goes to stderr as well, configured as the command line's
+(:func:`swarmlog.observe.logs.configure_logging`) at the verbosity the pool passes (its own ``-v``).
 
 The process keeps its Kafka backend (its readers' consumers, reassigned from one run's topic to
 the next, fetching without waiting at a log's end: ``ENDED_LOG_TUNING``) and the swarm's imported
@@ -108,6 +109,7 @@ class Replayer:
     def replay(self, topic: str) -> dict[str, Any]:
         """The answer for ``topic``: ``{"outcome": ...}`` or ``{"reroute": seed}``."""
         started = time.monotonic()
+        logger.info("replaying %s (worker pid %d, PYTHONHASHSEED=%s)", topic, os.getpid(), self.seed)
         try:
             answer = self._replay(topic)
         except HashSeedMismatch as exc:
@@ -122,7 +124,10 @@ class Replayer:
             answer = RunOutcome(topic=topic, status="failed", detail=str(exc))
         if isinstance(answer, RunOutcome):
             answer.seconds = time.monotonic() - started
+            logger.debug("%s: %s in %.3fs (%d events)", topic, answer.status, answer.seconds, answer.events)
             return {"outcome": answer.to_json()}
+        logger.debug("%s: recorded with PYTHONHASHSEED=%s, sent back for a worker of that seed", topic,
+                     answer.get("reroute"))
         return answer
 
     def _replay(self, topic: str) -> RunOutcome | dict[str, Any]:
@@ -191,14 +196,15 @@ def _answers() -> IO[str]:
 def main(argv: list[str] | None = None) -> int:
     import signal
 
+    from ..observe.logs import configure_logging
+
     args = sys.argv[1:] if argv is None else argv
-    (swarm_spec,) = args
+    swarm_spec, verbosity = args
     # Ctrl-C reaches the whole process group: the pool decides (it kills its workers), not each
     # worker with a traceback of its own; a pool that went away ends a worker by closing its stdin.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     answers = _answers()
-    logging.basicConfig(level=os.environ.get("SWARMLOG_REGRESS_LOG_LEVEL", "WARNING"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    configure_logging(int(verbosity))  # to stderr, as the pool's own command line logs
     try:
         replayer = Replayer(swarm_spec=swarm_spec)
     except SwarmlogError as exc:
