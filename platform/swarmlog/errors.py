@@ -1015,9 +1015,9 @@ class RegressionWorkerFailed(RunError):
         self.detail = detail
         what = f"replaying {topic}" if topic is not None else "as it started"
         error = f"{error_type}: " if error_type else ""
-        super().__init__(f"a regression worker ({worker}) failed {what}: {error}{detail}. Its stderr (above) says "
-                         f"more; replay one run alone with `swarmlog replay --swarm` to see the error where it "
-                         f"happens, then run the regression again")
+        super().__init__(f"a regression worker ({worker}) failed {what}: {error}{detail}. Replay one run alone with "
+                         f"`swarmlog replay --swarm` to see the error where it happens, then run the regression "
+                         f"again")
 
 
 class ForkPointInsideStep(RunError):

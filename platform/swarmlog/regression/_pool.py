@@ -209,7 +209,7 @@ def _serve(runs: _Runs, *, swarm_spec: str, seed: int, env: dict[str, str], verb
         runs.fail(error_of(fatal.answer, topic=fatal.topic, worker=fatal.worker))
     except _WorkerDied as died:  # as it started (a run's worker that dies is that run's verdict, above)
         runs.fail(RegressionWorkerFailed(topic=None, worker=died.worker, error_type=None, detail=(
-            f"it ended with exit status {died.returncode} before it was ready")))
+            f"it ended with exit status {died.returncode} before it was ready; its stderr (above) says why")))
     except BaseException as exc:  # noqa: BLE001 - carried to the caller's thread, raised there
         runs.fail(exc)
     finally:
