@@ -8,7 +8,8 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..log.base import AgentChannel, History, LogBackend, warn_if_history_deletes
+from ..log import base
+from ..log.base import AgentChannel, History, LogBackend
 from ..settings import Settings
 from .channel import KafkaAgentChannel
 from .config import SHORT_READ_TUNING, admin_client, watermark_consumer
@@ -22,7 +23,6 @@ __all__ = ["IDLE_READERS", "KafkaBackend", "backend_for"]
 
 logger = logging.getLogger(__name__)
 
-_warned: set[tuple[str, str]] = set()  # (bootstrap servers, topic): warn once per process about finite history
 IDLE_READERS = 4
 """Readers a backend keeps for reuse once closed (see :meth:`KafkaBackend.reader`)."""
 _CHECKED_KEPT = 1024
@@ -120,14 +120,10 @@ class KafkaBackend:
                                                                            client=self._admin_client())))
 
     def warn_if_history_is_finite(self, topic: str) -> History:
-        """Log (once per process and topic) that the topic deletes or has lost history; its History."""
+        """Log (once per process and topic: :func:`~swarmlog.log.base.warn_about_history`) that the topic
+        deletes or has lost history; its History (:class:`~swarmlog.errors.TopicNotFound` if there is none)."""
         history = self.history(topic)
-        warn_if_history_deletes(history, topic)
-        key = (self.settings.bootstrap_servers, topic)
-        if not history.complete and not history.deletes and key not in _warned:
-            _warned.add(key)
-            logger.warning("topic %r starts at offset %d, not 0 (%s): replay and agents rebuild from offset 0 "
-                           "and refuse it. %s", topic, history.log_start, history.describe(), History.remedy(topic))
+        base.warn_about_history(history, topic)
         return history
 
     def agent_channel(self, topic: str, agent: str) -> KafkaAgentChannel:
@@ -194,15 +190,12 @@ def _close_idle(idle: list[LogReader]) -> None:
 
 def warn_about_history(settings: Settings, topic: str | None = None) -> None:
     """For a command that reads or writes a swarm's log without going through the runtime or a replay:
-    warn (once) if ``topic`` deletes events or has lost its beginning (:meth:`KafkaBackend.warn_if_history_is_finite`).
-    A topic that does not exist is the command's own error to report, not this warning's."""
-    from ..errors import TopicNotFound
-
+    warn (once) if ``topic`` deletes events or has lost its beginning
+    (:func:`~swarmlog.log.base.warn_if_history_is_finite`: a topic that does not exist is the command's own
+    error to report, not this warning's)."""
     backend = KafkaBackend(settings)
     try:
-        backend.warn_if_history_is_finite(topic or settings.topic)
-    except TopicNotFound:
-        pass
+        base.warn_if_history_is_finite(backend, topic or settings.topic)
     finally:
         backend.close()
 

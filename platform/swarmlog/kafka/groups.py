@@ -38,17 +38,20 @@ _REBALANCING = frozenset({KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_G
 _COORDINATOR_MOVING = frozenset({KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
                                  KafkaError.NOT_COORDINATOR})
 _COORDINATOR_RETRY_S = 0.2
+_ASK_AGAIN = _COORDINATOR_MOVING | {KafkaError.UNSTABLE_OFFSET_COMMIT}
+"""Answers to a read of a group that say to ask again: a moving coordinator, or a transaction's commit of
+the offsets still pending (:func:`committed_offset`)."""
 
 
 def _read(ask: Callable[[], Any], *, operation: str) -> Any:
-    """``ask()``'s result (an admin read of a group), asked again while the group's coordinator
-    moves, for up to ``_TIMEOUT_S``; any other error, or one that outlasts that, typed."""
+    """``ask()``'s result (an admin read of a group), asked again while the broker says to (:data:`_ASK_AGAIN`),
+    for up to ``_TIMEOUT_S``; any other error, or one that outlasts that, typed."""
     deadline = time.monotonic() + _TIMEOUT_S
     while True:
         try:
             return ask()
         except KafkaException as exc:
-            if exc.args[0].code() in _COORDINATOR_MOVING and time.monotonic() < deadline:
+            if exc.args[0].code() in _ASK_AGAIN and time.monotonic() < deadline:
                 time.sleep(_COORDINATOR_RETRY_S)
                 continue
             raise translate(exc, operation=operation, bootstrap="(admin)") from None
@@ -62,14 +65,29 @@ def group_members(admin: AdminClient, group: str) -> list[str]:
 
 
 def committed_offset(admin: AdminClient, *, group: str, topic: str) -> int | None:
-    """The group's committed offset on partition 0 of ``topic``; None if it has none."""
+    """The group's committed offset on partition 0 of ``topic``; None if it has none.
+
+    Stable (``require_stable``, KIP-447): an agent commits its position in its Kafka transaction, and the
+    offset becomes the group's only once the coordinator has written the commit's markers, after the
+    producer's commit returned. Without it a read right after an agent's commit may give the position
+    before it — how far the live agent got, which a replay and the restart checks rely on. While such a
+    commit is pending the broker answers UNSTABLE_OFFSET_COMMIT (the classic coordinator) or waits (the
+    new one): asked again, as for a moving coordinator."""
     req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
-    res = _read(lambda: admin.list_consumer_group_offsets([req], request_timeout=_TIMEOUT_S)[group].result(),
-                operation=f"reading the offsets of group {group!r}")
-    for tp in res.topic_partitions:
-        if tp.topic == topic and tp.partition == 0:
-            return tp.offset if tp.offset >= 0 else None
-    return None
+    deadline = time.monotonic() + _TIMEOUT_S
+    while True:
+        res = _read(lambda: admin.list_consumer_group_offsets([req], require_stable=True,
+                                                              request_timeout=_TIMEOUT_S)[group].result(),
+                    operation=f"reading the offsets of group {group!r}")
+        for tp in res.topic_partitions:
+            if tp.topic == topic and tp.partition == 0:
+                if tp.error is not None and tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT \
+                        and time.monotonic() < deadline:
+                    break  # a transaction's commit of it is pending: ask again
+                return tp.offset if tp.offset >= 0 else None
+        else:
+            return None
+        time.sleep(_COORDINATOR_RETRY_S)
 
 
 def reset_group(admin: AdminClient, *, group: str, topic: str, offset: int) -> None:

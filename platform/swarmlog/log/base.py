@@ -40,7 +40,7 @@ from .protocol import Headers
 
 __all__ = ["AgentChannel", "Appender", "BATCH", "Delivered", "History", "LogBackend", "Message", "ReadPosition",
            "Reader", "read_from_log_start", "require_complete_history", "warn_if_history_deletes",
-           "warn_if_history_is_finite"]
+           "warn_about_history", "warn_if_history_is_finite"]
 
 logger = logging.getLogger(__name__)
 
@@ -290,13 +290,19 @@ def warn_if_history_is_finite(backend: LogBackend, topic: str) -> History | None
         history = backend.history(topic)
     except TopicNotFound:
         return None
+    warn_about_history(history, topic)
+    return history
+
+
+def warn_about_history(history: History, topic: str) -> None:
+    """Log (once per process and topic) that ``topic`` deletes events or has lost its beginning: the one
+    home of these two warnings, for every backend and command."""
     warn_if_history_deletes(history, topic)
     key = (topic, f"starts at {history.log_start}")
     if not history.complete and not history.deletes and key not in _warned:
         _warned.add(key)
         logger.warning("topic %r starts at offset %d, not 0 (%s): replay and agents rebuild from offset 0 "
                        "and refuse it. %s", topic, history.log_start, history.describe(), History.remedy(topic))
-    return history
 
 
 def require_complete_history(backend: LogBackend, topic: str, *, log_start: int | None = None) -> History:

@@ -92,14 +92,15 @@ class Dispatcher:
 
     def apply(self, msg: Any, route: Route) -> None:
         """Fold one message into every core it concerns (``route``: its :func:`~swarmlog.log.protocol.route`)."""
-        if self._waiting and msg.offset() >= self._waiting[0].position:
-            self._join(msg.offset())
+        off = msg.offset()
+        if self._waiting and off >= self._waiting[0].position:
+            self._join(off)
         etype, writer, to, _ = route
-        self._mark(msg.offset())
+        self._mark(off)
         if etype == STATE_DIGEST:
             # Bookkeeping that no core folds or counts (the first pass reads the digests); only its
             # last step is looked up among the offsets read (a hole there: .anomalies).
-            self.position = msg.offset() + 1
+            self.position = off + 1
             digested = self._by_name.get(writer)
             if digested is not None:
                 digested.digest_read(msg, route[3])
@@ -108,7 +109,7 @@ class Dispatcher:
             # A continued run's link and seeds (.continued): bookkeeping no handler takes and no timer
             # counts. A seed restores its agent's fold, whose event count (the old topic's, the same for
             # every agent) the fold goes on from: logical timers come due where they would have.
-            self.position = msg.offset() + 1
+            self.position = off + 1
             for c in self.cores:
                 if etype == RUN_CONTINUED or c.name == to:
                     c.process(msg, route)
@@ -119,7 +120,7 @@ class Dispatcher:
             return
         seen = self.seen
         self.seen = seen + 1
-        self.position = msg.offset() + 1
+        self.position = off + 1
         event: Any = UNDECODED
         called: AgentCore | None = None
         own = self._by_name.get(writer)

@@ -285,8 +285,6 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
     # live agent got (its group's committed position, or past its last recorded step) is known as it scans.
     history = LogHistory(backend=backend, topic=topic, decoder=decoder, agents=names, start=low, end=cut,
                          check=(part.index, part.count), past=past, committed=committed)
-    # The offsets read, marked once by the dispatcher for every agent: what tells a hole (.anomalies).
-    presence = Presence(topic=topic, start=low)
     cores = [AgentCore(agent=a, decoder=decoder, history=history.agent(a.name), live_sink=None, strict=strict,
                        live_states=live_states) for a in agents]
     for core in cores:

@@ -42,14 +42,11 @@ def pinned_swarm(args: argparse.Namespace, settings: Settings) -> Any:
 
 def backend_of(settings: Settings, topic: str | None = None) -> Any:
     """The Kafka backend; a warning if the topic a token is made of or checked against deletes events."""
-    from ..errors import TopicNotFound
     from ..kafka.backend import KafkaBackend
+    from ..log.base import warn_if_history_is_finite
 
     backend = KafkaBackend(settings)
-    try:
-        backend.warn_if_history_is_finite(topic or settings.topic)
-    except TopicNotFound:
-        pass  # the token command reports it
+    warn_if_history_is_finite(backend, topic or settings.topic)  # a topic that does not exist: the command says so
     return backend
 
 
