@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from swarmlog.debug.snapshots import SNAPSHOT_FORMAT, schema_digest
 from swarmlog.log.memory import InMemoryLog
 from swarmlog.log.protocol import H_AGENT, H_SNAPSHOT_AT, H_SNAPSHOT_CODE, snapshot_topic
 from swarmlog.runtime.resume import CHECKPOINT_FIELD, Checkpoints
+from swarmlog.runtime.snapshots import SNAPSHOT_FORMAT, schema_digest
 
 TOPIC = "t"
 

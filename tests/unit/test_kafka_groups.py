@@ -41,7 +41,9 @@ class _Admin:
     def describe_consumer_groups(self, groups_: list[str], request_timeout: float) -> dict[str, _Future]:
         return self._next(groups_[0])
 
-    def list_consumer_group_offsets(self, reqs: list[Any], request_timeout: float) -> dict[str, _Future]:
+    def list_consumer_group_offsets(self, reqs: list[Any], request_timeout: float,
+                                    require_stable: bool = False) -> dict[str, _Future]:
+        self.stable = require_stable
         return self._next(reqs[0].group_id)
 
 
@@ -68,6 +70,18 @@ def test_reading_offsets_is_asked_again_while_its_coordinator_moves() -> None:
     admin = _Admin([_moving(KafkaError.COORDINATOR_NOT_AVAILABLE), SimpleNamespace(topic_partitions=[tp])])
     assert groups.committed_offset(admin, group="g", topic="t") == 42  # type: ignore[arg-type]
     assert admin.calls == 2
+
+
+def test_a_committed_offset_is_read_stable_and_asked_again_while_a_transactions_commit_of_it_is_pending() -> None:
+    # An agent commits its position in its transaction: read right after, a plain fetch may give the one before.
+    from confluent_kafka import TopicPartition
+
+    pending = SimpleNamespace(topic="t", partition=0, offset=-1,
+                              error=KafkaError(KafkaError.UNSTABLE_OFFSET_COMMIT, "pending", retriable=True))
+    admin = _Admin([_moving(KafkaError.UNSTABLE_OFFSET_COMMIT), SimpleNamespace(topic_partitions=[pending]),
+                    SimpleNamespace(topic_partitions=[TopicPartition("t", 0, 7)])])
+    assert groups.committed_offset(admin, group="g", topic="t") == 7  # type: ignore[arg-type]
+    assert admin.calls == 3 and admin.stable
 
 
 def test_any_other_error_is_typed_at_once() -> None:

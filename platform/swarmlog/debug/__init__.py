@@ -35,13 +35,13 @@ from .fork import Forked, fork
 
 if TYPE_CHECKING:
     from ..errors import SnapshotStale
+    from ..runtime.snapshots import Ignored, SnapshotInfo, SnapshotStore
     from ._debugger import Stop
     from ._rebuild import AgentStep
     from .breakpoints import Breakpoint
     from .diff import Change, StateDiff
     from .logview import CausalGraph, Explained, LoggedEvent, LogView
     from .session import AgentState, Cursor, Replayed, Session, SnapshotsTaken
-    from .snapshots import Ignored, SnapshotInfo, SnapshotStore
     from .stepper import Hit, Stepper
 
 # Every name is imported when first used (swarmlog._lazy): the CLI's parser imports
@@ -63,9 +63,9 @@ __getattr__ = exports(globals(), {
     "Replayed": ".session",
     "Session": ".session",
     "SnapshotsTaken": ".session",
-    "Ignored": ".snapshots",
-    "SnapshotInfo": ".snapshots",
-    "SnapshotStore": ".snapshots",
+    "Ignored": "..runtime.snapshots",
+    "SnapshotInfo": "..runtime.snapshots",
+    "SnapshotStore": "..runtime.snapshots",
     "Hit": ".stepper",
     "Stepper": ".stepper",
 })

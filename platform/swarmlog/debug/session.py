@@ -14,7 +14,7 @@ effects and LLM responses served from the log, nothing written to it:
 * :meth:`Session.first_divergence` — where this code first departs from the recorded run.
 * :meth:`Session.debug` — rebuild everything before a step, run that step's handler under
   the debugger, then carry on the replay.
-* :meth:`Session.snapshot` — write periodic snapshots (:mod:`swarmlog.debug.snapshots`).
+* :meth:`Session.snapshot` — write periodic snapshots (:mod:`swarmlog.runtime.snapshots`).
 
 ``session.log`` is a :class:`~swarmlog.debug.logview.LogView` of the same topic: the
 events decoded, with their causes both ways.
@@ -37,6 +37,7 @@ from ..runtime import code_version
 from ..runtime.anomalies import Anomaly, LogProbe
 from ..runtime.checkpoint import StateNotCapturable, capture, clean, restore
 from ..runtime.outcomes import Divergence
+from ..runtime.snapshots import DEFAULT_EVERY, Chosen, Ignored, SnapshotStore
 from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
@@ -45,7 +46,6 @@ from ._rebuild import AgentStep, Rebuild
 from .diff import StateDiff, diff
 from .index import DEFAULT_INDEX_BYTES, DEFAULT_INDEX_EVERY, AgentIndex
 from .logview import LoggedEvent, LogView
-from .snapshots import DEFAULT_EVERY, Chosen, Ignored, SnapshotStore
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ restart does not look for checkpoints at all.
 
 **Where.** In the log's snapshot topic, ``<topic>.snapshots``
 (:func:`~swarmlog.log.protocol.snapshot_topic`), in the debugger's snapshot record format
-(:mod:`swarmlog.debug.snapshots`: key = agent; headers say agent, offset and code version):
+(:mod:`swarmlog.runtime.snapshots`: key = agent; headers say agent, offset and code version):
 so the debugger's time travel (``state AGENT --at N``) starts from a live agent's checkpoints
 as it does from its own snapshots. A checkpoint is a snapshot with one more field,
 ``checkpoint``: the step whose recorded state digest vouches for it.
@@ -57,7 +57,6 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..debug.snapshots import SNAPSHOT_FORMAT, SnapshotStore
 from ..errors import SwarmlogError, TopicNotFound
 from ..log.base import AgentChannel, LogBackend, Message
 from ..log.protocol import H_AGENT, H_SNAPSHOT_AT, H_SNAPSHOT_CODE
@@ -66,6 +65,7 @@ from .checkpoint import StateNotCapturable, capture, clean, restore
 from .digests import DigestRecord, state_digest
 from .engine import AgentCore
 from .history import AgentHistory
+from .snapshots import SNAPSHOT_FORMAT, SnapshotStore
 
 logger = logging.getLogger(__name__)
 
