@@ -308,3 +308,67 @@ def test_a_retried_step_killed_midway_runs_again_without_a_gap_or_a_duplicate(se
     assert [r.event_type for r in log].count(STEP_RETRIED) == 1
     replay = _swarmlog(settings, "replay", "--swarm", "tests.swarms:chain_slow_fix", "--json")
     assert replay.returncode == 0 and json.loads(replay.stdout)["diverged"] is False
+
+
+def test_retry_check_unhandled_and_patches_name_garbage_and_copies_and_answer_as_on_the_clean_log(
+        settings, registry):
+    from swarmlog.log.append import EventLog
+
+    from ..conftest import unchecked_event
+
+    assert _swarmlog(settings, "run", "tests.swarms:chain_buggy", "--run-id", "scan", "--seed", "1",
+                     "--until-quiet", "1").returncode == 70
+    sent = _swarmlog(settings, "append", MESSAGE, json.dumps({"kind": "jbo", "body": "1"}), "--agent", "operator",
+                     "--to", "chain")
+    assert sent.returncode == 0, sent.stderr
+    fixed = _swarmlog(settings, "run", "tests.swarms:chain_fixed", "--retry-failed", "--until-quiet", "1")
+    assert fixed.returncode == 0, fixed.stderr
+
+    def answers() -> tuple[subprocess.CompletedProcess[str], ...]:
+        return (_swarmlog(settings, "retry", "--list"),
+                _swarmlog(settings, "check", "unhandled", "--swarm", "tests.swarms:chain_fixed"),
+                _swarmlog(settings, "patches", "--json"))
+
+    clean = answers()
+    assert [a.returncode for a in clean] == [0, 1, 0], [a.stderr for a in clean]
+    assert "retried at offset" in clean[0].stdout and "'jbo'" in clean[1].stdout
+    assert json.loads(clean[2].stdout)["skipped"][settings.topic] == {"unreadable": [], "repeats": 0, "repeated": []}
+
+    # Another producer writes bytes that are not an event under a handler.failed's headers, the misspelt
+    # message with bytes after it, and copies of the failure (after its retry) and of the misspelt message.
+    log = read_log(settings, registry)
+    failed = next(r for r in log if r.event_type == HANDLER_FAILED)
+    typo = next(r for r in log if r.event_type == MESSAGE and r.record["payload"]["kind"] == "jbo")
+
+    def again(r: Any) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+        rec = r.record
+        return unchecked_event(registry, r.event_type, rec["payload"], agent=rec["agent_id"], to=rec["to"],
+                               causes=rec["causes"], run_id=rec["run_id"], event_id=rec["event_id"])
+
+    with EventLog(settings=settings) as writer:
+        for value, key, headers in (
+                (b"not an event", *again(failed)[1:]),
+                (again(typo)[0] + b"\x00trailing", *again(typo)[1:]),
+                again(failed), again(typo)):
+            writer.produce_raw(value, key=key, headers=headers)
+        garbage, trailing, *copies = writer.flush()
+
+    dirty = answers()
+    assert [a.returncode for a in dirty] == [0, 1, 0], [a.stderr for a in dirty]
+    assert dirty[0].stdout.splitlines()[0] == clean[0].stdout.splitlines()[0]  # the failure, retried
+    assert [line for line in dirty[1].stdout.splitlines() if line.startswith("offset ")] \
+        == [line for line in clean[1].stdout.splitlines() if line.startswith("offset ")]
+    for done in dirty[:2]:
+        assert f"offset {garbage}: not a readable event (UndecodableMessage)" in done.stdout
+        assert f"offset {trailing}: not a readable event (TrailingBytesInValue)" in done.stdout
+        assert all(f"offset {c}: event id" in done.stdout for c in copies)
+        assert f"offset {garbage}" in done.stderr  # and logged
+    doc = json.loads(dirty[2].stdout)
+    assert doc["patches"] == json.loads(clean[2].stdout)["patches"]
+    skipped = doc["skipped"][settings.topic]
+    assert [u["offset"] for u in skipped["unreadable"]] == [garbage, trailing]
+    assert [(a["offset"], a["first"]) for a in skipped["repeated"]] == [(copies[0], failed.offset),
+                                                                         (copies[1], typo.offset)]
+    # The failure's copy is not a second failure: nothing is open, as the agents say.
+    retried = _swarmlog(settings, "retry")
+    assert retried.returncode == 0 and "nothing to retry" in retried.stderr, retried.stderr

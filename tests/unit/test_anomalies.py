@@ -171,7 +171,7 @@ def test_a_long_run_of_copies_is_named_without_a_line_each(registry, caplog):
     with caplog.at_level("WARNING", logger="swarmlog.runtime.anomalies"):
         for off in range(2, 3002):
             assert w.repeated(first._replace(offset=off))
-    assert len(w.anomalies) == 3000 and len(caplog.records) == 20 + 3  # 20 lines, then one every thousand
+    assert w.counts == {REPEATED: 3000} and len(caplog.records) == 20 + 3  # 20 lines, then one every thousand
     assert {a.first for a in w.anomalies} == {1}
 
 
@@ -414,3 +414,72 @@ def test_an_own_record_of_a_newer_schema_parks_the_fold_at_its_step_and_is_no_di
                                                                             (ack, "p", NEWER_SCHEMA)]
         assert f"own record at offset {ack}" in result.anomalies[0].detail
         assert result.unverified_from["q"] == note and result.unverified_from["p"] == ack
+
+
+def _copies(n: int) -> Watch:
+    """A watch that took one appended input and then ``n`` copies of it."""
+    from swarmlog.events import Event
+
+    watch = Watch(agent="w", presence=Presence(topic="t"))
+    for off in range(n + 1):
+        event = Event(offset=off, event_type=MESSAGE, version=3, event_id="client-1", run_id="r", agent_id="client",
+                      to="w", causes=[], payload={"kind": "k", "body": ""})
+        assert watch.take(event) is (off == 0)
+    return watch
+
+
+def test_ten_thousand_copies_keep_a_bounded_list_and_capture_and_exact_counts():
+    from swarmlog.runtime._worker import AgentWorker
+    from swarmlog.runtime.anomalies import KEPT_ANOMALIES
+
+    watch = _copies(10_000)
+    assert watch.counts == {REPEATED: 10_000} and watch.named == 10_000
+    kept = watch.anomalies
+    # The first copy, and the latest KEPT_ANOMALIES: what a report lists; the rest are counted.
+    assert [a.offset for a in kept] == [1, *range(10_001 - KEPT_ANOMALIES, 10_001)]
+    assert watch.omitted == 10_000 - len(kept) and all(a.first == 0 for a in kept)
+    captured = json.loads(json.dumps(watch.capture()))
+    assert len(captured["anomalies"]) == len(kept) and captured["anomaly_counts"] == {REPEATED: 10_000}
+    # Twice the copies, the same capture's size: bounded, not a list as long as the run.
+    assert len(json.dumps(_copies(20_000).capture())) < len(json.dumps(captured)) * 1.01
+    restored = Watch(agent="w", presence=Presence(topic="t"))
+    restored.restore(captured)
+    assert restored.counts == watch.counts and restored.anomalies == kept
+    # The metrics read the counts.
+    core = type("Core", (), {"watch": watch})()
+    assert AgentWorker._anomaly_counts(core) == {REPEATED: 10_000, UNREADABLE: 0, NEWER_SCHEMA: 0}  # type: ignore[arg-type]
+
+
+def test_a_checkpoint_that_kept_every_anomaly_still_restores_with_exact_counts():
+    from swarmlog.runtime.anomalies import KEPT_ANOMALIES
+
+    old = _copies(3_000).capture()
+    old["anomalies"] = [[off, "w", REPEATED, "a copy", 0] for off in range(1, 3_001)]  # as swarmlog kept them all
+    del old["anomaly_counts"]
+    restored = Watch(agent="w", presence=Presence(topic="t"))
+    restored.restore(old)
+    assert restored.counts == {REPEATED: 3_000}
+    assert [a.offset for a in restored.anomalies] == [1, *range(3_001 - KEPT_ANOMALIES, 3_001)]
+
+
+def test_replay_of_a_swarm_counts_every_anomaly_and_lists_the_kept_ones(registry):
+    from swarmlog.replaying.report import swarm_report
+    from swarmlog.runtime.anomalies import KEPT_ANOMALIES
+
+    backend = _ran()
+    hop = next(o for o, t, rec in _decoded(backend, registry)
+               if t == MESSAGE and rec["payload"]["kind"] == "hop" and rec["agent_id"] == "r1")
+    n = KEPT_ANOMALIES + 200
+    m = next(m for m in backend.messages("t") if m.offset() == hop)
+    with EventLog(settings=SETTINGS, backend=backend) as log:
+        for _ in range(n):
+            log.produce_raw(m.value(), key=m.key(), headers=m.headers())
+        log.flush()
+    result = replay_swarm(settings=SETTINGS, swarm=swarms.relay, registry=registry, backend=backend, workers=1)
+    assert result.divergences == []
+    # The writer and the recipient each name every copy; each keeps the first and its latest KEPT_ANOMALIES.
+    assert len(result.anomalies) == 2 * (KEPT_ANOMALIES + 1)
+    assert result.anomalies_omitted == 2 * (n - KEPT_ANOMALIES - 1)
+    report = swarm_report(result, swarm="relay", topic="t", group=None, token=None)
+    assert report["anomaly_count"] == 2 * n and report["anomalies_omitted"] == result.anomalies_omitted
+    assert len(report["anomalies"]) == 100  # the report's shape: the first ones, the count says how many

@@ -169,9 +169,14 @@ def _replay_swarm(args: argparse.Namespace, settings: Settings) -> tuple[int, An
         # most 20 of a kind one a line, then a summary by kind with offset ranges (every one with -v).
         named = [(a.offset, f"{a.kind} inputs", str(a)) for a in result.anomalies]
         if named:
-            print(f"named and not handled ({len(named)}):")
+            print(f"named and not handled ({len(named) + result.anomalies_omitted}):")
         for line in bounded(named, full=args.verbose > 0):
             print(f"  {line}")
+        if result.anomalies_omitted:
+            from ..runtime.anomalies import KEPT_ANOMALIES
+
+            print(f"  and {result.anomalies_omitted:,} more, counted and not kept one by one (each agent keeps the "
+                  f"first of each kind and its latest {KEPT_ANOMALIES:,}; metric swarmlog_agent_anomalies)")
         checked, recorded = sum(result.states_checked.values()), sum(result.states_recorded.values())
         print(f"state digests: {checked} step(s) checked of {recorded} recorded"
               + ("" if recorded else " (the log records none: state-only divergences cannot be seen)"))
@@ -226,6 +231,7 @@ def _check_unhandled(args: argparse.Namespace) -> int:
     from ..errors import UsageError
     from ..kafka.backend import backend_for
     from ..runtime import load_swarm
+    from ..runtime.scan import LogScan
     from ..runtime.unhandled import unhandled_messages
     from ..schema.registry import SchemaRegistry
 
@@ -233,10 +239,16 @@ def _check_unhandled(args: argparse.Namespace) -> int:
         raise UsageError("`check unhandled` needs --swarm module:swarm: which messages are handled is the code's")
     settings = settings_of(args)
     swarm = load_swarm(args.swarm)
-    found = unhandled_messages(backend=backend_for(settings, None), topic=settings.topic,
-                               registry=SchemaRegistry.load(settings.schema_dirs()), agents=swarm.agents())
+    backend = backend_for(settings, None)
+    registry = SchemaRegistry.load(settings.schema_dirs())
+    # What is not an event, or is a copy of one, is named and skipped, as the agents do.
+    scan = LogScan(backend=backend, topic=settings.topic, registry=registry)
+    found = unhandled_messages(backend=backend, topic=settings.topic, registry=registry, agents=swarm.agents(),
+                               scan=scan)
     for u in found:
-        print(u.describe())
+        print(printable(u.describe()))
+    for line in scan.report(full=args.verbose > 0):
+        print(line)
     print(f"{len(found)} message(s) no agent of {swarm.name} handles")
     return EXIT_PROBLEMS_FOUND if found else EXIT_OK
 

@@ -30,7 +30,7 @@ def swarm_report(result: SwarmReplayResult, *, swarm: str, topic: str, group: st
                            "code_version": token.code_version if token else None}
     doc.update(result.to_json())
     doc["divergence_list"] = [d.to_json() for d in result.divergences[:MAX_DIVERGENCES]]
-    doc["anomaly_count"] = len(result.anomalies)
+    doc["anomaly_count"] = len(result.anomalies) + result.anomalies_omitted
     doc["anomalies"] = doc.get("anomalies", [])[:MAX_DIVERGENCES]  # the first ones; the count says how many
     doc["token"] = asdict(token) if token is not None else None
     return doc

@@ -78,7 +78,10 @@ class SwarmReplayResult:
     """The name of the swarm whose code was replayed."""
     anomalies: list[Anomaly] = field(default_factory=list)
     """Messages the agents named instead of handling (:mod:`.anomalies`), in offset order: a repeated
-    event id, an input no schema reads, one of a newer schema (the agent parks there: unverified from it)."""
+    event id, an input no schema reads, one of a newer schema (the agent parks there: unverified from it).
+    Each agent keeps the first of each kind and its latest :data:`~.anomalies.KEPT_ANOMALIES`."""
+    anomalies_omitted: int = 0
+    """Anomalies the agents named and counted but did not keep one by one (not in :attr:`anomalies`)."""
     continued: bool = False
     """The log starts with a continued run's link (``swarmlog continue``): its agents started from their seeds."""
     link: Any = None
@@ -112,6 +115,7 @@ class SwarmReplayResult:
             "states_checked": dict(sorted(self.states_checked.items())),
             "states_recorded": dict(sorted(self.states_recorded.items())),
             "anomalies": [a.to_json() for a in self.anomalies],
+            "anomalies_omitted": self.anomalies_omitted,
             **({"resumed_from": dict(sorted(self.resumed_from.items()))} if self.resumed_from else {}),
             **({"continues": self.link.to_json()} if self.link is not None else {}),
         }
@@ -134,6 +138,7 @@ class _AgentOutcome:
     unverified: int | None
     divergences: list[Divergence]
     anomalies: list[Anomaly] = field(default_factory=list)
+    anomalies_omitted: int = 0
     fold: dict[str, Any] | None = None
 
 
@@ -229,7 +234,8 @@ def replay_swarm_log(*, backend: LogBackend, swarm: Swarm, topic: str, registry:
         folds={name: captured for name in names if (captured := outcomes[name].fold) is not None},
         unverified_from={name: unverified for name in names
                          if (unverified := outcomes[name].unverified) is not None},
-        anomalies=sorted((a for name in names for a in outcomes[name].anomalies), key=lambda a: (a.offset, a.agent)))
+        anomalies=sorted((a for name in names for a in outcomes[name].anomalies), key=lambda a: (a.offset, a.agent)),
+        anomalies_omitted=sum(outcomes[name].anomalies_omitted for name in names))
 
 
 def _verified_checkpoints(*, backend: LogBackend, topic: str, registry: SchemaRegistry, decoder: Decoder,
@@ -345,5 +351,6 @@ def _fold(*, backend: LogBackend, topic: str, decoder: Decoder, agents: list[Age
                                                       states_recorded=c.history.digests_recorded,
                                                       unverified=c.unverified,
                                                       divergences=c.divergences, anomalies=c.watch.anomalies,
+                                                      anomalies_omitted=c.watch.omitted,
                                                       fold=capture(c) if folds else None)
                                 for c in cores})

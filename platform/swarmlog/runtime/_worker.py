@@ -492,8 +492,8 @@ class AgentWorker:
     @staticmethod
     def _anomaly_counts(core: AgentCore | None) -> dict[str, int]:
         counts = dict.fromkeys((REPEATED, UNREADABLE, NEWER_SCHEMA), 0)
-        for a in core.watch.anomalies if core is not None else ():
-            counts[a.kind] += 1
+        if core is not None:
+            counts.update(core.watch.counts)  # counted as named: a scrape walks no list
         return counts
 
     def liveness(self, stall_timeout: float) -> str | None:

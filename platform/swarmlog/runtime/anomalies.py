@@ -32,7 +32,7 @@ replay with the same schemas name the same anomalies at the same offsets.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -43,7 +43,8 @@ from ..log.protocol import writer_step
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NEWER_SCHEMA", "REPEATED", "UNREADABLE", "Anomaly", "LogProbe", "Presence", "Watch", "is_newer_schema"]
+__all__ = ["KEPT_ANOMALIES", "NEWER_SCHEMA", "REPEATED", "UNREADABLE", "Anomaly", "LogProbe", "Presence", "Watch",
+           "is_newer_schema"]
 
 REPEATED = "repeated"
 """A second message with an event id the agent already took: a copy, not handled."""
@@ -54,6 +55,10 @@ NEWER_SCHEMA = "newer_schema"
 
 RECENT_IDS = 4096
 """Ids of agents' steps a :class:`Watch` keeps one by one (with the offset that held each), the latest it took."""
+
+KEPT_ANOMALIES = 1000
+"""Anomalies a :class:`Watch` keeps one by one: the latest this many, and the first of each kind; the rest
+are counted (:attr:`Watch.counts`), not kept."""
 
 _LOGGED = 20
 """Anomalies an agent logs one a line; after that, every thousandth (a summary of how many)."""
@@ -175,14 +180,22 @@ class Watch:
     Other ids — input appended by ``swarmlog append`` or a client, a wall-clock firing — are kept
     all: there is no order to lean on. So the memory of an agent's ids is bounded by RECENT_IDS and
     by the input appended to it, not by the length of the run, and so is a checkpoint's copy of it.
+
+    **What it keeps of the anomalies it named**: how many of each kind (:attr:`counts`, exact), the
+    first of each kind and the latest :data:`KEPT_ANOMALIES` (:attr:`anomalies`). A long run of copies
+    or unreadable messages is a count, not a list that every checkpoint copies and every metrics scrape
+    walks.
     """
 
-    __slots__ = ("agent", "presence", "anomalies", "parked", "_ids", "_recent", "_floor")
+    __slots__ = ("agent", "presence", "counts", "parked", "_ids", "_recent", "_floor", "_firsts", "_latest")
 
     def __init__(self, *, agent: str, presence: Presence) -> None:
         self.agent = agent
         self.presence = presence
-        self.anomalies: list[Anomaly] = []
+        self.counts: dict[str, int] = {}
+        """Kind -> how many anomalies of it the agent named (all of them, kept or not)."""
+        self._firsts: dict[str, Anomaly] = {}  # kind -> the first anomaly of it
+        self._latest: deque[Anomaly] = deque(maxlen=KEPT_ANOMALIES)
         self.parked: Anomaly | None = None
         """The input the agent could not read and parked at (:data:`NEWER_SCHEMA`); None: not parked."""
         self._ids: dict[str, int] = {}  # an id outside the steps' grammar -> the offset of the first event with it
@@ -266,7 +279,7 @@ class Watch:
                 f"then rebuilds and goes on from here"))
             self.parked = anomaly
             logger.error("agent %s: %s", self.agent, anomaly.detail)
-            self.anomalies.append(anomaly)
+            self._keep(anomaly)
             return anomaly
         anomaly = Anomaly(offset, self.agent, UNREADABLE, f"an input that is not a readable event, skipped: {error}")
         if record is None:
@@ -289,13 +302,32 @@ class Watch:
         topic = self.presence.topic
         raise HistoryHoles(topic=topic, holes=dict.fromkeys(lost, named_by), remedy=History.remedy(topic))
 
+    @property
+    def anomalies(self) -> list[Anomaly]:
+        """The anomalies kept, in offset order: the first of each kind and the latest :data:`KEPT_ANOMALIES`
+        (:attr:`omitted` more were named and counted)."""
+        latest = self._latest
+        kept = set(latest)
+        return sorted([*(a for a in self._firsts.values() if a not in kept), *latest], key=lambda a: a.offset)
+
+    @property
+    def named(self) -> int:
+        """How many anomalies the agent named, kept or not."""
+        return sum(self.counts.values())
+
+    @property
+    def omitted(self) -> int:
+        """How many it named and does not keep one by one (counted in :attr:`counts`)."""
+        return self.named - len(self.anomalies)
+
     def capture(self) -> dict[str, Any]:
         """What a snapshot keeps of this watch (:mod:`.checkpoint`): the ids taken as it remembers them
-        (bounded: see the class), the anomalies named."""
+        (bounded: see the class), the anomalies kept and how many of each kind were named (bounded too)."""
         return {"ids": list(self._ids.items()),
                 "recent": [[event_id, off, writer, step] for event_id, (off, writer, step) in self._recent.items()],
                 "floor": self._floor.copy(),
                 "anomalies": [list(a) for a in self.anomalies],
+                "anomaly_counts": dict(self.counts),
                 "parked": list(self.parked) if self.parked is not None else None}
 
     def restore(self, doc: dict[str, Any] | None) -> None:
@@ -310,12 +342,24 @@ class Watch:
             for event_id, offset in doc["ids"]:
                 ws = writer_step(event_id)
                 self._remember(event_id, offset, ws[0] if ws is not None else "")
-        self.anomalies = [Anomaly(*a) for a in doc["anomalies"]]
+        # A snapshot of a swarmlog that kept every anomaly has no counts: the list is all of them.
+        anomalies = [Anomaly(*a) for a in doc["anomalies"]]
+        self.counts, self._firsts, self._latest = {}, {}, deque(maxlen=KEPT_ANOMALIES)
+        for a in anomalies:
+            self._keep(a)
+        if "anomaly_counts" in doc:
+            self.counts = {kind: int(n) for kind, n in doc["anomaly_counts"].items()}
         self.parked = Anomaly(*doc["parked"]) if doc["parked"] is not None else None
 
+    def _keep(self, anomaly: Anomaly) -> None:
+        kind = anomaly.kind
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        self._firsts.setdefault(kind, anomaly)
+        self._latest.append(anomaly)
+
     def _name(self, anomaly: Anomaly) -> None:
-        self.anomalies.append(anomaly)
-        n = len(self.anomalies)
+        self._keep(anomaly)
+        n = self.named
         if n <= _LOGGED:
             logger.warning("agent %s at offset %d: %s", self.agent, anomaly.offset, anomaly.detail)
         elif n % 1000 == 0:

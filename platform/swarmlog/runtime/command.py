@@ -16,6 +16,7 @@ from typing import Any
 from ..cli import metrics_port_arg, settings_of
 from ..errors import RunCannotGoOn, UsageError
 from ..settings import Settings
+from ..terminal import printable
 
 __all__ = ["add_parser", "cmd_patches", "cmd_retry", "cmd_run"]
 
@@ -122,24 +123,34 @@ def cmd_retry(args: argparse.Namespace) -> int:
     from ..schema.registry import SchemaRegistry
     from .failures import append_retries, recorded_failures
     from .runner import find_run
+    from .scan import LogScan
 
     settings = settings_of(args)
     registry = SchemaRegistry.load(settings.schema_dirs())
     backend = backend_for(settings, None)
+    # What the log holds that is not an event, or is a copy of one, is named and skipped, as the agents do.
+    scan = LogScan(backend=backend, topic=settings.topic, registry=registry)
+    full = getattr(args, "verbose", 0) > 0
     if args.list:
-        failures = recorded_failures(backend=backend, topic=settings.topic, registry=registry)
+        failures = recorded_failures(backend=backend, topic=settings.topic, registry=registry, scan=scan)
         for f in failures:
-            print(f.describe())
+            print(printable(f.describe()))
         if not failures:
             print(f"no step of the run in topic {settings.topic!r} failed")
+        for line in scan.report(full=full):
+            print(line)
         return 0
     run = find_run(settings, settings.topic, registry, backend=backend)
     if run is None:
         raise RunNotStarted(topic=settings.topic, waited_s=0.0)
-    retried = append_retries(settings=settings, backend=backend, topic=settings.topic, registry=registry,
-                             run_id=run.run_id, agent=args.agent, step=args.step, reason=args.reason)
+    try:
+        retried = append_retries(settings=settings, backend=backend, topic=settings.topic, registry=registry,
+                                 run_id=run.run_id, agent=args.agent, step=args.step, reason=args.reason, scan=scan)
+    finally:
+        for line in scan.report(full=full):
+            print(line, file=sys.stderr)
     for failure, at in retried:
-        print(f"{failure.describe().replace('; not retried)', ')')}: step.retried appended at offset {at}")
+        print(printable(f"{failure.describe().replace('; not retried)', ')')}: step.retried appended at offset {at}"))
     if not retried:
         print(f"nothing to retry: every failed step of the run in topic {settings.topic!r} was retried already "
               f"(`swarmlog retry --list`)", file=sys.stderr)
@@ -150,6 +161,7 @@ def cmd_patches(args: argparse.Namespace) -> int:
     from ..kafka.backend import backend_for
     from ..schema.registry import SchemaRegistry
     from .patches import patch_verdicts, patches_in_run
+    from .scan import LogScan
 
     settings = settings_of(args)
     registry = SchemaRegistry.load(settings.schema_dirs())
@@ -162,17 +174,24 @@ def cmd_patches(args: argparse.Namespace) -> int:
         found_topics = discover(settings, TopicPattern(pattern=args.topics_pattern), client=admin_client(settings))
         topics += sorted(found_topics.topics - set(topics))
     topics = topics or [settings.topic]
-    found = {topic: patches_in_run(backend=backend, topic=topic, registry=registry) for topic in topics}
+    # Each run read as the agents read it: what is not an event, or is a copy of one, is named and skipped.
+    scans = {topic: LogScan(backend=backend, topic=topic, registry=registry) for topic in topics}
+    found = {topic: patches_in_run(backend=backend, topic=topic, registry=registry, scan=scans[topic])
+             for topic in topics}
     verdicts = patch_verdicts(found, patch_ids=args.patch or ())
     if args.patch:
         verdicts = [v for v in verdicts if v.patch_id in args.patch]
     if args.json:
-        print(json.dumps({"topics": topics, "patches": [v.to_json() for v in verdicts]}, indent=2))
+        print(json.dumps({"topics": topics, "patches": [v.to_json() for v in verdicts],
+                          "skipped": {topic: scan.to_json() for topic, scan in scans.items()}}, indent=2))
     else:
         for v in verdicts:
-            print(v.describe())
+            print(printable(v.describe()))
         if not verdicts:
             print(f"no patch recorded in {len(topics)} run(s)")
+        for scan in scans.values():
+            for line in scan.report(full=getattr(args, "verbose", 0) > 0):
+                print(line)
     # Asked about a patch: the exit status says whether its old path is still needed (for CI).
     return 1 if args.patch and any(v.stage == "keep" for v in verdicts) else 0
 

@@ -25,9 +25,9 @@ from ..errors import UsageError
 from ..log.append import EventLog
 from ..log.base import LogBackend
 from ..log.protocol import HANDLER_FAILED, RUN_WRITER, STEP_RETRIED, parse_step
-from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
 from ..settings import Settings
+from .scan import LogScan
 
 logger = logging.getLogger(__name__)
 
@@ -54,42 +54,46 @@ class RecordedFailure:
                 f"(handler.failed at offset {self.offset}; {state})")
 
 
-def recorded_failures(*, backend: LogBackend, topic: str, registry: SchemaRegistry) -> list[RecordedFailure]:
-    """Every failed step of the log, in log order, with the retry that ran it again if any."""
-    decoder = Decoder(registry)
+def recorded_failures(*, backend: LogBackend, topic: str, registry: SchemaRegistry,
+                      scan: LogScan | None = None) -> list[RecordedFailure]:
+    """Every failed step of the log, in log order, with the retry that ran it again if any.
+
+    As the engine reads them (:class:`.scan.LogScan`): a message that is not an event is named and
+    skipped, and a copy of a ``handler.failed`` or of a ``step.retried`` counts for nothing, so this
+    and the agents agree on which failures are open. ``scan``: the read to use (its :attr:`~.scan.LogScan.unreadable`
+    are the caller's to report)."""
     failed: dict[tuple[str, int], RecordedFailure] = {}
-    with backend.reader(topic) as reader:
-        reader.assign(0)
-        for batch in reader.batches():
-            for m in batch:
-                etype = decoder.route(m).event_type
-                if etype not in (HANDLER_FAILED, STEP_RETRIED):
-                    continue
-                _, rec = decoder.decode(m.value(), m.offset())
-                payload = rec["payload"]
-                if etype == HANDLER_FAILED:
-                    parsed = parse_step(rec["event_id"])
-                    if parsed is not None:
-                        failed[(rec["agent_id"], parsed[0])] = RecordedFailure(
-                            agent=rec["agent_id"], step=parsed[0], offset=m.offset(),
-                            error_type=payload["error_type"], message=payload["message"])
-                    continue
-                key = (rec["to"], int(payload["failed_step"]))
-                known = failed.get(key)
-                if known is not None and known.retried_at is None:
-                    failed[key] = RecordedFailure(agent=known.agent, step=known.step, offset=known.offset,
-                                                  error_type=known.error_type, message=known.message,
-                                                  retried_at=m.offset())
+    for event in scan if scan is not None else LogScan(backend=backend, topic=topic, registry=registry):
+        etype = event.event_type
+        if etype not in (HANDLER_FAILED, STEP_RETRIED):
+            continue
+        payload = event.payload
+        if etype == HANDLER_FAILED:
+            parsed = parse_step(event.event_id)
+            if parsed is not None:
+                failed[(event.agent_id, parsed[0])] = RecordedFailure(
+                    agent=event.agent_id, step=parsed[0], offset=event.offset,
+                    error_type=payload["error_type"], message=payload["message"])
+            continue
+        if event.to is None:
+            continue
+        key = (event.to, int(payload["failed_step"]))
+        known = failed.get(key)
+        if known is not None and known.retried_at is None:
+            failed[key] = RecordedFailure(agent=known.agent, step=known.step, offset=known.offset,
+                                          error_type=known.error_type, message=known.message,
+                                          retried_at=event.offset)
     return sorted(failed.values(), key=lambda f: f.offset)
 
 
 def append_retries(*, settings: Settings, backend: LogBackend, topic: str, registry: SchemaRegistry,
                    run_id: str, agent: str | None = None, step: int | None = None,
-                   reason: str = "") -> list[tuple[RecordedFailure, int]]:
+                   reason: str = "", scan: LogScan | None = None) -> list[tuple[RecordedFailure, int]]:
     """Append a ``step.retried`` for each failed step not retried yet (only ``agent``'s, only ``step``, if
     given); returns each failure with the offset of its retry. Asking for a step that did not fail, or
-    was retried already, is a :class:`~swarmlog.errors.UsageError` naming what the log holds."""
-    failures = recorded_failures(backend=backend, topic=topic, registry=registry)
+    was retried already, is a :class:`~swarmlog.errors.UsageError` naming what the log holds. ``scan``:
+    as :func:`recorded_failures`."""
+    failures = recorded_failures(backend=backend, topic=topic, registry=registry, scan=scan)
     chosen = [f for f in failures if (agent is None or f.agent == agent) and (step is None or f.step == step)]
     open_ = [f for f in chosen if f.retried_at is None]
     if (agent is not None or step is not None) and not open_:

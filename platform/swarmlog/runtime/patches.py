@@ -24,9 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..log.base import LogBackend
-from ..log.protocol import PATCH_MARKER, RUN_STARTED, RUN_WRITER, STATE_DIGEST
-from ..schema.codec import Decoder
+from ..log.protocol import PATCH_MARKER, RUN_STARTED, RUN_WRITER, STATE_DIGEST, parse_step
 from ..schema.registry import SchemaRegistry
+from .scan import LogScan
 
 logger = logging.getLogger(__name__)
 
@@ -52,30 +52,31 @@ class PatchInRun:
                 "first_marker": self.first_marker, "agents": dict(self.agents), "steps_before": self.steps_before}
 
 
-def patches_in_run(*, backend: LogBackend, topic: str, registry: SchemaRegistry) -> dict[str, PatchInRun]:
-    """Every patch whose markers ``topic``'s log holds (routes read for every message, only markers decoded)."""
-    decoder = Decoder(registry)
+def patches_in_run(*, backend: LogBackend, topic: str, registry: SchemaRegistry,
+                   scan: LogScan | None = None) -> dict[str, PatchInRun]:
+    """Every patch whose markers ``topic``'s log holds. Read as the engine reads (:class:`.scan.LogScan`):
+    a message that is not an event is named and skipped, a copy is not a second step or marker."""
     found: dict[str, PatchInRun] = {}
     steps: dict[str, list[int]] = {}  # agent -> the steps it recorded outputs of, in order (distinct)
-    with backend.reader(topic) as reader:
-        reader.assign(0)
-        for batch in reader.batches():
-            for m in batch:
-                etype, agent, _, step = decoder.route(m)
-                if step is None or etype in (RUN_STARTED, STATE_DIGEST) or agent == RUN_WRITER:
-                    continue
-                seen = steps.setdefault(agent, [])
-                if not seen or seen[-1] != step:
-                    seen.append(step)
-                if etype != PATCH_MARKER:
-                    continue
-                _, rec = decoder.decode(m.value(), m.offset())
-                patch_id = rec["payload"]["patch_id"]
-                use = found.get(patch_id)
-                if use is None:
-                    use = found[patch_id] = PatchInRun(topic=topic, patch_id=patch_id, first_marker=m.offset())
-                use.markers += 1
-                use.agents.setdefault(agent, step)
+    for event in scan if scan is not None else LogScan(backend=backend, topic=topic, registry=registry):
+        etype, agent = event.event_type, event.agent_id
+        if etype in (RUN_STARTED, STATE_DIGEST) or agent == RUN_WRITER:
+            continue
+        parsed = parse_step(event.event_id)
+        if parsed is None:
+            continue
+        step = parsed[0]
+        seen = steps.setdefault(agent, [])
+        if not seen or seen[-1] != step:
+            seen.append(step)
+        if etype != PATCH_MARKER:
+            continue
+        patch_id = event.payload["patch_id"]
+        use = found.get(patch_id)
+        if use is None:
+            use = found[patch_id] = PatchInRun(topic=topic, patch_id=patch_id, first_marker=event.offset)
+        use.markers += 1
+        use.agents.setdefault(agent, step)
     for use in found.values():
         use.steps_before = sum(sum(1 for s in steps.get(agent, ()) if s < first) for agent, first in use.agents.items())
     return found

@@ -18,8 +18,8 @@ from ..agent import Agent
 from ..events import Event
 from ..log.base import LogBackend
 from ..log.protocol import MESSAGE
-from ..schema.codec import Decoder
 from ..schema.registry import SchemaRegistry
+from .scan import LogScan
 
 logger = logging.getLogger(__name__)
 
@@ -72,26 +72,25 @@ class Unhandled:
 
 
 def unhandled_messages(*, backend: LogBackend, topic: str, registry: SchemaRegistry,
-                       agents: Sequence[Agent]) -> list[Unhandled]:
-    """Every message of ``topic``'s log that no agent of ``agents`` acts on, in log order."""
+                       agents: Sequence[Agent], scan: LogScan | None = None) -> list[Unhandled]:
+    """Every message of ``topic``'s log that no agent of ``agents`` acts on, in log order.
+
+    Read as the engine reads (:class:`.scan.LogScan`: what is not an event is named and skipped, a copy
+    is not a second message). Only what it reports is kept: whether a recipient that is no agent reads the
+    log itself (a client) is known once every writer is, at the end."""
     handlers = SwarmHandlers(agents)
-    decoder = Decoder(registry)
-    messages: list[Event] = []
+    names = handlers.names
     writers: set[str] = set()
-    with backend.reader(topic) as reader:
-        reader.assign(0)
-        for batch in reader.batches():
-            for m in batch:
-                etype, writer, _, _ = decoder.route(m)
-                if writer not in handlers.names:
-                    writers.add(writer)
-                if etype == MESSAGE:
-                    schema, rec = decoder.decode(m.value(), m.offset())
-                    messages.append(Event.from_message(m, schema, rec))
-    found = []
-    for event in messages:
-        reason = handlers.why_unhandled(event, writers=writers)
+    found: list[Unhandled] = []
+    for event in scan if scan is not None else LogScan(backend=backend, topic=topic, registry=registry):
+        if event.agent_id not in names:
+            writers.add(event.agent_id)
+        if event.event_type != MESSAGE:
+            continue
+        reason = handlers.why_unhandled(event)
         if reason is not None:
             found.append(Unhandled(offset=event.offset, writer=event.agent_id, to=event.to, kind=event.kind,
                                    reason=reason))
-    return found
+    # A recipient that is no agent but wrote to the log (a client, an operator) reads the log itself:
+    # known once every writer is, at the end.
+    return [u for u in found if u.to is None or u.to in names or u.to not in writers]
