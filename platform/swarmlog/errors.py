@@ -89,6 +89,7 @@ drawing to them::
     │   ├── CheckpointUnreadable
     │   ├── SnapshotStale
     │   ├── ReplayWorkerFailed
+    │   ├── RegressionWorkerFailed
     │   ├── ForkPointInsideStep
     │   ├── CodeVersionRefused
     │   ├── RunCannotGoOn
@@ -997,6 +998,26 @@ class ReplayWorkerFailed(RunError):
         self.detail = detail
         super().__init__(f"the replay process for agent(s) {', '.join(self.agents)} failed: {detail}. Nothing "
                          f"was written; run the replay again, or with --workers 1 to replay in one process")
+
+
+class RegressionWorkerFailed(RunError):
+    """A worker process of a regression replay (``swarmlog regress``) could not start, or failed with an
+    error that is no single run's verdict and is not one the pool carries back as itself (Kafka or
+    Postgres unreachable are: :class:`KafkaUnavailable`, :class:`PostgresUnavailable`)."""
+
+    def __init__(self, *, topic: str | None, worker: str, error_type: str | None, detail: str) -> None:
+        self.topic = topic
+        """The run it was replaying; None: it failed as it started."""
+        self.worker = worker
+        """Which worker: its process id and string hash seed."""
+        self.error_type = error_type
+        """The name of the error the worker reported; None: it ended without reporting one."""
+        self.detail = detail
+        what = f"replaying {topic}" if topic is not None else "as it started"
+        error = f"{error_type}: " if error_type else ""
+        super().__init__(f"a regression worker ({worker}) failed {what}: {error}{detail}. Replay one run alone with "
+                         f"`swarmlog replay --swarm` to see the error where it happens, then run the regression "
+                         f"again")
 
 
 class ForkPointInsideStep(RunError):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 from confluent_kafka import Producer
@@ -14,7 +15,9 @@ from confluent_kafka import Producer
 from swarmlog.errors import DuplicateEventId, InvalidCause
 from swarmlog.kafka.reader import watermarks
 from swarmlog.log.append import EventLog
+from swarmlog.schema.registry import SchemaRegistry
 
+from ..conftest import newer_schemas
 from .conftest import subprocess_env
 
 
@@ -32,10 +35,16 @@ def _marker_after_a_transaction(settings) -> int:
     """Write one event in a Kafka transaction: its commit marker takes the next offset. That offset."""
     p = Producer({"bootstrap.servers": settings.bootstrap_servers, "transactional.id": f"edges-{settings.topic}"})
     p.init_transactions(30)
+    before = watermarks(settings, settings.topic)[1]
     p.begin_transaction()
     p.produce(settings.topic, b"\xc3\x01 not an event either")
     p.commit_transaction(30)
-    return watermarks(settings, settings.topic)[1] - 1
+    # The coordinator writes the commit marker after commit_transaction returns: wait until it is in the log.
+    deadline = time.monotonic() + 30
+    while watermarks(settings, settings.topic)[1] < before + 2:
+        assert time.monotonic() < deadline, "the transaction's commit marker never reached the log"
+        time.sleep(0.05)
+    return before + 1
 
 
 def test_a_cause_that_names_no_earlier_event_is_refused_by_the_cli_and_the_api(settings):
@@ -60,6 +69,30 @@ def test_a_cause_that_names_no_earlier_event_is_refused_by_the_cli_and_the_api(s
     assert ok.returncode == 0, ok.stderr
     shown = _cli(settings, "show", ok.stdout.strip(), "--json")
     assert '"offset": ' + str(own) in shown.stdout
+
+
+def test_an_event_a_newer_writer_wrote_is_a_valid_cause_for_an_older_one(settings, tmp_path):
+    """Writers first, in a rolling upgrade (docs/schemas.md): the upgraded writer's agent.message v4 is
+    named as a cause by a process that knows v3 at most. The check at write reads the cause's envelope,
+    not its payload, so the cause is accepted, by the API and by the CLI as a process; an offset that
+    holds no event (a transaction marker) is still refused."""
+    newer = SchemaRegistry.load([newer_schemas(tmp_path)])
+    assert newer.latest("agent.message").version > SchemaRegistry.load(settings.schema_dirs()).latest(
+        "agent.message").version
+    with EventLog(settings=settings, registry=newer) as upgraded:
+        v4 = upgraded.append("agent.message", {"kind": "k", "body": "new", "trace": "t"}, agent="alice")
+    marker = _marker_after_a_transaction(settings)
+    with EventLog(settings=settings) as older:
+        assert older.registry.latest("agent.message").version < newer.latest("agent.message").version
+        named = older.append("agent.message", {"kind": "k", "body": "old"}, agent="bob", causes=[v4])
+        with pytest.raises(InvalidCause) as info:
+            older.append("agent.message", {"kind": "k", "body": "x"}, agent="bob", causes=[marker])
+        assert info.value.cause == marker and "holds no event" in str(info.value)
+    assert named > v4
+    by_cli = _append(settings, "--cause", str(v4))
+    assert by_cli.returncode == 0, by_cli.stderr
+    refused = _append(settings, "--cause", str(marker))
+    assert refused.returncode == 70 and f"cause {marker} holds no event" in refused.stderr, refused.stderr
 
 
 def test_an_event_id_already_in_the_log_is_refused_by_the_api_and_the_cli(settings):

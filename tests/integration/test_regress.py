@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from swarmlog.cli import EXIT_FAILED
 from swarmlog.log.protocol import MESSAGE
 from swarmlog.runtime import run_agents, start_run
 
@@ -214,6 +215,46 @@ def test_an_unreachable_broker_stops_the_regression_with_exit_69(base_settings, 
     proc = _regress(base_settings, "--swarm", "tests.swarms:relay", "--topic", recorded["topics"][0], env=env)
     assert proc.returncode == 69 and "cannot reach Kafka" in proc.stderr, proc.stderr
 
+
+
+def test_a_worker_that_cannot_start_stops_the_regression_with_a_typed_error_naming_it_and_the_cause(
+        base_settings, recorded, tmp_path):
+    """The swarm loads in the command's process but its import raises in the workers: the error the worker
+    reports comes back as RegressionWorkerFailed (exit 70, as any run-time error), naming the worker and the
+    worker's error type."""
+    (tmp_path / "regress_no_worker.py").write_text(
+        "import sys\n"
+        "if sys.argv[0].endswith('_worker.py'):\n"
+        "    raise RuntimeError('this swarm refuses to load in a regression worker')\n"
+        "from tests.swarms import relay as swarm\n")
+    env = _env(base_settings)
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    proc = _regress(base_settings, "--swarm", "regress_no_worker:swarm", "--topic", recorded["topics"][0], env=env)
+    assert proc.returncode == EXIT_FAILED, proc.stderr
+    assert re.search(r"a regression worker \(pid \d+, PYTHONHASHSEED=\d+\) failed as it started: SwarmImportFailed: "
+                     r".*this swarm refuses to load in a regression worker", proc.stderr), proc.stderr
+    assert "swarmlog replay --swarm" in proc.stderr
+
+
+def test_the_commands_verbosity_reaches_the_worker_processes(base_settings, recorded):
+    """-v (after the command or before it) is passed to each worker, which logs as the command line does
+    (observe.logs): -v its progress, -vv its debug lines; without -v, neither."""
+    topic = recorded["topics"][0]
+    worker = "swarmlog.regression._worker: "
+    quiet = _regress(base_settings, "--swarm", "tests.swarms:relay", "--topic", topic, "--jobs", "1")
+    assert quiet.returncode == 0, quiet.stderr
+    assert worker not in quiet.stderr, quiet.stderr
+    verbose = _regress(base_settings, "--swarm", "tests.swarms:relay", "--topic", topic, "--jobs", "1", "-v")
+    assert verbose.returncode == 0, verbose.stderr
+    assert re.search(rf"INFO {re.escape(worker)}replaying {re.escape(topic)} \(worker pid \d+", verbose.stderr), \
+        verbose.stderr
+    assert f"{worker}{topic}: clean in" not in verbose.stderr  # a debug line: -vv
+    debug = subprocess.run([sys.executable, "-m", "swarmlog.cli", "-vv", "regress", "--swarm", "tests.swarms:relay",
+                            "--topic", topic, "--jobs", "1"], env=_env(base_settings), capture_output=True, text=True,
+                           timeout=600)
+    assert debug.returncode == 0, debug.stderr
+    assert re.search(rf"DEBUG {re.escape(worker)}{re.escape(topic)}: clean in [\d.]+s \(\d+ events\)",
+                     debug.stderr), debug.stderr
 
 
 def test_the_pytest_plugin_fails_a_test_when_the_candidate_changes_a_recorded_run_naming_it_and_where(

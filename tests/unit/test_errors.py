@@ -204,3 +204,13 @@ def test_no_error_module_imports_more_than_the_base_of_the_errors():
     tree = ast.parse(Path(errors.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert imported <= {"__future__", "collections.abc", "typing"}
+
+
+def test_a_regression_workers_failure_is_a_run_error_with_its_facts_and_what_to_do():
+    error = errors.RegressionWorkerFailed(topic="swarm.run7", worker="pid 12, PYTHONHASHSEED=0",
+                                          error_type="SwarmImportFailed", detail="no module named x")
+    assert isinstance(error, errors.RunError) and not isinstance(error, ServiceUnavailable)
+    assert (error.topic, error.worker, error.error_type, error.detail) == (
+        "swarm.run7", "pid 12, PYTHONHASHSEED=0", "SwarmImportFailed", "no module named x")
+    assert "replaying swarm.run7" in str(error) and "swarmlog replay --swarm" in str(error)
+    assert cli.exit_code(error) == cli.EXIT_FAILED and not error.retriable

@@ -37,7 +37,6 @@ from ..errors import (
     EventFate,
     InvalidCause,
     InvalidEvent,
-    SwarmlogError,
     UsageError,
 )
 from ..kafka.backend import KafkaBackend
@@ -140,7 +139,6 @@ class EventLog:
         """Offsets known to hold events of this log (its own, and causes found to): causes need no read."""
         self._end = 0
         """The log's end as last known (exclusive): a cause below it needs no watermark request."""
-        self._decoder_: Decoder | None = None
         self._raw = ""
         """Once produce_raw was used: what its messages' ids in ``_call`` start with (they are no events)."""
 
@@ -218,7 +216,9 @@ class EventLog:
         (the new event's own offset is later still), and one at an offset that holds no event (a
         transaction marker, an aborted or deleted record, a message that is not an event) are
         refused before anything is written. The offsets this log wrote itself and those it found
-        to hold events are known without asking; any other costs one read of that offset.
+        to hold events are known without asking; any other costs one read of that offset, once (it is
+        then known). That read checks the envelope only, so an event of a schema version newer than this
+        process knows is a valid cause (the writers-first rolling upgrade of docs/schemas.md).
         """
         for c in causes:
             if type(c) is not int or c < 0:
@@ -247,21 +247,17 @@ class EventLog:
         if not found or found[0].offset() != offset:
             return ("holds no event (a transaction marker, an aborted record, or an offset not yet committed: "
                     "readers see none there)")
-        try:
-            self._decoder().decode(found[0].value(), offset)
-        except SwarmlogError as exc:
-            return f"holds a message that is not a readable event ({exc})"
+        # The envelope, not the payload: a cause a newer writer wrote (a schema version this process
+        # does not know yet, mid rolling upgrade) is an event all the same (Decoder.envelope_problem).
+        problem = Decoder.envelope_problem(found[0].value())
+        if problem is not None:
+            return f"holds a message that is not a readable event (it {problem})"
         return None
 
     def _known_event(self, offset: int) -> None:
         if len(self._events) >= _EVENTS_KEPT:
             self._events.clear()
         self._events.add(offset)
-
-    def _decoder(self) -> Decoder:
-        if self._decoder_ is None:
-            self._decoder_ = Decoder(self.registry)
-        return self._decoder_
 
     def _name(self, event_type: str, field: str, name: str) -> bytes:
         problem = agent_name_problem(name)

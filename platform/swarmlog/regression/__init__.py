@@ -34,9 +34,12 @@ logger = logging.getLogger(__name__)
 
 
 def regress(*, settings: Settings, swarm: str, topics: list[str], jobs: int | None = None,
-            progress: Callable[[RunOutcome], None] | None = None) -> RegressionReport:
+            progress: Callable[[RunOutcome], None] | None = None, verbosity: int | None = None) -> RegressionReport:
     """Replay every run in ``topics`` against the code of ``swarm`` (``module:swarm``), ``jobs`` runs
     at a time, each in a worker process (None: one per CPU this process may use).
+
+    The workers log to stderr at ``verbosity`` (the command line's ``-v`` count; None: as much as this
+    process logs of ``swarmlog``: INFO is ``-v``, DEBUG ``-vv``).
 
     Nothing is written to the logs, and no agent's consumer group is touched. ``progress`` is
     called with each run's outcome as it comes (from a worker's thread). Kafka unreachable stops it
@@ -55,7 +58,10 @@ def regress(*, settings: Settings, swarm: str, topics: list[str], jobs: int | No
     started = time.monotonic()
     logger.info("regression replay of %d run(s) against %s in %d process(es)", len(topics), swarm,
                 min(jobs, len(topics)))
-    outcomes = run_pool(topics, swarm_spec=swarm, jobs=jobs, progress=progress,
+    if verbosity is None:
+        level = logging.getLogger("swarmlog").getEffectiveLevel()
+        verbosity = 2 if level <= logging.DEBUG else 1 if level <= logging.INFO else 0
+    outcomes = run_pool(topics, swarm_spec=swarm, jobs=jobs, progress=progress, verbosity=verbosity,
                         seed=interpreter.DEFAULT_HASH_SEED if seed is None else seed)
     report = RegressionReport(swarm=swarm, outcomes=outcomes, seconds=time.monotonic() - started,
                               jobs=min(jobs, max(1, len(topics))), meta={"swarm_name": loaded.name})

@@ -30,7 +30,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ServiceUnavailable, SwarmlogError
+from ..errors import RegressionWorkerFailed
+from ..runtime.interpreter import REEXEC_ENV
+from ._worker import error_of
 from .report import RunOutcome
 
 __all__ = ["run_pool"]
@@ -39,36 +41,43 @@ logger = logging.getLogger(__name__)
 
 
 class _WorkerDied(Exception):
-    def __init__(self, returncode: int | None) -> None:
+    def __init__(self, returncode: int | None, worker: str) -> None:
         self.returncode = returncode
+        self.worker = worker
 
 
 class _WorkerFatal(Exception):
-    def __init__(self, answer: dict[str, Any]) -> None:
+    """A worker's ``fatal`` answer: an error that is no one run's verdict (``topic`` None: as it started)."""
+
+    def __init__(self, answer: dict[str, Any], *, worker: str, topic: str | None) -> None:
         self.answer = answer
+        self.worker = worker
+        self.topic = topic
 
 
 class _Worker:
     """One worker process, started with ``PYTHONHASHSEED=seed``."""
 
-    def __init__(self, *, swarm_spec: str, seed: int, env: dict[str, str]) -> None:
+    def __init__(self, *, swarm_spec: str, seed: int, env: dict[str, str], verbosity: int) -> None:
         self.seed = seed
-        self.proc = subprocess.Popen([sys.executable, "-m", "swarmlog.regression._worker", swarm_spec],
+        self.proc = subprocess.Popen([sys.executable, "-m", "swarmlog.regression._worker", swarm_spec,
+                                      str(verbosity)],
                                      env={**env, "PYTHONHASHSEED": str(seed)}, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1)
-        ready = self._answer()
+        self.name = f"pid {self.proc.pid}, PYTHONHASHSEED={seed}"
+        ready = self._answer(None)
         if "ready" not in ready:
             self.close()
-            raise _WorkerFatal(ready)
+            raise _WorkerFatal(ready, worker=self.name, topic=None)
 
-    def _answer(self) -> dict[str, Any]:
+    def _answer(self, topic: str | None) -> dict[str, Any]:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
-            raise _WorkerDied(self.proc.wait())
+            raise _WorkerDied(self.proc.wait(), self.name)
         answer: dict[str, Any] = json.loads(line)
         if "fatal" in answer:
-            raise _WorkerFatal(answer)
+            raise _WorkerFatal(answer, worker=self.name, topic=topic)
         return answer
 
     def ask(self, topic: str) -> dict[str, Any]:
@@ -77,8 +86,8 @@ class _Worker:
             self.proc.stdin.write(json.dumps({"topic": topic}) + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
-            raise _WorkerDied(self.proc.wait()) from None
-        return self._answer()
+            raise _WorkerDied(self.proc.wait(), self.name) from None
+        return self._answer(topic)
 
     def close(self) -> None:
         try:
@@ -160,11 +169,11 @@ def _child_env() -> dict[str, str]:
     if os.getcwd() not in extra:
         extra.append(os.getcwd())
     env["PYTHONPATH"] = os.pathsep.join([*extra, *filter(None, [env.get("PYTHONPATH")])])
-    env.pop("SWARMLOG_REEXEC_HASH_SEED", None)
+    env.pop(REEXEC_ENV, None)
     return env
 
 
-def _serve(runs: _Runs, *, swarm_spec: str, seed: int, env: dict[str, str]) -> None:
+def _serve(runs: _Runs, *, swarm_spec: str, seed: int, env: dict[str, str], verbosity: int) -> None:
     """One worker's thread: take runs, replay them in the worker process, record their verdicts."""
     worker: _Worker | None = None
     try:
@@ -176,7 +185,7 @@ def _serve(runs: _Runs, *, swarm_spec: str, seed: int, env: dict[str, str]) -> N
                     worker.close()
                     runs.ended(worker)
                 logger.info("starting a regression worker with PYTHONHASHSEED=%d", want)
-                worker = _Worker(swarm_spec=swarm_spec, seed=want, env=env)
+                worker = _Worker(swarm_spec=swarm_spec, seed=want, env=env, verbosity=verbosity)
                 runs.started(worker)
             try:
                 answer = worker.ask(topic)
@@ -196,16 +205,11 @@ def _serve(runs: _Runs, *, swarm_spec: str, seed: int, env: dict[str, str]) -> N
                     runs.back(topic, int(answer["reroute"]))
                 continue
             runs.done(RunOutcome.from_json(answer["outcome"]))
-    except _WorkerFatal as fatal:
-        a = fatal.answer
-        if a.get("type") == "ServiceUnavailable" or "service" in a:
-            runs.fail(ServiceUnavailable(service=a.get("service", "Kafka"), address=a.get("address", "?"),
-                                         detail=a.get("detail", a["fatal"])))
-        else:
-            runs.fail(SwarmlogError(f"a regression worker could not start: {a.get('fatal')}"))
-    except _WorkerDied as died:
-        runs.fail(SwarmlogError(f"a regression worker ended with exit status {died.returncode} as it started: its "
-                                f"stderr says why"))
+    except _WorkerFatal as fatal:  # decided by the error's type, through _worker.CARRIED
+        runs.fail(error_of(fatal.answer, topic=fatal.topic, worker=fatal.worker))
+    except _WorkerDied as died:  # as it started (a run's worker that dies is that run's verdict, above)
+        runs.fail(RegressionWorkerFailed(topic=None, worker=died.worker, error_type=None, detail=(
+            f"it ended with exit status {died.returncode} before it was ready; its stderr (above) says why")))
     except BaseException as exc:  # noqa: BLE001 - carried to the caller's thread, raised there
         runs.fail(exc)
     finally:
@@ -214,14 +218,15 @@ def _serve(runs: _Runs, *, swarm_spec: str, seed: int, env: dict[str, str]) -> N
             runs.ended(worker)
 
 
-def run_pool(topics: list[str], *, swarm_spec: str, jobs: int, seed: int,
+def run_pool(topics: list[str], *, swarm_spec: str, jobs: int, seed: int, verbosity: int = 0,
              progress: Callable[[RunOutcome], None] | None = None) -> list[RunOutcome]:
-    """Replay ``topics`` in ``jobs`` worker processes (first started with ``PYTHONHASHSEED=seed``);
-    their outcomes in ``topics``' order. Raises the first error that is not one run's."""
+    """Replay ``topics`` in ``jobs`` worker processes (first started with ``PYTHONHASHSEED=seed``, logging
+    at ``verbosity``: a ``-v`` count); their outcomes in ``topics``' order. Raises the first error that is
+    not one run's."""
     runs = _Runs(topics, progress)
     env = _child_env()
-    threads = [threading.Thread(target=_serve, kwargs={"runs": runs, "swarm_spec": swarm_spec, "seed": seed,
-                                                        "env": env}, name=f"regress-worker-{i}", daemon=True)
+    serve = {"runs": runs, "swarm_spec": swarm_spec, "seed": seed, "env": env, "verbosity": verbosity}
+    threads = [threading.Thread(target=_serve, kwargs=serve, name=f"regress-worker-{i}", daemon=True)
                for i in range(max(1, min(jobs, len(topics))))]
     for t in threads:
         t.start()

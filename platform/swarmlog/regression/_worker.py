@@ -1,6 +1,6 @@
 """One worker process of a regression replay: replays the runs it is handed, one at a time.
 
-Started by :mod:`swarmlog.regression._pool` as ``python -m swarmlog.regression._worker SWARM``
+Started by :mod:`swarmlog.regression._pool` as ``python -m swarmlog.regression._worker SWARM VERBOSITY``
 with the ``PYTHONHASHSEED`` of the runs it will take (:mod:`swarmlog.runtime.interpreter`: a
 run's handlers must hash strings as its live agents did, and only a new process can change how
 an interpreter hashes). It reads one JSON line per run (``{"topic": ...}``) on stdin and writes
@@ -8,7 +8,8 @@ one JSON line per answer on stdout: ``{"outcome": ...}`` (a
 :class:`~swarmlog.regression.report.RunOutcome`), or ``{"reroute": seed}`` for a run pinned to
 another seed, which the pool gives to a process started with that one. Nothing else reaches
 stdout: file descriptor 1 is pointed at stderr before any handler runs, so a ``print`` in a
-handler cannot corrupt the answers; logging goes to stderr as well.
+handler cannot corrupt the answers; logging goes to stderr as well, configured as the command line's
+(:func:`swarmlog.observe.logs.configure_logging`) at the verbosity the pool passes (its own ``-v``).
 
 The process keeps its Kafka backend (its readers' consumers, reassigned from one run's topic to
 the next, fetching without waiting at a log's end: ``ENDED_LOG_TUNING``) and the swarm's imported
@@ -28,6 +29,9 @@ from ..errors import (
     HashSeedMismatch,
     HistoryIncomplete,
     InvalidEvent,
+    KafkaUnavailable,
+    PostgresUnavailable,
+    RegressionWorkerFailed,
     RoutingHeaderMismatch,
     SchemaError,
     SchemaNotFound,
@@ -40,13 +44,48 @@ from ..errors import (
 )
 from .report import RunOutcome
 
-__all__ = ["Replayer", "main"]
+__all__ = ["CARRIED", "Replayer", "error_of", "fatal_answer", "main"]
 
 logger = logging.getLogger(__name__)
 
 UNREADABLE = (UndecodableMessage, InvalidEvent, UnknownEventType, SchemaError, SchemaNotFound, RoutingHeaderMismatch,
               TopicNotFound, TopicNotSinglePartition)
 """Errors that say the run's log cannot be read as a swarm's events (the verdict ``unreadable``)."""
+
+
+CARRIED: dict[str, tuple[type[ServiceUnavailable], tuple[str, ...]]] = {
+    "KafkaUnavailable": (KafkaUnavailable, ("address", "detail", "hint")),
+    "PostgresUnavailable": (PostgresUnavailable, ("address", "detail", "hint")),
+    "ServiceUnavailable": (ServiceUnavailable, ("service", "address", "detail", "hint")),
+}
+"""The errors a worker's ``fatal`` answer carries back as themselves (name -> class, the fields that
+rebuild it): the one table both sides read. A service that did not answer stops the whole replay, and
+the pool raises it as the class the worker met (so ``KafkaUnavailable`` stays :class:`~swarmlog.errors.Retriable`
+and the CLI's exit 69); any other service error goes as its nearest class here (``KafkaHandshakeFailed``
+as ``ServiceUnavailable``), and every other error as :class:`~swarmlog.errors.RegressionWorkerFailed`."""
+
+
+def fatal_answer(exc: SwarmlogError) -> dict[str, Any]:
+    """The worker's ``fatal`` answer for ``exc``: its text, its type's name and, for a carried error
+    (:data:`CARRIED`), the type it travels as and the fields that rebuild it."""
+    answer: dict[str, Any] = {"fatal": str(exc), "type": type(exc).__name__}
+    carried = next((c.__name__ for c in type(exc).__mro__ if c.__name__ in CARRIED), None)
+    if carried is not None:
+        answer["carried"] = carried
+        answer["fields"] = {f: getattr(exc, f) for f in CARRIED[carried][1]}
+    return answer
+
+
+def error_of(answer: dict[str, Any], *, topic: str | None, worker: str) -> SwarmlogError:
+    """The error a worker's ``fatal`` answer reports, as the pool raises it (see :data:`CARRIED`)."""
+    carried = CARRIED.get(answer.get("carried") or "")
+    if carried is not None:
+        cls, fields = carried
+        given = answer.get("fields") or {}
+        kwargs: dict[str, Any] = {f: given.get(f) for f in fields}
+        return cls(**kwargs)
+    return RegressionWorkerFailed(topic=topic, worker=worker, error_type=answer.get("type"),
+                                  detail=str(answer.get("fatal", "no detail")))
 
 
 class Replayer:
@@ -70,6 +109,7 @@ class Replayer:
     def replay(self, topic: str) -> dict[str, Any]:
         """The answer for ``topic``: ``{"outcome": ...}`` or ``{"reroute": seed}``."""
         started = time.monotonic()
+        logger.info("replaying %s (worker pid %d, PYTHONHASHSEED=%s)", topic, os.getpid(), self.seed)
         try:
             answer = self._replay(topic)
         except HashSeedMismatch as exc:
@@ -84,7 +124,10 @@ class Replayer:
             answer = RunOutcome(topic=topic, status="failed", detail=str(exc))
         if isinstance(answer, RunOutcome):
             answer.seconds = time.monotonic() - started
+            logger.debug("%s: %s in %.3fs (%d events)", topic, answer.status, answer.seconds, answer.events)
             return {"outcome": answer.to_json()}
+        logger.debug("%s: recorded with PYTHONHASHSEED=%s, sent back for a worker of that seed", topic,
+                     answer.get("reroute"))
         return answer
 
     def _replay(self, topic: str) -> RunOutcome | dict[str, Any]:
@@ -153,18 +196,19 @@ def _answers() -> IO[str]:
 def main(argv: list[str] | None = None) -> int:
     import signal
 
+    from ..observe.logs import configure_logging
+
     args = sys.argv[1:] if argv is None else argv
-    (swarm_spec,) = args
+    swarm_spec, verbosity = args
     # Ctrl-C reaches the whole process group: the pool decides (it kills its workers), not each
     # worker with a traceback of its own; a pool that went away ends a worker by closing its stdin.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     answers = _answers()
-    logging.basicConfig(level=os.environ.get("SWARMLOG_REGRESS_LOG_LEVEL", "WARNING"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    configure_logging(int(verbosity))  # to stderr, as the pool's own command line logs
     try:
         replayer = Replayer(swarm_spec=swarm_spec)
     except SwarmlogError as exc:
-        answers.write(json.dumps({"fatal": str(exc), "type": type(exc).__name__}) + "\n")
+        answers.write(json.dumps(fatal_answer(exc)) + "\n")
         return 1
     answers.write(json.dumps({"ready": replayer.seed}) + "\n")
     for line in sys.stdin:
@@ -172,8 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             answer = replayer.replay(topic)
         except ServiceUnavailable as exc:
-            answer = {"fatal": str(exc), "type": type(exc).__name__, "service": exc.service, "address": exc.address,
-                      "detail": exc.detail}
+            answer = fatal_answer(exc)
         answers.write(json.dumps(answer, default=str) + "\n")
     return 0
 

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 from ..errors import HashSeedMismatch
 
-__all__ = ["DEFAULT_HASH_SEED", "HASH_SEED_ENV", "HashPin", "UNPINNED", "as_recorded", "current", "hash_algorithm",
-           "reexec_with", "require", "seed_for_new_run"]
+__all__ = ["DEFAULT_HASH_SEED", "HASH_SEED_ENV", "REEXEC_ENV", "HashPin", "UNPINNED", "as_recorded", "current",
+           "hash_algorithm", "reexec_with", "require", "seed_for_new_run"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ DEFAULT_HASH_SEED = 0
 """A new run's seed when the process that starts it has none: 0, which CPython documents as
 "hash randomisation disabled"; any fixed value would do, 0 is the one operators recognise."""
 _MAX_SEED = 4_294_967_295
-_REEXEC_MARK = "SWARMLOG_REEXEC_HASH_SEED"
+REEXEC_ENV = "SWARMLOG_REEXEC_HASH_SEED"
 """Set on a re-executed process: a second re-exec for the same seed would loop."""
 
 
@@ -137,13 +137,13 @@ def reexec_with(seed: int, *, run_id: str) -> None:
     what this one would have.
     """
     env = dict(os.environ)
-    if env.get(_REEXEC_MARK) == str(seed):
+    if env.get(REEXEC_ENV) == str(seed):
         # Re-executed once already and still not pinned: the interpreter ignores the variable.
         here = current()
         raise HashSeedMismatch(run_id=run_id, recorded_seed=seed, recorded_algorithm=here.algorithm,
                                current_seed=here.seed, current_algorithm=here.algorithm)
     env[HASH_SEED_ENV] = str(seed)
-    env[_REEXEC_MARK] = str(seed)
+    env[REEXEC_ENV] = str(seed)
     logger.info("run %s: re-executing with %s=%d, the seed the run's string hashes were recorded with",
                 run_id, HASH_SEED_ENV, seed)
     for stream in (sys.stdout, sys.stderr):

@@ -45,6 +45,7 @@ from ..log.protocol import (
     Headers,
     Route,
     checked_route,
+    id_problem,
     new_route,
     route,
     step_of,
@@ -373,6 +374,35 @@ class Decoder:
             return _envelope_route(value)[0]
         except (IndexError, ValueError):
             return None
+
+    @staticmethod
+    def envelope_problem(value: bytes | None) -> str | None:
+        """What keeps ``value`` from being an event's, judged by its framing and envelope alone; None if
+        nothing does.
+
+        Why not decode it: the envelope is the same in every schema (registry.ENVELOPE_FIELDS), so an
+        event a newer writer wrote — a version this process does not know yet, as in a writers-first
+        rolling upgrade (docs/schemas.md) — is an event all the same. Checked: the single-object
+        framing, an envelope read whole by hand, strings that are UTF-8, and an event id and agent
+        that are names (protocol.id_problem). The payload is not read.
+        """
+        if value is None:
+            return "has no value (a tombstone)"
+        if len(value) < HEADER_LEN or value[:2] != MAGIC:
+            return "does not start with Avro single-object framing"
+        try:
+            event_id, run_id, agent, event_type, to, _, _ = _envelope_fields(value)
+            names = {"event_id": event_id.decode(), "agent_id": agent.decode(), "event_type": event_type.decode()}
+            run_id.decode()
+            if to is not None:
+                to.decode()
+        except (IndexError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            return f"has no readable envelope ({exc})"
+        for field, name in names.items():
+            problem = id_problem(name)
+            if problem is not None:
+                return f"has an envelope whose {field} {problem}"
+        return None
 
     def unknown_writer(self, exc: SchemaNotFound, headers: Headers | None) -> SchemaNotFound:
         """``exc`` told with what the message's routing headers say it is: most often a newer version of
