@@ -208,11 +208,11 @@ class AgentIndex:
     def keep(self, core: AgentCore, *, at: int, last: tuple[int, int]) -> None:
         """Keep ``core``'s fold just before offset ``at`` (``last``: the message it folded last)."""
         watch = core.watch
-        recent, watch._recent = watch._recent, OrderedDict()  # left out: the index holds them (TakenIds)
+        recent, watch.recent = watch.recent, OrderedDict()  # left out: the index holds them (TakenIds)
         try:
             doc = capture(core)
         finally:
-            watch._recent = recent
+            watch.recent = recent
         # Kept as compressed JSON: a capture is mostly its outputs awaiting their record, alike from one
         # capture to the next; as Python objects it took several times its JSON size, compressed a
         # fraction of it, so twice as many fit the same bound. A query inflates and parses only the
@@ -261,13 +261,13 @@ class AgentIndex:
 
     def recording(self, core: AgentCore) -> None:
         """Have the index's fold (``core``, nothing folded yet) add every id its watch remembers here."""
-        core.watch._recent = _Recording(self.taken)
+        core.watch.recent = _Recording(self.taken)
 
     def share(self, core: AgentCore, *, at: int) -> None:
         """Give ``core``, just restored from the capture at ``at``, what its watch remembered of the step ids
         it took (a capture leaves them out): the last ``RECENT_IDS`` the index's fold had taken there."""
         k = self._taken_before[bisect_right(self._at, at) - 1]
-        core.watch._recent = RecentIds(self.taken, max(0, k - RECENT_IDS), k)  # type: ignore[assignment]
+        core.watch.recent = RecentIds(self.taken, max(0, k - RECENT_IDS), k)
 
     def held(self, offset: int) -> bool:
         """Whether ``offset`` (before the index's end) holds a message: from the fold's marks, else the log."""

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple, Protocol
 
 from ..errors import HistoryHoles, SchemaNotFound, SwarmlogError
 from ..events import Event
@@ -43,8 +43,8 @@ from ..log.protocol import writer_step
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KEPT_ANOMALIES", "NEWER_SCHEMA", "REPEATED", "UNREADABLE", "Anomaly", "LogProbe", "Presence", "Watch",
-           "is_newer_schema"]
+__all__ = ["KEPT_ANOMALIES", "NEWER_SCHEMA", "REPEATED", "UNREADABLE", "Anomaly", "LogProbe", "Presence",
+           "RecentIdStore", "Watch", "is_newer_schema"]
 
 REPEATED = "repeated"
 """A second message with an event id the agent already took: a copy, not handled."""
@@ -165,6 +165,21 @@ class LogProbe:
         return held
 
 
+class RecentIdStore(Protocol):
+    """What a :class:`Watch` needs of its memory of the latest step ids: an insertion-ordered map of
+    id -> (offset, writer, step) that drops its oldest (an ``OrderedDict``, or the debugger index's)."""
+
+    def get(self, event_id: str, /) -> tuple[int, str, int] | None: ...
+
+    def __setitem__(self, event_id: str, kept: tuple[int, str, int], /) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    def popitem(self, last: bool = ...) -> tuple[str, tuple[int, str, int]]: ...
+
+    def items(self) -> Iterable[tuple[str, tuple[int, str, int]]]: ...
+
+
 class Watch:
     """One agent's: the event ids it has taken, the anomalies it named, and whether it is parked.
 
@@ -187,7 +202,7 @@ class Watch:
     walks.
     """
 
-    __slots__ = ("agent", "presence", "counts", "parked", "_ids", "_recent", "_floor", "_firsts", "_latest")
+    __slots__ = ("agent", "presence", "counts", "parked", "_ids", "recent", "_floor", "_firsts", "_latest")
 
     def __init__(self, *, agent: str, presence: Presence) -> None:
         self.agent = agent
@@ -200,8 +215,10 @@ class Watch:
         """The input the agent could not read and parked at (:data:`NEWER_SCHEMA`); None: not parked."""
         self._ids: dict[str, int] = {}  # an id outside the steps' grammar -> the offset of the first event with it
         # a step's id -> (offset, writer, step), oldest first (an OrderedDict drops its oldest in O(1))
-        self._recent: OrderedDict[str, tuple[int, str, int]] = OrderedDict()
-        self._floor: dict[str, int] = {}  # writer -> the newest step of it whose id was dropped from _recent
+        self.recent: RecentIdStore = OrderedDict()
+        """The latest step ids taken, oldest first. Public for one reason: the debugger's index gives a
+        restored fold a store that reads what its one fold from zero kept (:mod:`swarmlog.debug.index`)."""
+        self._floor: dict[str, int] = {}  # writer -> the newest step of it whose id was dropped from recent
 
     def take(self, event: Event) -> bool:
         """Whether the agent may take ``event`` (an input addressed to it, or one of its own records):
@@ -236,7 +253,7 @@ class Watch:
         ws = writer_step(event_id)
         if ws is None or ws[0] != writer_id:  # not a step's own id (appended input, a wall-clock firing)
             return self._ids.setdefault(event_id, off)
-        recent = self._recent
+        recent = self.recent
         kept = recent.get(event_id)
         if kept is not None:
             return kept[0]
@@ -260,7 +277,7 @@ class Watch:
         return True
 
     def _first_kept(self, event: Event) -> int | None:
-        kept = self._recent.get(event.event_id)
+        kept = self.recent.get(event.event_id)
         return kept[0] if kept is not None else self._ids.get(event.event_id)
 
     def unreadable(self, offset: int, error: SwarmlogError, *, record: int | None = None) -> Anomaly:
@@ -324,7 +341,7 @@ class Watch:
         """What a snapshot keeps of this watch (:mod:`.checkpoint`): the ids taken as it remembers them
         (bounded: see the class), the anomalies kept and how many of each kind were named (bounded too)."""
         return {"ids": list(self._ids.items()),
-                "recent": [[event_id, off, writer, step] for event_id, (off, writer, step) in self._recent.items()],
+                "recent": [[event_id, off, writer, step] for event_id, (off, writer, step) in self.recent.items()],
                 "floor": self._floor.copy(),
                 "anomalies": [list(a) for a in self.anomalies],
                 "anomaly_counts": dict(self.counts),
@@ -335,10 +352,10 @@ class Watch:
             return
         if "recent" in doc:
             self._ids = dict(doc["ids"])  # [event id, offset] pairs, built in C: a restore's largest part
-            self._recent = OrderedDict((event_id, (off, writer, step)) for event_id, off, writer, step in doc["recent"])
+            self.recent = OrderedDict((event_id, (off, writer, step)) for event_id, off, writer, step in doc["recent"])
             self._floor = dict(doc["floor"])
         else:  # a snapshot of a swarmlog that kept every id: taken again in the order it took them
-            self._ids, self._recent, self._floor = {}, OrderedDict(), {}
+            self._ids, self.recent, self._floor = {}, OrderedDict(), {}
             for event_id, offset in doc["ids"]:
                 ws = writer_step(event_id)
                 self._remember(event_id, offset, ws[0] if ws is not None else "")
