@@ -23,7 +23,8 @@ from typing import Any
 
 import psycopg
 
-from swarmlog.kafka.reader import LogReader, watermarks
+from swarmlog.kafka.backend import KafkaBackend
+from swarmlog.log.base import messages_at
 from swarmlog.log.memory import MemoryMessage
 from swarmlog.schema.codec import Decoder
 from swarmlog.schema.registry import SchemaRegistry
@@ -99,18 +100,11 @@ def redrive(*, settings: Settings, topic: str | None = None, registry: SchemaReg
 
 def _from_the_log(settings: Settings, topic: str, letters: dict[int, Any]) -> dict[int, Any]:
     """The log's messages at the dead-lettered offsets it still holds (its bytes are the truth)."""
-    low, high = watermarks(settings, topic)
-    wanted = {seq for seq in letters if low <= seq < high}
-    found: dict[int, Any] = {}
-    if not wanted:
-        return found
-    with LogReader(settings=settings, topic=topic) as reader:
-        reader.assign(min(wanted))
-        for batch in reader.batches(end=max(wanted) + 1):
-            for m in batch:
-                if m.offset() in wanted:
-                    found[m.offset()] = m
-    return found
+    backend = KafkaBackend(settings)
+    try:
+        return messages_at(backend, topic, letters)
+    finally:
+        backend.close()
 
 
 def _from_the_letter(seq: int, raw: Any, key: Any, keys: list[Any], values: list[Any]) -> Any:

@@ -62,7 +62,7 @@ from .errors import (
 from .events import Event
 from .kafka.backend import backend_for
 from .log.append import EventLog
-from .log.base import LogBackend
+from .log.base import LogBackend, message_at
 from .log.hashing import canonical
 from .log.protocol import AGENT_NAME_RULE, HANDLER_FAILED, MESSAGE, agent_name_problem
 from .runtime import interpreter
@@ -386,14 +386,11 @@ def _message(kind: str, body: Any) -> dict[str, Any]:
 def _run_agents(settings: Settings, topic: str, registry: SchemaRegistry, backend: LogBackend,
                 run: RunInfo) -> list[str]:
     """The agents ``run.started`` lists (what an input may be addressed to)."""
-    decoder = Decoder(registry)
-    with backend.reader(topic) as reader:
-        reader.assign(run.offset)
-        for batch in reader.batches(end=run.offset + 1):
-            for m in batch:
-                _, rec = decoder.decode(m.value(), m.offset())
-                return list(rec["payload"].get("agents") or [])
-    return []
+    m = message_at(backend, topic, run.offset)
+    if m is None:
+        return []
+    _, rec = Decoder(registry).decode(m.value(), m.offset())
+    return list(rec["payload"].get("agents") or [])
 
 
 class _Waiter:

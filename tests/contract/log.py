@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from swarmlog.errors import AgentFenced, GroupHasActiveMembers, TopicExists, TopicNotFound
-from swarmlog.log.base import LogBackend
+from swarmlog.log.base import LogBackend, message_at, messages_at
 from swarmlog.log.protocol import agent_group
 
 
@@ -369,3 +369,46 @@ class LogContract:
             assert backend.wait_for_append(log_topic, end, 30) is True
         finally:
             later.join()
+
+    def delete_before(self, backend: LogBackend, topic: str, before: int) -> None:
+        """Delete ``topic``'s offsets below ``before`` (DeleteRecords); a backend's subclass says how."""
+        backend.delete_records(topic, before)  # type: ignore[attr-defined]
+
+    def test_the_message_at_an_offset_is_the_one_a_reader_sees_there_and_none_where_it_sees_none(
+            self, backend, log_topic):
+        first = append(backend, log_topic, b"first")[0]
+        channel = backend.agent_channel(log_topic, "agent-a")
+        try:
+            channel.fence()
+            channel.start(lambda: 0)
+            channel.begin()
+            aborted = channel.send_located(b"aborted", b"agent-a", [])
+            channel.abort()
+            channel.begin()
+            committed = channel.send_located(b"committed", b"agent-a", [("h", b"v")])
+            channel.commit(None)
+            channel.begin()
+            still_open = channel.send_located(b"open", b"agent-a", [])
+            try:
+                m = self._eventually(lambda: (x := message_at(backend, log_topic, committed)) and x.value(),
+                                     b"committed")
+                assert m == b"committed"
+                got = message_at(backend, log_topic, committed)
+                assert got is not None and got.offset() == committed and got.key() == b"agent-a"
+                assert got.headers() == [("h", b"v")]
+                assert message_at(backend, log_topic, first).value() == b"first"
+                # Every offset a read_committed reader sees nothing at: the aborted record, the abort's
+                # marker, the commit's marker, a record of a transaction still open, the log's end and past it.
+                for nothing in (aborted, aborted + 1, committed + 1, still_open, still_open + 1, still_open + 100, -1):
+                    assert message_at(backend, log_topic, nothing) is None, nothing
+                assert set(messages_at(backend, log_topic, [first, aborted, committed, committed + 1, still_open])) \
+                    == {first, committed}
+                assert messages_at(backend, log_topic, []) == {}
+            finally:
+                channel.abort()
+        finally:
+            channel.close()
+        # Deleted (before the log start): a reader put there starts at the log start, a later message.
+        self.delete_before(backend, log_topic, committed)
+        assert message_at(backend, log_topic, first) is None
+        assert message_at(backend, log_topic, committed).value() == b"committed"

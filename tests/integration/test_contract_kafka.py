@@ -40,6 +40,13 @@ def backend(base_settings: Settings) -> KafkaBackend:
 class TestLogContractOnKafka(LogContract):
     wait = 10.0
 
+    def delete_before(self, backend, topic, before):
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": backend.settings.bootstrap_servers})
+        admin.delete_records([TopicPartition(topic, 0, before)])[TopicPartition(topic, 0, before)].result(30)
+
 
 class TestRuntimeContractOnKafka(RuntimeContract):
     quiet = 1.0

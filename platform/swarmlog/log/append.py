@@ -43,7 +43,7 @@ from ..kafka.backend import KafkaBackend
 from ..schema.codec import Decoder, Encoder
 from ..schema.registry import EventSchema, SchemaRegistry
 from ..settings import Settings
-from .base import Appender, Delivered, LogBackend
+from .base import Appender, Delivered, LogBackend, message_at
 from .protocol import (
     AGENT_NAME_RULE,
     ID_RULE,
@@ -238,18 +238,16 @@ class EventLog:
             self._known_event(c)
 
     def _holds_no_event(self, offset: int) -> str | None:
-        with self._backend.reader(self.topic) as reader:
+        found = message_at(self._backend, self.topic, offset)
+        if found is None:
             low, _ = self._backend.watermarks(self.topic)
             if offset < low:
                 return f"is before the log's first offset {low} (deleted)"
-            reader.assign(offset)
-            found = [m for batch in reader.batches(end=offset + 1) for m in batch]
-        if not found or found[0].offset() != offset:
             return ("holds no event (a transaction marker, an aborted record, or an offset not yet committed: "
                     "readers see none there)")
         # The envelope, not the payload: a cause a newer writer wrote (a schema version this process
         # does not know yet, mid rolling upgrade) is an event all the same (Decoder.envelope_problem).
-        problem = Decoder.envelope_problem(found[0].value())
+        problem = Decoder.envelope_problem(found.value())
         if problem is not None:
             return f"holds a message that is not a readable event (it {problem})"
         return None

@@ -39,8 +39,8 @@ from ..errors import GroupNotAtStart, HistoryIncomplete, TopicNotFound
 from .protocol import Headers
 
 __all__ = ["AgentChannel", "Appender", "BATCH", "Delivered", "History", "LogBackend", "Message", "ReadPosition",
-           "Reader", "read_from_log_start", "require_complete_history", "warn_if_history_deletes",
-           "warn_about_history", "warn_if_history_is_finite"]
+           "Reader", "message_at", "messages_at", "read_from_log_start", "require_complete_history",
+           "warn_if_history_deletes", "warn_about_history", "warn_if_history_is_finite"]
 
 logger = logging.getLogger(__name__)
 
@@ -265,6 +265,42 @@ class LogBackend(Protocol):
     def after_fork(self) -> LogBackend:
         """This backend as a process forked from the one that made it may use it: nothing the parent
         opened (a Kafka client's connections and threads are the parent's), the same log."""
+
+
+def message_at(backend: LogBackend, topic: str, offset: int) -> Any | None:
+    """The message a read_committed reader sees at ``offset`` of ``topic``, or None where it sees none.
+
+    None is every way an offset can hold no message to read: a transaction's commit or abort marker,
+    an aborted record, a record of a transaction still open (or an offset not written yet, past the
+    end of the log), one deleted (before the log start), a negative one. The caller that must tell
+    these apart asks the watermarks itself (``EventLog``'s cause check). One read, from ``offset`` to
+    ``offset + 1``: it never waits for the offset to be written.
+    """
+    return messages_at(backend, topic, (offset,)).get(offset)
+
+
+def messages_at(backend: LogBackend, topic: str, offsets: Iterable[int]) -> dict[int, Any]:
+    """The messages a read_committed reader sees at ``offsets`` of ``topic``, by offset; an offset that
+    holds none (see :func:`message_at`) is not in it. One read from the first offset to past the last:
+    the offsets between are read too, so for a few far-apart offsets call :func:`message_at` for each."""
+    offsets = list(offsets)
+    found: dict[int, Any] = {}
+    if not offsets:
+        return found
+    with backend.reader(topic) as reader:  # first: it refuses a missing topic by name (TopicNotFound)
+        # Only offsets the log holds are read: a Kafka reader assigned past the end or before the
+        # start of the log resets to its start (auto.offset.reset=earliest) and would read all of
+        # it to find nothing. One watermark request, against a read that may cost the whole log.
+        low, high = backend.watermarks(topic)
+        wanted = {o for o in offsets if low <= o < high}
+        if not wanted:
+            return found
+        reader.assign(min(wanted))
+        for batch in reader.batches(end=max(wanted) + 1):
+            for m in batch:
+                if m.offset() in wanted:
+                    found[m.offset()] = m
+    return found
 
 
 _warned: set[tuple[str, str]] = set()

@@ -161,6 +161,7 @@ class Replayer:
     def _handler_at(self, topic: str, offset: int, agent_name: str) -> str | None:
         """``Class.method`` of the handler that ran the step at ``offset`` (its input event's handler)."""
         from ..events import Event
+        from ..log.base import message_at
         from ..schema.codec import Decoder
 
         if offset < 0:
@@ -168,21 +169,16 @@ class Replayer:
         agent = next((a for a in self.swarm.agents() if a.name == agent_name), None)
         if agent is None:
             return None
-        decoder = Decoder(self.registry)
-        with self.backend.reader(topic) as reader:
-            reader.assign(offset)
-            for batch in reader.batches(end=offset + 1):
-                for m in batch:
-                    if m.offset() != offset:
-                        continue
-                    writer, rec = decoder.decode(m.value(), m.offset())
-                    handler = agent.handler_for(Event.from_message(m, writer, rec))
-                    if handler is None:
-                        return f"{type(agent).__qualname__} ({writer.event_type}: no handler)"
-                    # The agent's class, not the one that defined the method: a change made in a subclass
-                    # (an override of a helper the handler calls) is named after the subclass.
-                    return f"{type(agent).__qualname__}.{getattr(handler, '__name__', repr(handler))}"
-        return None
+        m = message_at(self.backend, topic, offset)
+        if m is None:
+            return None
+        writer, rec = Decoder(self.registry).decode(m.value(), m.offset())
+        handler = agent.handler_for(Event.from_message(m, writer, rec))
+        if handler is None:
+            return f"{type(agent).__qualname__} ({writer.event_type}: no handler)"
+        # The agent's class, not the one that defined the method: a change made in a subclass
+        # (an override of a helper the handler calls) is named after the subclass.
+        return f"{type(agent).__qualname__}.{getattr(handler, '__name__', repr(handler))}"
 
 
 def _answers() -> IO[str]:

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ..errors import HistoryHoles, SchemaNotFound, SwarmlogError
 from ..events import Event
-from ..log.base import History
+from ..log.base import History, message_at
 from ..log.protocol import writer_step
 
 logger = logging.getLogger(__name__)
@@ -158,10 +158,7 @@ class LogProbe:
     def __call__(self, offset: int) -> bool:
         held = self._known.get(offset)
         if held is None:
-            with self.backend.reader(self.topic) as reader:
-                reader.assign(offset)
-                found = [m for batch in reader.batches(end=offset + 1) for m in batch]
-            held = self._known[offset] = bool(found) and found[0].offset() == offset
+            held = self._known[offset] = message_at(self.backend, self.topic, offset) is not None
         return held
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AppendFailed, TopicNotFound
-from ..log.base import LogBackend
+from ..log.base import LogBackend, message_at
 from ..log.protocol import H_AGENT, H_SNAPSHOT_AT, H_SNAPSHOT_CODE, snapshot_topic
 from ..schema.registry import SchemaRegistry
 
@@ -172,13 +172,8 @@ class SnapshotStore:
         self._seen, self._read_to, self._kept_bytes = [], 0, 0
 
     def _read_value(self, info: SnapshotInfo) -> bytes:
-        with self.backend.reader(self.snapshot_topic) as reader:
-            reader.assign(info.record_offset)
-            for batch in reader.batches(end=info.record_offset + 1):
-                for m in batch:
-                    if m.offset() == info.record_offset:
-                        return m.value() or b""
-        return b""  # gone: "not JSON", so not used
+        m = message_at(self.backend, self.snapshot_topic, info.record_offset)
+        return b"" if m is None else m.value() or b""  # gone: "not JSON", so not used
 
     def kept(self) -> list[SnapshotInfo]:
         """Every snapshot kept, of every code version, in the order they were written."""
