@@ -33,7 +33,6 @@ import logging
 import os
 import random
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -43,7 +42,7 @@ from ..errors import ConfigurationError
 from ..log.hashing import canonical
 from ..redaction import Scrubber
 from .errors import LLMRequestFailed, LLMResponseInvalid, LLMUnavailable, ScriptExhausted
-from .retry import RetryPolicy, retry_after
+from .retry import Attempt, RetryPolicy, retry_after
 
 __all__ = ["LLMClient", "OpenAIChat", "ScriptedLLM", "completion", "content"]
 
@@ -213,33 +212,32 @@ class OpenAIChat:
             request = {**request, "model": self.default_model}  # never mutate the caller's dict
         client = self._http()
         retry = self.retry
-        attempts = retry.retries + 1
-        for attempt in range(1, attempts + 1):
-            wait: float | None = None  # what the server asks for (Retry-After)
+
+        def attempt(_: int) -> Attempt[httpx.Response | None]:
             try:
                 response = client.post(self.url, json=request)
             except httpx.TransportError as exc:  # some not worth retrying (e.g. a malformed header value)
-                detail = self._describe_transport(exc)
-                if attempt == attempts or not retry.retryable_error(exc, httpx):
-                    raise LLMUnavailable(url=self.url, detail=detail, attempts=attempt) from None
-            else:
-                status = response.status_code
-                if 200 <= status < 300:
-                    return self._parse(response)
-                body = self._scrub.text(response.text)
-                if not retry.retryable_status(status):
-                    raise LLMRequestFailed(status=status, body=body, url=self.url, api_key_env=self.api_key_env)
-                detail = f"HTTP {status}: {body[:_MAX_BODY_IN_MESSAGE]}"
-                if attempt == attempts:
-                    raise LLMUnavailable(url=self.url, detail=detail, status=status, attempts=attempt)
-                wait = retry_after(response.headers)
-            if self._rng is None:  # jitter of this client's own, live only
-                self._rng = random.Random()
-            delay = retry.delay(attempt, wait, self._rng)
-            _log.warning("LLM endpoint %s: %s; retry %d/%d in %.2fs", self.url, detail, attempt,
-                         self.max_retries, delay)
-            time.sleep(delay)
-        raise AssertionError("unreachable")  # the loop returns or raises on its last attempt
+                return Attempt(None, failure=self._describe_transport(exc), retryable=retry.retryable_error(exc, httpx))
+            status = response.status_code
+            if 200 <= status < 300:
+                return Attempt(response)
+            body = self._scrub.text(response.text)
+            if not retry.retryable_status(status):
+                raise LLMRequestFailed(status=status, body=body, url=self.url, api_key_env=self.api_key_env)
+            return Attempt(response, failure=f"HTTP {status}: {body[:_MAX_BODY_IN_MESSAGE]}", retryable=True,
+                           wait=retry_after(response.headers))
+
+        last, attempts = retry.run(attempt, jitter=self._jitter, log=_log, what=f"LLM endpoint {self.url}")
+        if last.failure is not None:
+            raise LLMUnavailable(url=self.url, detail=last.failure, attempts=attempts,
+                                 status=None if last.value is None else last.value.status_code)
+        assert last.value is not None
+        return self._parse(last.value)
+
+    def _jitter(self) -> random.Random:
+        if self._rng is None:  # jitter of this client's own, live only
+            self._rng = random.Random()
+        return self._rng
 
     # -- internals ------------------------------------------------------------------------
 

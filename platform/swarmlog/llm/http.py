@@ -56,7 +56,6 @@ import logging
 import platform
 import random
 import re
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -68,7 +67,7 @@ from ..log.protocol import HTTP_EXCHANGE
 from ..redaction import REDACTED, Redaction, Scrubber, redact_headers, redact_url
 from .compare import field_bytes, request_difference
 from .errors import HTTPRequestDiverged
-from .retry import RetryPolicy, retry_after
+from .retry import Attempt, RetryPolicy, retry_after
 
 __all__ = ["EVENT_TYPE", "RecordedHTTP", "httpx_library", "transport_type"]
 
@@ -195,45 +194,39 @@ class RecordedHTTP:
         of the response's credential headers go to ``secret_headers``, never into the record."""
         lib = self.library
         retry = self.retry
+        # What the attempt left: only the last attempt is recorded.
         status: int | None = None
         response_headers: list[dict[str, str]] = []
         data = b""
         error: str | None = None
-        attempt = 0
-        retryable: bool
+
+        def attempt(_: int) -> Attempt[None]:
+            nonlocal status, response_headers, data, error
+            self.live_requests += 1
+            data, response_headers = b"", []
+            try:
+                received = network.handle_request(request)
+                try:
+                    # The body decoded (gzip, br) and whole: a stream is recorded whole.
+                    response = lib.Response(received.status_code, headers=received.headers,
+                                            stream=received.stream, request=request)
+                    data = response.read()
+                finally:
+                    received.close()
+            except lib.RequestError as exc:  # no response: unreachable, timed out, undecodable body
+                status, error = None, f"{type(exc).__name__}: {exc}"
+                return Attempt(None, failure=error, retryable=retry.retryable_error(exc, lib))
+            status, error = response.status_code, None
+            response_headers = [{"name": k.lower(), "value": v} for k, v in response.headers.multi_items()
+                                if k.lower() not in _FRAMING]
+            # Any status is an outcome to record; the ones worth retrying are a failure until the last.
+            retryable = retry.retryable_status(status)
+            return Attempt(None, failure=f"HTTP {status}" if retryable else None, retryable=retryable,
+                           wait=retry_after(response.headers))
+
         with allowed():  # the one place a handler's HTTP reaches the network
             network = self.network()
-            while True:
-                attempt += 1
-                self.live_requests += 1
-                wait: float | None = None  # what the server asks for (Retry-After)
-                data, response_headers = b"", []  # only the last attempt is recorded
-                try:
-                    received = network.handle_request(request)
-                    try:
-                        # The body decoded (gzip, br) and whole: a stream is recorded whole.
-                        response = lib.Response(received.status_code, headers=received.headers,
-                                                stream=received.stream, request=request)
-                        data = response.read()
-                    finally:
-                        received.close()
-                except lib.RequestError as exc:  # no response: unreachable, timed out, undecodable body
-                    status, error = None, f"{type(exc).__name__}: {exc}"
-                    retryable = retry.retryable_error(exc, lib)
-                else:
-                    status, error = response.status_code, None
-                    response_headers = [{"name": k.lower(), "value": v} for k, v in response.headers.multi_items()
-                                        if k.lower() not in _FRAMING]
-                    retryable = retry.retryable_status(status)
-                    wait = retry_after(response.headers)
-                if not retryable or attempt > retry.retries:
-                    break
-                if self._jitter is None:
-                    self._jitter = random.Random()
-                delay = retry.delay(attempt, wait, self._jitter)
-                logger.warning("%s %s: %s; retry %d/%d in %.2fs", sent.method, sent.url,
-                               error or f"HTTP {status}", attempt, retry.retries, delay)
-                time.sleep(delay)
+            _, attempts = retry.run(attempt, jitter=self._rng, log=logger, what=f"{sent.method} {sent.url}")
         scrub = sent.scrub
         secret_headers.extend((h["name"], h["value"]) for h in response_headers
                               if self.redaction.secret_header(h["name"]))
@@ -246,8 +239,13 @@ class RecordedHTTP:
                                            for h in response_headers)],
             "response_body": _body_field(scrub.data(data)),
             "error": scrub.text(error) if error is not None else None,
-            "attempts": attempt,
+            "attempts": attempts,
         }
+
+    def _rng(self) -> random.Random:
+        if self._jitter is None:  # made on the first retry, live (inside allowed())
+            self._jitter = random.Random()
+        return self._jitter
 
     def network(self) -> Any:
         """The library's network transport (its connection pool), made once: async steps send

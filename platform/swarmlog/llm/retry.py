@@ -21,17 +21,34 @@ have seeded.
 
 from __future__ import annotations
 
+import logging
 import random
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Generic, TypeVar
 
-__all__ = ["MAX_RETRY_AFTER", "RETRY_STATUSES", "RetryPolicy", "retry_after"]
+__all__ = ["MAX_RETRY_AFTER", "RETRY_STATUSES", "Attempt", "RetryPolicy", "retry_after"]
+
+T = TypeVar("T")
 
 RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 """HTTP statuses worth retrying: request timeout, conflict, rate limiting, and server-side trouble."""
 MAX_RETRY_AFTER = 60.0
 """A server's ``Retry-After`` is honoured up to this many seconds; a longer wait falls back to backoff."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt(Generic[T]):
+    """What one attempt came to: its ``value`` (a response, or None where none came), and, if it failed,
+    why (``failure``, for the log and the error), whether that is worth another attempt (``retryable``)
+    and what the server asked to wait first (``wait``, its ``Retry-After``)."""
+
+    value: T
+    failure: str | None = None
+    retryable: bool = False
+    wait: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +74,25 @@ class RetryPolicy:
             return retry_after
         cap = min(self.max_backoff, self.backoff * (2 ** (attempt - 1)))
         return rng.uniform(0, cap)
+
+    def run(self, attempt: Callable[[int], Attempt[T]], *, jitter: Callable[[], random.Random],
+            log: logging.Logger, what: str) -> tuple[Attempt[T], int]:
+        """Call ``attempt(n)`` (n = 1, 2, ...) until one succeeds, fails for good, or was the last the
+        policy allows; return that one and how many were made. An attempt may also raise, which ends it.
+
+        Between two attempts it logs (on ``log``, a warning naming ``what`` was sent and why it is sent
+        again) and sleeps :meth:`delay`, jittered by ``jitter()``: the caller's own generator, asked for
+        only when there is a retry to wait for (a caller makes it then, live: see the module's doc).
+        """
+        n = 0
+        while True:
+            n += 1
+            outcome = attempt(n)
+            if outcome.failure is None or not outcome.retryable or n > self.retries:
+                return outcome, n
+            delay = self.delay(n, outcome.wait, jitter())
+            log.warning("%s: %s; retry %d/%d in %.2fs", what, outcome.failure, n, self.retries, delay)
+            time.sleep(delay)
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
