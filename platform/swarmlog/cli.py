@@ -22,11 +22,9 @@ import sys
 from collections.abc import Sequence
 from functools import cache
 from types import ModuleType
-from typing import Any
 
 from .errors import (
     ConfigurationError,
-    MissingDependency,
     SchemaError,
     ServiceUnavailable,
     SwarmImportFailed,
@@ -41,8 +39,8 @@ from .terminal import printable
 
 __all__ = ["COMMANDS", "EXIT_CODES", "EXIT_DIVERGED", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK",
            "EXIT_PROBLEMS_FOUND", "EXIT_READER_GONE", "EXIT_TOKEN_MISMATCH", "EXIT_UNAVAILABLE", "EXIT_UNREADABLE",
-           "EXIT_USAGE", "PLUGINS", "build_parser", "command_modules", "configure_logging", "exit_code",
-           "from_the_mirror", "main", "metrics_port_arg", "settings_of"]
+           "EXIT_USAGE", "PLUGINS", "build_parser", "command_modules", "configure_logging", "exit_code", "main",
+           "metrics_port_arg", "settings_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -142,17 +140,6 @@ def settings_of(args: argparse.Namespace, *, postgres: bool = False) -> Settings
     if postgres:
         settings.check_database_url()
     return settings
-
-
-def from_the_mirror(name: str) -> Any:
-    """What the mirror's package registers as ``name`` (entry points ``swarmlog.mirror``): the core names
-    what it keeps in Postgres (``publish_report``, ``save_token``, ...), the connectors provide it."""
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group="swarmlog.mirror", name=name):
-        return ep.load()
-    raise MissingDependency(program=f"swarmlog's Postgres mirror ({name})", install_hint="It comes with "
-                            "swarmlog (swarmlog_connectors): install swarmlog itself, not only its source folder")
 
 
 def metrics_port_arg(p: argparse.ArgumentParser) -> None:

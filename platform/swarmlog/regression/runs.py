@@ -45,7 +45,7 @@ def topics_matching(settings: Settings, pattern: str) -> list[str]:
 
 def runs_in_mirror(settings: Settings, *, swarm: str | None, since: dt.datetime | None) -> list[str]:
     """The topics of the runs the mirror lists (of ``swarm``, started since ``since``), oldest first."""
-    from ..cli import from_the_mirror
+    from ..replaying.mirror import from_the_mirror
 
     return [r.topic for r in from_the_mirror("recorded_runs")(settings, swarm=swarm, since=since)]
 

@@ -17,12 +17,12 @@ from ..cli import (
     EXIT_OK,
     EXIT_PROBLEMS_FOUND,
     EXIT_UNREADABLE,
-    from_the_mirror,
     settings_of,
 )
 from ..errors import UsageError
 from ..settings import Settings
 from ..terminal import bounded, printable
+from .mirror import from_the_mirror
 
 __all__ = ["add_parser", "cmd_check", "cmd_replay"]
 

@@ -12,8 +12,9 @@ import json
 import sys
 from typing import Any
 
-from ..cli import EXIT_OK, EXIT_TOKEN_MISMATCH, from_the_mirror
+from ..cli import EXIT_OK, EXIT_TOKEN_MISMATCH
 from ..errors import UsageError
+from ..replaying.mirror import from_the_mirror
 from ..settings import Settings
 from ..terminal import printable
 from ._chain import DEFAULT_EVERY
