@@ -223,7 +223,7 @@ class Watch:
         cause names an offset that lost its event. The engine's one call per event it decodes."""
         off = event.offset
         if self._remember(event.event_id, off, event.agent_id) != off:
-            return not self._repeat(event)
+            return not self._repeat(event.event_id, off)
         causes = event.causes
         if causes:
             p = self.presence
@@ -241,7 +241,12 @@ class Watch:
     def repeated(self, event: Event) -> bool:
         """Whether ``event`` repeats an id the agent already took (then it is named, and not to be
         handled or checked); else its id is remembered."""
-        return self._remember(event.event_id, event.offset, event.agent_id) != event.offset and self._repeat(event)
+        return self.repeated_id(event.event_id, event.offset, event.agent_id)
+
+    def repeated_id(self, event_id: str, offset: int, writer_id: str) -> bool:
+        """:meth:`repeated` by the event's id, offset and writer alone, for a reader that builds no
+        :class:`Event` of what it reads (:meth:`.scan.LogScan.records`)."""
+        return self._remember(event_id, offset, writer_id) != offset and self._repeat(event_id, offset)
 
     def _remember(self, event_id: str, off: int, writer_id: str) -> int | None:
         """The offset of the first event the agent took with the id of the event at ``off`` (written by
@@ -265,17 +270,17 @@ class Watch:
                 self._floor[old_writer] = old_step
         return off
 
-    def _repeat(self, event: Event) -> bool:
-        first = self._first_kept(event)
+    def _repeat(self, event_id: str, offset: int) -> bool:
+        first = self._first_kept(event_id)
         where = f"the event at offset {first}" if first is not None else "an event this agent took long before"
-        self._name(Anomaly(event.offset, self.agent, REPEATED, (
-            f"event id {event.event_id!r} repeats {where}: a copy (re-sent by a producer or a copy tool), not "
+        self._name(Anomaly(offset, self.agent, REPEATED, (
+            f"event id {event_id!r} repeats {where}: a copy (re-sent by a producer or a copy tool), not "
             f"handled"), first))
         return True
 
-    def _first_kept(self, event: Event) -> int | None:
-        kept = self.recent.get(event.event_id)
-        return kept[0] if kept is not None else self._ids.get(event.event_id)
+    def _first_kept(self, event_id: str) -> int | None:
+        kept = self.recent.get(event_id)
+        return kept[0] if kept is not None else self._ids.get(event_id)
 
     def unreadable(self, offset: int, error: SwarmlogError, *, record: int | None = None) -> Anomaly:
         """Name an input addressed to the agent that does not decode; a newer schema's parks the agent.

@@ -58,23 +58,28 @@ def patches_in_run(*, backend: LogBackend, topic: str, registry: SchemaRegistry,
     a message that is not an event is named and skipped, a copy is not a second step or marker."""
     found: dict[str, PatchInRun] = {}
     steps: dict[str, list[int]] = {}  # agent -> the steps it recorded outputs of, in order (distinct)
-    for event in scan if scan is not None else LogScan(backend=backend, topic=topic, registry=registry):
-        etype, agent = event.event_type, event.agent_id
-        if etype in (RUN_STARTED, STATE_DIGEST) or agent == RUN_WRITER:
+    # The records, not Events: of most events only the writer and the id are read (a marker's payload too).
+    skipped = (RUN_STARTED, STATE_DIGEST)
+    scan = scan if scan is not None else LogScan(backend=backend, topic=topic, registry=registry)
+    for m, writer, rec in scan.records():
+        etype, agent = writer.event_type, rec["agent_id"]
+        if etype in skipped or agent == RUN_WRITER:
             continue
-        parsed = parse_step(event.event_id)
+        parsed = parse_step(rec["event_id"])
         if parsed is None:
             continue
         step = parsed[0]
-        seen = steps.setdefault(agent, [])
-        if not seen or seen[-1] != step:
+        seen = steps.get(agent)
+        if seen is None:
+            seen = steps[agent] = [step]
+        elif seen[-1] != step:
             seen.append(step)
         if etype != PATCH_MARKER:
             continue
-        patch_id = event.payload["patch_id"]
+        patch_id = rec["payload"]["patch_id"]
         use = found.get(patch_id)
         if use is None:
-            use = found[patch_id] = PatchInRun(topic=topic, patch_id=patch_id, first_marker=event.offset)
+            use = found[patch_id] = PatchInRun(topic=topic, patch_id=patch_id, first_marker=m.offset())
         use.markers += 1
         use.agents.setdefault(agent, step)
     for use in found.values():

@@ -29,7 +29,7 @@ from ..errors import SchemaNotFound, SwarmlogError
 from ..events import Event
 from ..log.base import LogBackend
 from ..schema.codec import Decoder
-from ..schema.registry import SchemaRegistry
+from ..schema.registry import EventSchema, SchemaRegistry
 from .anomalies import REPEATED, Anomaly, Presence, Watch
 
 logger = logging.getLogger(__name__)
@@ -85,23 +85,34 @@ class LogScan:
         return self._watch.counts.get(REPEATED, 0)
 
     def __iter__(self) -> Iterator[Event]:
-        decode, watch = self.decoder.decode, self._watch
+        from_message = Event.from_message
+        for m, writer, rec in self.records():
+            yield from_message(m, writer, rec)
+
+    def records(self) -> Iterator[tuple[Any, EventSchema, dict[str, Any]]]:
+        """The same events as iterating the scan, each as its message, writer schema and decoded record (in
+        its type's newest version), no :class:`~swarmlog.events.Event` built: for a command that reads a
+        field or two of most events and more of few (``patches``)."""
+        decode, repeated = self.decoder.decode, self._watch.repeated_id
         with self.backend.reader(self.topic) as reader:
             reader.assign(0)
             for batch in reader.batches():
                 for m in batch:
                     self.read += 1
+                    offset = m.offset()
                     try:
-                        writer, rec = decode(m.value(), m.offset())
+                        # Every body is read whole, even of a command that needs only the envelope: what is
+                        # not a readable event (a truncated body, bytes after it) is named, as the engine
+                        # names an input it cannot read, and the body is where it shows.
+                        writer, rec = decode(m.value(), offset)
                     except SchemaNotFound as exc:  # what its headers say it is (a newer version, most often)
-                        self._unreadable(m.offset(), self.decoder.unknown_writer(exc, m.headers()))
+                        self._unreadable(offset, self.decoder.unknown_writer(exc, m.headers()))
                         continue
                     except SwarmlogError as exc:
-                        self._unreadable(m.offset(), exc)
+                        self._unreadable(offset, exc)
                         continue
-                    event = Event.from_message(m, writer, rec)
-                    if not watch.repeated(event):
-                        yield event
+                    if not repeated(rec["event_id"], offset, rec["agent_id"]):
+                        yield m, writer, rec
         if len(self.unreadable) > _LOGGED:
             logger.warning("%s: %d messages are not readable events, skipped (the first %d logged above)",
                            self.topic, len(self.unreadable), _LOGGED)
