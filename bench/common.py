@@ -198,6 +198,49 @@ def populate(s: Settings, registry: SchemaRegistry, stream: Stream, topic: str, 
     return time.perf_counter() - t0
 
 
+def copied_run(s: Settings, ts: Settings, registry: SchemaRegistry, swarm: Any, *, run_id: str, label: str,
+               checkpoints: bool = False) -> int:
+    """A long log, fast: ``swarm``'s run to quiet over an in-memory log of topic ``ts.topic``, copied
+    offset-exact (:meth:`~swarmlog.kafka.KafkaBackend.create_copy`) into a new topic of that name on the
+    cluster of ``s``, and with ``checkpoints`` its snapshot topic too; the log's end (it fails unless
+    the copy ends there). The runtime writes it as it would on Kafka (the transactions, the markers'
+    offsets, the checkpoints in the transactions that hold them), at a fraction of the cost.
+    """
+    # Imported here: most benchmarks never write a log this way, and the in-memory log brings the guard.
+    from swarmlog.kafka.backend import KafkaBackend
+    from swarmlog.kafka.reader import watermarks
+    from swarmlog.log.memory import InMemoryLog
+    from swarmlog.log.protocol import snapshot_topic
+    from swarmlog.runtime import run_agents, start_run
+
+    mem = InMemoryLog()
+    mem.create_topic(ts.topic)
+    t0 = time.perf_counter()
+    start_run(settings=ts, swarm=swarm, run_id=run_id, seed=1, registry=registry, backend=mem)
+    run_agents(settings=ts, swarm=swarm, registry=registry, until_quiet=1.0, backend=mem)
+    end = mem.watermarks(ts.topic)[1]
+    log(f"{label}: the run wrote {end:,} offsets in memory in {time.perf_counter() - t0:.0f} s; copying them")
+    backend = KafkaBackend(s)
+    try:
+        if backend.create_copy(ts.topic, mem.messages(ts.topic), end=end) != end:
+            raise RuntimeError(f"{label}: the copy of the run does not end where the run did")
+        if checkpoints:
+            side = track_topic(snapshot_topic(ts.topic))
+            backend.create_topic(side)
+            appender = backend.appender(side)
+            for m in mem.messages(side):
+                appender.send(m.value(), m.key(), m.headers())
+            delivered = appender.flush(60.0)
+            appender.close()
+            if delivered.errors or delivered.pending:
+                raise RuntimeError(f"{label}: the checkpoints were not all copied: {delivered}")
+    finally:
+        backend.close()
+    if watermarks(ts, ts.topic)[1] != end:
+        raise RuntimeError(f"{label}: the copied topic does not end where the run did")
+    return end
+
+
 # --- timing and results -----------------------------------------------------------------------
 
 

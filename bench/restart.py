@@ -29,16 +29,12 @@ from time import perf_counter
 from typing import Any
 
 from swarmlog import Agent, Swarm, on, on_message
-from swarmlog.kafka.backend import KafkaBackend
-from swarmlog.kafka.reader import watermarks
-from swarmlog.log.memory import InMemoryLog
-from swarmlog.log.protocol import snapshot_topic
 from swarmlog.replaying import replay_swarm
-from swarmlog.runtime import AgentWorker, run_agents, start_run
+from swarmlog.runtime import AgentWorker
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
-from .common import Run, env_int, interleave, log, reps, reserve_topic, row, track_topic
+from .common import Run, copied_run, env_int, interleave, log, reps, reserve_topic, row
 
 OFFSETS = env_int("BENCH_RESTART_OFFSETS", 2_000_000)
 EVERY = env_int("BENCH_RESTART_EVERY", 10_000, scale=False)
@@ -72,31 +68,7 @@ swarm = Swarm(name="bench-restart", agents=lambda: [Player("a"), Player("b")], c
 def _make_log(s: Settings, registry: SchemaRegistry) -> tuple[Settings, int]:
     """The rally's log (and its checkpoints) in a fresh topic of the same name as the in-memory run's."""
     ts = s.model_copy(update={"topic": reserve_topic("restart"), "checkpoint_every": EVERY})
-    side = track_topic(snapshot_topic(ts.topic))
-    mem = InMemoryLog()
-    mem.create_topic(ts.topic)
-    t0 = perf_counter()
-    start_run(settings=ts, swarm=swarm, run_id="bench-restart", seed=1, registry=registry, backend=mem)
-    run_agents(settings=ts, swarm=swarm, registry=registry, until_quiet=1.0, backend=mem)
-    end = mem.watermarks(ts.topic)[1]
-    log(f"restart: the rally wrote {end:,} offsets in memory in {perf_counter() - t0:.0f} s; copying them")
-    backend = KafkaBackend(s)
-    try:
-        if backend.create_copy(ts.topic, mem.messages(ts.topic), end=end) != end:
-            raise RuntimeError("the copy of the rally does not end where the run did")
-        backend.create_topic(side)
-        appender = backend.appender(side)
-        for m in mem.messages(side):
-            appender.send(m.value(), m.key(), m.headers())
-        delivered = appender.flush(60.0)
-        appender.close()
-        if delivered.errors or delivered.pending:
-            raise RuntimeError(f"the checkpoints were not all copied: {delivered}")
-    finally:
-        backend.close()
-    if watermarks(ts, ts.topic)[1] != end:
-        raise RuntimeError("the copied topic does not end where the run did")
-    return ts, end
+    return ts, copied_run(s, ts, registry, swarm, run_id="bench-restart", label="restart", checkpoints=True)
 
 
 def _restart(ts: Settings, registry: SchemaRegistry, *, from_zero: bool) -> tuple[float, str, int]:

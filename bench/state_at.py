@@ -36,14 +36,11 @@ from typing import Any
 from swarmlog import Agent, Swarm, on, on_message
 from swarmlog.debug import Session
 from swarmlog.errors import SwarmlogError
-from swarmlog.kafka.backend import KafkaBackend
 from swarmlog.kafka.reader import watermarks
-from swarmlog.log.memory import InMemoryLog
-from swarmlog.runtime import run_agents, start_run
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
-from .common import Run, env_int, log, percentile, reserve_topic, row
+from .common import Run, copied_run, env_int, log, percentile, reserve_topic, row
 
 OFFSETS = env_int("BENCH_STATE_AT_OFFSETS", 1_000_000)
 INDEX_EVERY = env_int("BENCH_STATE_AT_INDEX_EVERY", 32, scale=False)
@@ -87,21 +84,7 @@ def make_log(s: Settings, registry: SchemaRegistry) -> tuple[Settings, int]:
         log(f"state_at: reusing {kept} ({end:,} offsets)")
         return ts, end
     ts = s.model_copy(update={"topic": reserve_topic("state-at"), "checkpoint_every": 0})
-    mem = InMemoryLog()
-    mem.create_topic(ts.topic)
-    t0 = perf_counter()
-    start_run(settings=ts, swarm=swarm, run_id="bench-state-at", seed=1, registry=registry, backend=mem)
-    run_agents(settings=ts, swarm=swarm, registry=registry, until_quiet=1.0, backend=mem)
-    end = mem.watermarks(ts.topic)[1]
-    log(f"state_at: the rally wrote {end:,} offsets in memory in {perf_counter() - t0:.0f} s; copying them")
-    backend = KafkaBackend(s)
-    try:
-        if backend.create_copy(ts.topic, mem.messages(ts.topic), end=end) != end:
-            raise RuntimeError("the copy of the rally does not end where the run did")
-    finally:
-        backend.close()
-    if watermarks(ts, ts.topic)[1] != end:
-        raise RuntimeError("the copied topic does not end where the run did")
+    end = copied_run(s, ts, registry, swarm, run_id="bench-state-at", label="state_at")
     log(f"state_at: the log is {ts.topic}")
     return ts, end
 
