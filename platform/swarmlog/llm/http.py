@@ -194,16 +194,10 @@ class RecordedHTTP:
         of the response's credential headers go to ``secret_headers``, never into the record."""
         lib = self.library
         retry = self.retry
-        # What the attempt left: only the last attempt is recorded.
-        status: int | None = None
-        response_headers: list[dict[str, str]] = []
-        data = b""
-        error: str | None = None
 
-        def attempt(_: int) -> Attempt[None]:
-            nonlocal status, response_headers, data, error
+        def attempt(_: int) -> Attempt[tuple[int | None, list[dict[str, str]], bytes, str | None]]:
+            """One request's outcome: (status, response headers, body, error); only the last is recorded."""
             self.live_requests += 1
-            data, response_headers = b"", []
             try:
                 received = network.handle_request(request)
                 try:
@@ -214,19 +208,20 @@ class RecordedHTTP:
                 finally:
                     received.close()
             except lib.RequestError as exc:  # no response: unreachable, timed out, undecodable body
-                status, error = None, f"{type(exc).__name__}: {exc}"
-                return Attempt(None, failure=error, retryable=retry.retryable_error(exc, lib))
-            status, error = response.status_code, None
-            response_headers = [{"name": k.lower(), "value": v} for k, v in response.headers.multi_items()
-                                if k.lower() not in _FRAMING]
+                error = f"{type(exc).__name__}: {exc}"
+                return Attempt((None, [], b"", error), failure=error, retryable=retry.retryable_error(exc, lib))
+            status = response.status_code
+            headers = [{"name": k.lower(), "value": v} for k, v in response.headers.multi_items()
+                       if k.lower() not in _FRAMING]
             # Any status is an outcome to record; the ones worth retrying are a failure until the last.
             retryable = retry.retryable_status(status)
-            return Attempt(None, failure=f"HTTP {status}" if retryable else None, retryable=retryable,
-                           wait=retry_after(response.headers))
+            return Attempt((status, headers, data, None), failure=f"HTTP {status}" if retryable else None,
+                           retryable=retryable, wait=retry_after(response.headers))
 
         with allowed():  # the one place a handler's HTTP reaches the network
             network = self.network()
-            _, attempts = retry.run(attempt, jitter=self._rng, log=logger, what=f"{sent.method} {sent.url}")
+            last, attempts = retry.run(attempt, jitter=self._rng, log=logger, what=f"{sent.method} {sent.url}")
+        status, response_headers, data, error = last.value
         scrub = sent.scrub
         secret_headers.extend((h["name"], h["value"]) for h in response_headers
                               if self.redaction.secret_header(h["name"]))
