@@ -271,10 +271,11 @@ def message_at(backend: LogBackend, topic: str, offset: int) -> Any | None:
     """The message a read_committed reader sees at ``offset`` of ``topic``, or None where it sees none.
 
     None is every way an offset can hold no message to read: a transaction's commit or abort marker,
-    an aborted record, a record of a transaction still open (or an offset not written yet, past the
-    end of the log), one deleted (before the log start), a negative one. The caller that must tell
-    these apart asks the watermarks itself (``EventLog``'s cause check). One read, from ``offset`` to
-    ``offset + 1``: it never waits for the offset to be written.
+    an aborted record, the first record of a transaction still open, an offset not written yet (at
+    or past the end of the log), one deleted (before the log start), a negative one. The caller that
+    must tell these apart asks the watermarks itself (``EventLog``'s cause check). It never waits for
+    an offset to be written; an offset inside a transaction still open, past its first record, is
+    read as any read_committed reader reads it: once that transaction ends.
     """
     return messages_at(backend, topic, (offset,)).get(offset)
 
@@ -288,9 +289,11 @@ def messages_at(backend: LogBackend, topic: str, offsets: Iterable[int]) -> dict
     if not offsets:
         return found
     with backend.reader(topic) as reader:  # first: it refuses a missing topic by name (TopicNotFound)
-        # Only offsets the log holds are read: a Kafka reader assigned past the end or before the
-        # start of the log resets to its start (auto.offset.reset=earliest) and would read all of
-        # it to find nothing. One watermark request, against a read that may cost the whole log.
+        # Only offsets the log holds are read. A Kafka reader assigned past the end of the log
+        # starts again at its start (auto.offset.reset=earliest) and reads all of it to find
+        # nothing; one assigned at the end while a transaction is open waits for that transaction
+        # (it is past what read_committed may read, and no end-of-partition event comes there).
+        # One watermark request tells both apart from the offsets the log holds.
         low, high = backend.watermarks(topic)
         wanted = {o for o in offsets if low <= o < high}
         if not wanted:
