@@ -22,8 +22,10 @@ from typing import Any
 import psycopg
 
 from swarmlog.errors import InvalidCause, SwarmlogError
+from swarmlog.kafka.backend import KafkaBackend
 from swarmlog.kafka.reader import LogReader, high_watermark
 from swarmlog.log.append import EventLog
+from swarmlog.log.protocol import agent_group
 from swarmlog.replaying import replay_swarm
 from swarmlog.replaying.causality import check_causality
 from swarmlog.runtime import start_run
@@ -149,10 +151,27 @@ def until_hops(run: Swarm, settings: Any, registry: SchemaRegistry, n: int) -> N
     run.wait(f"{n} hops", lambda: hops(settings, registry) >= n)
 
 
+def every_agent_committed_past_the_last_message(settings: Any) -> bool:
+    """Each agent's group holds a position past the log's last committed message: every agent has
+    handled all of it (its position commits with its outputs, in one transaction) and committed."""
+    with LogReader(settings=settings) as reader:
+        reader.assign(0)
+        last = max((m.offset() for batch in reader.batches() for m in batch), default=-1)
+    backend = KafkaBackend(settings)
+    try:
+        # Asked after the read: a position past ``last`` is past every message there was then.
+        return all((backend.committed(agent_group(settings.topic, a), settings.topic) or 0) > last for a in AGENTS)
+    finally:
+        backend.close()
+
+
 def until_finished(run: Swarm, settings: Any, registry: SchemaRegistry, chains: set[int] | None = None) -> None:
     want = chains or set(range(swarms.CHAINS))
     run.wait(f"chains {sorted(want)} finished", lambda: want <= finished(settings, registry), timeout=600)
-    time.sleep(2.0)  # the last broadcasts handled and committed
+    # The last broadcasts handled and committed by every agent (a caught-up agent with nothing to write
+    # still commits its position every few seconds: runtime/_worker.py _OFFSET_COMMIT_EVERY_S).
+    run.wait("every agent past the last message", lambda: every_agent_committed_past_the_last_message(settings),
+             timeout=120)
 
 
 # --- the cases ----------------------------------------------------------------------------------
