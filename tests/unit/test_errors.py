@@ -1,6 +1,6 @@
 """The error tree can be caught: intermediate classes for the Kafka side, events and schemas, the mirror, runs,
-tokens and LLM calls; a retriable axis; each error written once, in errors.py or its wing's, and drawn in the
-module's docstring as it is."""
+tokens and LLM calls; a retriable axis; each error written once, in its branch of swarmlog/errors/ or its wing's
+errors.py, drawn in the package's docstring as it is, and imported, shown and pickled as swarmlog.errors.X."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import ast
 import importlib
 import inspect
 import pickle
+import re
 
 import pytest
 from confluent_kafka import KafkaError
@@ -111,6 +112,20 @@ def test_every_class_of_every_branch_is_swarmlog_errors_x_on_the_face():
     assert {c.__name__ for c in defined} == set(errors.__all__)
     assert all(c.__module__ == "swarmlog.errors" and getattr(errors, c.__name__) is c for c in defined)
     assert all(getattr(errors, name) is getattr(branch, name) for branch in _branches() for name in branch.__all__)
+
+
+def test_nothing_imports_a_branch_of_the_tree_but_the_tree_itself():
+    # The branches are machinery: an import of swarmlog.errors._runs would pin a file the tree may re-split.
+    strays = []
+    for root in (PACKAGE, REPO / "connectors", REPO / "tests", REPO / "bench", REPO / "examples"):
+        for path in root.rglob("*.py"):
+            if path.parent == BRANCHES:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else [])
+                strays += [f"{path.relative_to(REPO)}:{node.lineno}" for n in names if re.search(r"(^|\.)errors\._", n)]
+    assert strays == [], "import errors from swarmlog.errors"
 
 
 @pytest.mark.parametrize("name", sorted(errors.__all__))
