@@ -142,7 +142,8 @@ __all__ = ["EventFate", *sorted(name for name, value in list(globals().items())
 # Every error is swarmlog.errors.X wherever its branch is written: the path users import it from, the
 # name a traceback shows, and the reference pickle stores for the class (a replay process sends an
 # error back to its parent as its class and fields: swarmlog.runtime._processes), so that moving a
-# class between the branches moves nothing anyone refers to.
+# class between the branches moves nothing anyone refers to. The price: inspect.getsource looks for a
+# class in the file of its __module__, so it cannot show an error's source (the branch's file does).
 for _name in __all__:
     globals()[_name].__module__ = __name__
 del _name
