@@ -41,15 +41,13 @@ from typing import Any
 
 from swarmlog import Agent, Swarm, on, on_message, on_timer
 from swarmlog.debug import Session
-from swarmlog.kafka.backend import KafkaBackend
 from swarmlog.kafka.reader import watermarks
-from swarmlog.log.memory import InMemoryLog
 from swarmlog.log.protocol import snapshot_topic
 from swarmlog.runtime import run_agents, start_run
 from swarmlog.schema.registry import SchemaRegistry
 from swarmlog.settings import Settings
 
-from .common import Run, env_int, fresh_topic, interleave, log, reps, reserve_topic, row, track_topic
+from .common import Run, copied_run, env_int, fresh_topic, interleave, log, reps, reserve_topic, row, track_topic
 
 AGENTS = [f"s{i}" for i in range(5)]
 CHAINS = env_int("BENCH_SNAPSHOT_CHAINS", 1000, scale=False)
@@ -126,22 +124,8 @@ def _make_log(s: Settings, registry: SchemaRegistry, *, of: Swarm = swarm) -> tu
         run_agents(settings=ts, swarm=swarm, registry=registry, until_quiet=5.0)
         end = watermarks(ts, ts.topic)[1]
     elif how == "memory":
-        mem = InMemoryLog()
-        ms = s.model_copy(update={"topic": "bench-snapshots-in-memory"})
-        mem.create_topic(ms.topic)
-        start_run(settings=ms, swarm=swarm, run_id=RUN_ID, seed=1, registry=registry, backend=mem)
-        run_agents(settings=ms, swarm=swarm, registry=registry, until_quiet=1.0, backend=mem)
-        end = mem.watermarks(ms.topic)[1]
-        log(f"snapshots: the run wrote {end:,} offsets in memory in {perf_counter() - t0:.0f} s; copying them")
         ts = s.model_copy(update={"topic": reserve_topic("snapshots")})
-        backend = KafkaBackend(s)
-        try:
-            copied_end = backend.create_copy(ts.topic, mem.messages(ms.topic), end=end)
-        finally:
-            backend.close()
-        del mem
-        if copied_end != end or watermarks(ts, ts.topic)[1] != end:
-            raise RuntimeError(f"the copy of the run ends at {copied_end:,}, not at the run's {end:,}")
+        end = copied_run(s, ts, registry, swarm, run_id=RUN_ID, label="snapshots")
     else:
         raise RuntimeError(f"BENCH_SNAPSHOT_LOG={how!r}: 'memory' or 'live'")
     seconds = perf_counter() - t0
