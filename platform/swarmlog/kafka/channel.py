@@ -8,6 +8,9 @@
   offset zero for a new life, whatever the group's committed offset says.
 * **One batch, one transaction.** Outputs, and the consumer position
   (``send_offsets_to_transaction``), commit together or not at all.
+* **A position is committed by a member of the group's current generation.** Once
+  started, a transaction opens, and a position goes into it, only while the consumer
+  holds its assignment (:meth:`KafkaAgentChannel._await_membership`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ _STUCK_GRACE_S = 10.0
 """``send_offsets_to_transaction``'s own timeout, and how much longer it may take before it counts
 as stuck (see :func:`_within`). Shorter than the other calls': while it is stuck, the agent's open
 transaction holds back every read_committed reader, i.e. the whole swarm."""
+_JOIN_WAIT_S = 60.0
+"""How long a transaction waits for the consumer to be let into its group (see
+:meth:`KafkaAgentChannel._await_membership`): past an earlier life's member that the group
+waits out (a dead one's session timeout; a hung one is removed only after its rebalance
+timeout, max.poll.interval.ms, which a new life is better placed to outlast)."""
 
 
 class KafkaAgentChannel:
@@ -61,6 +69,11 @@ class KafkaAgentChannel:
         self._located = -1
         self._errors: list[KafkaError] = []
         self._abandoned = False
+        self._member = False
+        """The consumer holds an assignment of the group's current generation (see _await_membership)."""
+        self._early: list[Any] = []
+        """Messages read while waiting to be let into the group, handed out by the next poll."""
+        self._stopping = False
 
     # -- errors, translated at this seam ----------------------------------------------------
 
@@ -96,14 +109,23 @@ class KafkaAgentChannel:
             for p in partitions:
                 p.offset = at if at > 0 else OFFSET_BEGINNING
             c.assign(partitions)
+            self._member = True
 
-        self._consumer.subscribe([self.topic], on_assign=on_assign)
+        def on_revoke(c: Any, partitions: list[TopicPartition]) -> None:
+            # A rebalance began (or the member was lost): until the next assignment, the
+            # generation this consumer knows may no longer be the group's.
+            self._member = False
+
+        self._consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
 
     def poll(self, max_messages: int, timeout: float) -> tuple[list[Any], int | None]:
-        try:
-            msgs = next_batch(self._consumer, max_messages, timeout)
-        except KafkaException as exc:
-            raise self._failed(exc, "consuming") from None
+        if self._early:
+            msgs, self._early = self._early[:max_messages], self._early[max_messages:]
+        else:
+            try:
+                msgs = next_batch(self._consumer, max_messages, timeout)
+            except KafkaException as exc:
+                raise self._failed(exc, "consuming") from None
         eof = None
         out = msgs
         for m in msgs:
@@ -123,6 +145,8 @@ class KafkaAgentChannel:
         return out, eof
 
     def begin(self) -> None:
+        if self._consumer is not None and not self._member:
+            self._await_membership()  # before the transaction opens: a wait holds back no reader
         try:
             self._producer.begin_transaction()
         except KafkaException as exc:
@@ -160,6 +184,12 @@ class KafkaAgentChannel:
     def commit(self, position: int | None) -> None:
         producer = self._producer
         agent = self.agent
+        if position is not None and not self._member:
+            try:
+                self._await_membership()  # begin() waited, unless it ran before start() or a rebalance since
+            except BaseException:
+                self.abort()
+                raise
         try:
             if position is not None:
                 offsets = [TopicPartition(self.topic, 0, position)]
@@ -192,8 +222,53 @@ class KafkaAgentChannel:
             pass  # the next life's fence (init_transactions) aborts it anyway
 
     def wake(self) -> None:
-        """Nothing: the worker's polls wait at most 0.1 s, and a consumer is not to be touched from
-        another thread while it polls."""
+        """A wait to be let into the group ends (see :meth:`_await_membership`); nothing else: the
+        worker's polls wait at most 0.1 s, and a consumer is not to be touched from another thread
+        while it polls."""
+        self._stopping = True
+
+    def _await_membership(self) -> None:
+        """Wait until the consumer holds its assignment: a member of the group's current generation.
+
+        ``send_offsets_to_transaction`` hands the group coordinator the consumer's group
+        metadata as it is at that instant (KIP-447), and the coordinator checks it. While
+        the consumer is still joining, librdkafka already knows the member id the group gave
+        it (KIP-394: the first JoinGroup only hands one out) but not yet the generation (-1):
+        once the coordinator counts the member in, it refuses that commit with
+        ILLEGAL_GENERATION (UNKNOWN_MEMBER_ID before it does, REBALANCE_IN_PROGRESS until
+        the assignment is synced). librdkafka then makes the transaction abortable: the
+        batch's outputs are lost and its steps must run again. The join is quick on an
+        empty group, but takes the broker's group.initial.rebalance.delay.ms (Kafka's
+        default: 3 s) or, after a crash, the dead life's session timeout; a life that
+        commits a position before its first read (a checkpoint's, or a stop) met it.
+
+        So the consumer is polled (which serves the assignment callback) until it is
+        assigned; what the polls read is kept for the next :meth:`poll`, nothing is
+        skipped. Once assigned, the generation stays current until a rebalance, and a
+        rebalance revokes first (``on_revoke``), which sends the next transaction here
+        again. Raises :class:`~swarmlog.errors.TransactionAborted` (nothing was committed)
+        when the group has not let the consumer in within ``_JOIN_WAIT_S`` or the agent
+        is stopping.
+        """
+        consumer = self._consumer
+        deadline = time.monotonic() + _JOIN_WAIT_S
+        waited = False
+        while not self._member:
+            if self._stopping or time.monotonic() > deadline:
+                why = "it is stopping" if self._stopping else f"{_JOIN_WAIT_S:.0f} s passed"
+                raise TransactionAborted(agent=self.agent, detail=(
+                    f"its consumer was not yet let into group {agent_group(self.topic, self.agent)!r} when {why} "
+                    f"(the group may still wait for an earlier life's member to leave or time out); "
+                    f"no position was committed"))
+            if not waited:
+                waited = True
+                logger.debug("agent %s: waiting to be let into its group before committing a position", self.agent)
+            try:
+                msg = consumer.poll(0.1)
+            except KafkaException as exc:
+                raise self._failed(exc, "joining its group") from None
+            if msg is not None:
+                self._early.append(msg)
 
     def close(self) -> None:
         if self._consumer is not None:
