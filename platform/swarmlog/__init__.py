@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from . import errors
 from ._lazy import exports
-from .errors import *  # noqa: F403  # every error: the module is small and every command imports it anyway
+from .errors import *  # noqa: F403  # every error: only classes, and every command imports them anyway
 
 if TYPE_CHECKING:  # what _LAZY gives, for type checkers (``X as X``: re-exported)
     from .agent import Agent as Agent

@@ -1,13 +1,14 @@
 """The error tree can be caught: intermediate classes for the Kafka side, events and schemas, the mirror, runs,
-tokens and LLM calls; a retriable axis; each error written once, in errors.py or its wing's, and drawn in the
-module's docstring as it is."""
+tokens and LLM calls; a retriable axis; each error written once, in its branch of swarmlog/errors/ or its wing's
+errors.py, drawn in the package's docstring as it is, and imported, shown and pickled as swarmlog.errors.X."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 import inspect
-from pathlib import Path
+import pickle
+import re
 
 import pytest
 from confluent_kafka import KafkaError
@@ -26,10 +27,13 @@ from swarmlog.errors import (
     SwarmlogError,
 )
 from swarmlog.kafka.errors import FENCED, UNKNOWN_TOPIC, UNREACHABLE, connect_failure, error_recorder, translate
+from swarmlog.runtime._processes import _carry, _outcome
 
 from ..conftest import REPO
 
 PACKAGE = REPO / "platform" / "swarmlog"
+BRANCHES = PACKAGE / "errors"
+"""The tree's branches, a module each (``_base``, ``_kafka_side``, ...), behind the face ``swarmlog.errors``."""
 ERROR_MODULES = ("swarmlog.errors", "swarmlog.llm.errors", "swarmlog.guard.errors", "swarmlog.aio.errors",
                  "swarmlog.integrations.errors")
 
@@ -83,18 +87,61 @@ def test_every_error_is_defined_in_an_errors_module():
     names = {c.__name__ for c in _classes()}
     strays = []
     for path in [*PACKAGE.rglob("*.py"), *(REPO / "connectors").rglob("*.py")]:
-        if path.name == "errors.py":
+        if path.name == "errors.py" or path.parent == BRANCHES:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef) and any(ast.unparse(b).rpartition(".")[2] in names for b in node.bases):
                 strays.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}")
-    assert strays == [], "define errors in swarmlog/errors.py or the wing's errors.py"
+    assert strays == [], "define errors in their branch of swarmlog/errors/ or in the wing's errors.py"
 
 
 def test_the_package_face_exports_every_error_derived_from_the_module():
     assert set(errors.__all__) == {c.__name__ for c in _classes() if c.__module__ == "swarmlog.errors"} | {"EventFate"}
     assert set(errors.__all__) <= set(swarmlog.__all__)
     assert all(getattr(swarmlog, name) is getattr(errors, name) for name in errors.__all__)
+
+
+def _branches() -> list[object]:
+    return [importlib.import_module(f"swarmlog.errors.{path.stem}") for path in sorted(BRANCHES.glob("_[!_]*.py"))]
+
+
+def test_every_class_of_every_branch_is_swarmlog_errors_x_on_the_face():
+    # A class a branch forgets to list in its __all__ would keep its branch's name and miss the face.
+    defined = [value for branch in _branches() for value in vars(branch).values()
+               if isinstance(value, type) and value.__module__.startswith("swarmlog.errors")]
+    assert {c.__name__ for c in defined} == set(errors.__all__)
+    assert all(c.__module__ == "swarmlog.errors" and getattr(errors, c.__name__) is c for c in defined)
+    assert all(getattr(errors, name) is getattr(branch, name) for branch in _branches() for name in branch.__all__)
+
+
+def test_nothing_imports_a_branch_of_the_tree_but_the_tree_itself():
+    # The branches are machinery: an import of swarmlog.errors._runs would pin a file the tree may re-split.
+    strays = []
+    for root in (PACKAGE, REPO / "connectors", REPO / "tests", REPO / "bench", REPO / "examples"):
+        for path in root.rglob("*.py"):
+            if path.parent == BRANCHES:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else [])
+                strays += [f"{path.relative_to(REPO)}:{node.lineno}" for n in names if re.search(r"(^|\.)errors\._", n)]
+    assert strays == [], "import errors from swarmlog.errors"
+
+
+@pytest.mark.parametrize("name", sorted(errors.__all__))
+def test_every_error_class_pickles_as_swarmlog_errors_whichever_branch_defines_it(name):
+    # pickle stores a class as its __module__ and name: the public path, as before the tree was split.
+    cls = getattr(errors, name)
+    data = pickle.dumps(cls, protocol=pickle.HIGHEST_PROTOCOL)
+    assert b"swarmlog.errors" in data and b"swarmlog.errors._" not in data and pickle.loads(data) is cls
+
+
+@pytest.mark.parametrize("cls", [c for c in _classes() if c.__module__ == "swarmlog.errors"], ids=lambda c: c.__name__)
+def test_every_error_crosses_from_a_replay_process_to_its_parent_as_itself_with_its_fields(cls):
+    error = _instance(cls)
+    back = _outcome(pickle.dumps(("error", _carry(error))), 0, "a,b")
+    assert type(back) is cls and str(back) == str(error) and back.args == error.args
+    assert {k: v for k, v in vars(back).items() if k != "__notes__"} == vars(error)
 
 
 # --- the Kafka side, every failure of it caught as one ------------------------------------------------
@@ -200,10 +247,16 @@ def test_the_retriable_axis_is_a_class_to_catch_and_an_attribute_on_every_error(
 
 
 def test_no_error_module_imports_more_than_the_base_of_the_errors():
-    # errors.py is imported by every command at start: it stays a module of classes.
-    tree = ast.parse(Path(errors.__file__).read_text())
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"__future__", "collections.abc", "typing"}
+    # swarmlog.errors is imported by every command at start: it stays a package of classes, each branch
+    # importing only the others (never the runtime: that would be a circle, as everything imports errors).
+    imported = set()
+    for path in BRANCHES.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                imported.add(f"{'.' * node.level}{node.module}")
+    assert imported - {"__future__", "collections.abc", "typing"} == {f".{p.stem}" for p in BRANCHES.glob("_[!_]*.py")}
 
 
 def test_a_regression_workers_failure_is_a_run_error_with_its_facts_and_what_to_do():
