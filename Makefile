@@ -108,14 +108,17 @@ docs: $(STAMP)
 docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
-# On every core (pytest-xdist): the unit suite is CPU alone (no service, no clock to wait on).
+# On every core (pytest-xdist), with one worker more than there are cores: the unit suite needs no service,
+# but some of its tests wait on the clock by design (a timeout is tested by letting it pass; two async calls
+# by overlapping them for real), and while one worker waits the spare one keeps the core busy.
 # Its bytecode is cached (__pycache__, ignored by git) even where PYTHONDONTWRITEBYTECODE=1 is set:
 # otherwise every worker compiles, through pytest's assertion rewriting, every test module and every
 # module of a package with a pytest plugin (langsmith's hundreds) again on every run.
 CACHED_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
 # Work stealing: a worker that ran out of tests takes the rest of another's queue, so a share that happens to
 # hold the long tests (a contract suite's runs, the docs' pages) does not leave a core idle at the end.
-UNIT_PYTEST := -m pytest -q -p no:cacheprovider -n auto --dist worksteal tests/unit
+UNIT_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+UNIT_PYTEST := -m pytest -q -p no:cacheprovider -n $(UNIT_WORKERS) --dist worksteal tests/unit
 
 unit: $(STAMP)
 	$(CACHED_BYTECODE) $(BIN)/python $(UNIT_PYTEST)

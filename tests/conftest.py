@@ -67,7 +67,24 @@ def cannot_run_here(reason: str) -> NoReturn:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Every module and test is loaded now and lives as long as the session: a full garbage collection
     (a test's own ``gc.collect()``, CPython's oldest generation) need not walk them each time."""
+    global _MODULES_FROZEN
     gc.freeze()
+    _MODULES_FROZEN = len(sys.modules)
+
+
+_MODULES_FROZEN = 0
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    """The same for what a test imported: an agent framework or an LLM SDK imported by the first test that
+    uses it (not at collection, so that one worker imports them: tests/unit/conftest.py) lives as long as the
+    session too, and every full collection of that worker would walk its hundreds of thousands of objects
+    again. Frozen after the test's fixtures are gone; anything else the test left alive then is frozen with
+    the imports (never collected: a few times per session, a bounded leak)."""
+    global _MODULES_FROZEN
+    if len(sys.modules) > _MODULES_FROZEN + 20:
+        gc.freeze()
+        _MODULES_FROZEN = len(sys.modules)
 
 
 @pytest.fixture(scope="session")

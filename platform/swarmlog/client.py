@@ -62,7 +62,7 @@ from .errors import (
 from .events import Event
 from .kafka.backend import backend_for
 from .log.append import EventLog
-from .log.base import LogBackend, message_at
+from .log.base import LogBackend, Reader, message_at
 from .log.hashing import canonical
 from .log.protocol import AGENT_NAME_RULE, HANDLER_FAILED, MESSAGE, agent_name_problem
 from .runtime import interpreter
@@ -467,6 +467,7 @@ class _Replies:
         # The end including open transactions: any input written from now on lands at or after it.
         self._start = backend.watermarks(topic)[1]
         self._failed: BaseException | None = None
+        self._reader: Reader | None = None
         self._thread = threading.Thread(target=self._follow, name=f"swarmlog-replies-{topic}", daemon=True)
         self._thread.start()
 
@@ -495,6 +496,9 @@ class _Replies:
 
     def close(self) -> None:
         self._stop.set()
+        reader = self._reader
+        if reader is not None:
+            reader.wake()  # its idle wait ends now: closing a client does not wait out a poll
         self._thread.join()
         self._end_all(UsageError("the swarmlog Client was closed while this ask waited for its reply; the input "
                                  "stays in the log"))
@@ -513,6 +517,9 @@ class _Replies:
         try:
             with self._backend.reader(self._topic) as reader:
                 reader.assign(self._start)
+                self._reader = reader
+                if self._stop.is_set():
+                    return  # closed while it was being made: close() found no reader to wake
                 for batch in reader.batches(follow=True, timeout=_FOLLOW_POLL_S):
                     if self._stop.is_set():
                         return

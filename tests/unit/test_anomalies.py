@@ -483,3 +483,14 @@ def test_replay_of_a_swarm_counts_every_anomaly_and_lists_the_kept_ones(registry
     report = swarm_report(result, swarm="relay", topic="t", group=None, token=None)
     assert report["anomaly_count"] == 2 * n and report["anomalies_omitted"] == result.anomalies_omitted
     assert len(report["anomalies"]) == 100  # the report's shape: the first ones, the count says how many
+
+
+def test_presence_says_which_offsets_of_its_range_held_a_message_across_byte_and_block_edges():
+    p = Presence(start=None)
+    held = {5, 6, 12, 13, 20, 70_000, 70_007, 70_008}
+    for off in sorted(held):
+        p.mark(off)
+    for off in range(0, 70_020):
+        assert p.holds(off) == (None if off < 5 else off in held), off
+    assert p.absent([4, 5, 7, 12, 14, 70_007, 70_009, 80_000], 75_000) == [7, 14, 70_009]
+    assert p.nbytes * 8 >= 70_008 - 5 and p.nbytes < 70_008 // 4  # bits, not bytes

@@ -28,6 +28,7 @@ from swarmlog.schema._avro_reader import (
 )
 from swarmlog.schema._avro_writer import avro_long
 from swarmlog.schema.codec import HEADER_LEN, MAGIC, Decoder, Encoder, _envelope_fields, _payload_parsed
+from swarmlog.schema.registry import EventSchema
 
 from ..conftest import cannot_run_here, examples, exhaustive
 from .avro_cases import EVERY_VERSION, IDS, INT64, REGISTRY, fastavro_bytes, identical, strategy
@@ -82,24 +83,39 @@ def test_every_schema_in_schemas_is_compiled_not_left_to_fastavro():
         compile_reader(_payload_parsed(s))
 
 
+_COMPILED: dict[tuple[bool, str, int], tuple[Any, Any, Any]] = {}
+
+
+def _compiled(schema: EventSchema) -> tuple[Any, Any, Any]:
+    """``schema``'s payload parsed alone, and the readers compiled of the whole event and of the payload:
+    once per reader kind (C or Python) for all the examples of a property — a reader is made of its
+    schema alone, so compiling it again for every datum would test nothing more."""
+    key = (_avro_reader._avro_native is None, schema.event_type, schema.version)
+    made = _COMPILED.get(key)
+    if made is None:
+        parsed = _payload_parsed(schema)
+        made = _COMPILED[key] = (parsed, compile_reader(schema.parsed), compile_reader(parsed))
+    return made
+
+
 @pytest.mark.parametrize("schema", EVERY_VERSION, ids=IDS)
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), event_id=NAMES, run=NAMES, agent=NAMES, to=st.none() | NAMES,
        causes=st.lists(st.integers(*INT64), max_size=4))
 def test_compiled_reader_reads_fastavros_datum_from_every_event_of_every_schema(schema, data, event_id, run, agent,
                                                                                  to, causes):
-    payload = schema.validate_payload(data.draw(strategy(_payload_parsed(schema), {})))
+    parsed, read_whole, read_payload = _compiled(schema)
+    payload = schema.validate_payload(data.draw(strategy(parsed, {})))
     record = {"event_id": event_id, "run_id": run, "agent_id": agent, "event_type": schema.event_type,
               "schema_version": schema.version, "to": to, "causes": causes, "payload": payload}
     value = MAGIC + schema.fingerprint + fastavro_bytes(schema.parsed, record)  # fastavro's own bytes
-    ours = compile_reader(schema.parsed)(value, HEADER_LEN)
+    ours = read_whole(value, HEADER_LEN)
     theirs = _fastavro_read(schema.parsed, value, HEADER_LEN)
     assert identical(ours, theirs), (ours, theirs)  # types, values, NaN/-0.0 and key order
     # ... and the payload alone, where decode_fields reads it (after the hand-read envelope)
     end = _envelope_fields(value)[-1]
-    parsed = _payload_parsed(schema)
-    assert identical(compile_reader(parsed)(value, end), _fastavro_read(parsed, value, end))
-    assert identical(compile_reader(parsed)(value, end), theirs["payload"])
+    assert identical(read_payload(value, end), _fastavro_read(parsed, value, end))
+    assert identical(read_payload(value, end), theirs["payload"])
 
 
 # Every construct the reader covers, beyond what schemas/ uses today: a recursive record,

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import swarmlog.client as client_module
 from swarmlog import (
     AsyncClient,
     Client,
@@ -227,3 +228,16 @@ def test_closing_the_client_ends_a_waiting_ask_at_once_with_a_clear_error(runnin
     client.close()
     waiting.join(5)
     assert not waiting.is_alive() and "closed while this ask waited" in str(outcome[0])
+
+
+def test_closing_a_client_does_not_wait_out_its_reply_readers_poll(backend, run_settings, registry, monkeypatch):
+    # A reader that waited its whole poll before it looked at the stop flag would hold close() for a minute.
+    monkeypatch.setattr(client_module, "_FOLLOW_POLL_S", 60.0)
+    start_run(settings=run_settings, swarm=DESK, run_id="desk-1", seed=3, backend=backend, registry=registry)
+    client = _client(run_settings, backend, registry)
+    with pytest.raises(ReplyTimeout):  # no agent runs: nothing is appended after the input, the reader idles
+        client.ask("front", "question", "anyone?", timeout=0.1)
+    closing = threading.Thread(target=client.close)
+    closing.start()
+    closing.join(10)
+    assert not closing.is_alive()

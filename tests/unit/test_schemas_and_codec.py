@@ -177,3 +177,16 @@ def test_the_fast_envelope_encoder_writes_exactly_what_fastavro_writes(registry)
                       "schema_version": schema.version, "to": to, "causes": causes, "payload": payload}
             fast = enc.encode_event(record["event_id"], record["run_id"], record["agent_id"], to, causes, payload)
             assert fast == enc.encode(record), (schema.event_type, schema.version, record)
+
+
+def test_a_schema_file_is_parsed_once_per_text_and_again_once_edited(tmp_path):
+    d = _copy_schemas(tmp_path)
+    first, again = SchemaRegistry.load(d), SchemaRegistry.load(d)
+    assert again.get("agent.message") is first.get("agent.message")  # the same parse, shared
+    latest = first.get("agent.message")
+    src = json.loads(latest.path.read_text())
+    src["fields"][-1]["type"]["fields"].append({"name": "edited", "type": "int", "default": 0})
+    latest.path.write_text(json.dumps(src))
+    edited = SchemaRegistry.load(d).get("agent.message")
+    assert edited.version == latest.version and edited.fingerprint != latest.fingerprint
+    assert edited.defaults["edited"] == 0 and "edited" not in latest.defaults

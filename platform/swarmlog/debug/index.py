@@ -28,7 +28,7 @@ compares them at random offsets.
 
 **Memory.** Captures are kept as compressed JSON and take ``max_bytes`` at most: past it, every
 other one is dropped and ``every`` doubles. Beside them, the remembered ids (their bytes, and five
-8-byte numbers each) and one byte per offset of the log. :attr:`AgentIndex.memory` says how much
+8-byte numbers each) and one bit per offset of the log. :attr:`AgentIndex.memory` says how much
 of each.
 """
 
@@ -66,11 +66,12 @@ class IndexMemory:
     capture_bytes: int
     ids: int
     ids_bytes: int
-    offsets: int
+    offsets_bytes: int
+    """The fold's marks of which offsets hold a message (one bit per offset)."""
 
     def to_json(self) -> dict[str, int]:
         return {"captures": self.captures, "capture_bytes": self.capture_bytes, "ids": self.ids,
-                "ids_bytes": self.ids_bytes, "offsets": self.offsets}
+                "ids_bytes": self.ids_bytes, "offsets_bytes": self.offsets_bytes}
 
 
 class TakenIds:
@@ -272,14 +273,12 @@ class AgentIndex:
     def held(self, offset: int) -> bool:
         """Whether ``offset`` (before the index's end) holds a message: from the fold's marks, else the log."""
         p = self._presence
-        if p is not None and p._base is not None and p._base <= offset < self.end:
-            i = offset - p._base
-            return i < len(p._marks) and bool(p._marks[i])
-        return self._probe(offset)
+        held = p.holds(offset) if p is not None and offset < self.end else None
+        return self._probe(offset) if held is None else held
 
     @property
     def memory(self) -> IndexMemory:
         p = self._presence
         return IndexMemory(captures=len(self._at), capture_bytes=self._bytes, ids=len(self.taken),
                            ids_bytes=self.taken.nbytes,
-                           offsets=len(p._marks) if p is not None else 0)
+                           offsets_bytes=p.nbytes if p is not None else 0)

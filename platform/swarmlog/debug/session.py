@@ -195,7 +195,7 @@ class Session:
         offsets in memory (:mod:`swarmlog.debug.index`): later :meth:`state` calls of this agent at an
         offset before that end fold at most ``every`` offsets of tail. Costs one fold from zero (what a
         query without snapshots costs); it holds at most ``max_bytes`` of captures, plus the step ids its
-        fold remembered and a byte per offset (``AgentIndex.memory``). Call it again to cover what the
+        fold remembered and a bit per offset (``AgentIndex.memory``). Call it again to cover what the
         log gained since."""
         self._check_agent(agent)
         if every < 1:

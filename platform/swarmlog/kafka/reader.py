@@ -210,6 +210,10 @@ class LogReader:
             raise UsageError("LogReader.commit_advisory() needs LogReader(group=..., advisory=True)")
         self._advisory.commit(self.consumer, {self.topic: next_offset})
 
+    def wake(self) -> None:
+        """Nothing: a following read waits at most its ``timeout`` (the client's: 0.2 s), and the consumer is
+        not to be touched from another thread while it polls."""
+
     def close(self) -> None:
         if self._on_close is not None:
             try:

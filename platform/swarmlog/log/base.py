@@ -95,6 +95,11 @@ class Reader(Protocol):
     def commit(self, next_offset: int) -> None:
         """Commit ``next_offset`` for the reader's group."""
 
+    def wake(self) -> None:
+        """Its follower is stopping (called from another thread): an idle wait of ``batches(follow=True)``
+        returns now, or else the next one returns without waiting. A log whose idle waits are the short
+        ``timeout`` anyway (Kafka's consumer, not to be touched while another thread polls) may do nothing."""
+
     def close(self) -> None: ...
 
     def __enter__(self) -> Any: ...

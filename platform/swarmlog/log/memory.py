@@ -322,6 +322,7 @@ class MemoryReader:
         self.position = ReadPosition(end_offset=0, reached_end_of_log=False)
         self._next = 0
         self._joined = False
+        self._woken = False
 
     def assign(self, start: int) -> None:
         self._next = max(0, start)
@@ -346,7 +347,10 @@ class MemoryReader:
                 topic = log._topic(self.topic)
                 msgs, nxt, at_end = topic.read(self._next, batch_size, end)
                 if not msgs and at_end and follow:
-                    log._wait(timeout)
+                    if self._woken:
+                        self._woken = False  # woken before it waited: this wait returns at once
+                    else:
+                        log._wait(timeout)
                     msgs, nxt, at_end = topic.read(self._next, batch_size, end)
             self._next = nxt
             pos.end_offset = max(pos.end_offset, nxt)
@@ -372,6 +376,11 @@ class MemoryReader:
             with self.log._cond:
                 self.log._leave(self.group, self)
             self._joined = False
+
+    def wake(self) -> None:
+        with self.log._cond:
+            self._woken = True
+            self.log._cond.notify_all()
 
     def __enter__(self) -> MemoryReader:
         return self

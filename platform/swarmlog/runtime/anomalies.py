@@ -90,30 +90,32 @@ class Anomaly(NamedTuple):
 
 
 class Presence:
-    """The offsets a fold has read messages at, one byte each: what tells a lost event (a hole) from an
+    """The offsets a fold has read messages at, one bit each: what tells a lost event (a hole) from an
     offset that never held one a reader sees (a transaction marker, an aborted record).
 
     A fold of many agents (``replay --swarm``) marks each message once here and every agent's engine
-    asks it; a live agent's engine reads every message and marks them itself.
+    asks it; a live agent's engine reads every message and marks them itself — every live agent of a
+    process keeps its own, so a bit, not a byte, per offset of the run.
     """
 
-    __slots__ = ("topic", "_marks", "_base", "before")
+    __slots__ = ("topic", "_bits", "_base", "before")
 
     def __init__(self, *, topic: str = "", start: int | None = 0) -> None:
         """``start``: the first offset of the read range (None: the first offset marked — an engine
         that marks what it reads itself, from offset zero or from a snapshot's position)."""
         self.topic = topic
         self._base = start
-        self._marks = bytearray()
+        self._bits = bytearray()
         self.before: Callable[[int], bool] | None = None
         """Whether an offset before the read range holds a message, asked of the log (a fold that starts
         from a snapshot: :class:`LogProbe`); None: nothing is said of those offsets."""
 
     def mark(self, offset: int) -> None:
-        # Every message of a fold comes through here: one store, and the rare cases apart. Offsets only
+        # Every message of a fold comes through here: one bit set, and the rare cases apart. Offsets only
         # ascend from the first, so ``offset - base`` is never negative.
         try:
-            self._marks[offset - self._base] = 1  # type: ignore[operator]
+            i = offset - self._base  # type: ignore[operator]
+            self._bits[i >> 3] |= 1 << (i & 7)
         except (IndexError, TypeError):
             self._grow(offset)
 
@@ -121,10 +123,23 @@ class Presence:
         if self._base is None:
             self._base = offset
         i = offset - self._base
-        marks = self._marks
-        if i >= len(marks):
-            marks.extend(bytes(max(i + 1 - len(marks), 65_536)))
-        marks[i] = 1
+        bits = self._bits
+        if i >> 3 >= len(bits):
+            bits.extend(bytes(max((i >> 3) + 1 - len(bits), 8_192)))
+        bits[i >> 3] |= 1 << (i & 7)
+
+    def holds(self, offset: int) -> bool | None:
+        """Whether the fold read a message at ``offset``; None before the read range (nothing marked there)."""
+        base = self._base
+        if base is None or offset < base:
+            return None
+        i = offset - base
+        return (i >> 3) < len(self._bits) and bool(self._bits[i >> 3] >> (i & 7) & 1)
+
+    @property
+    def nbytes(self) -> int:
+        """What the marks take."""
+        return len(self._bits)
 
     def missing(self, event: Event) -> list[int]:
         """The causes of ``event`` at earlier offsets of the read range that hold no message (before the
@@ -133,10 +148,12 @@ class Presence:
 
     def absent(self, offsets: Any, before: int) -> list[int]:
         """Those of ``offsets`` in the read range before ``before`` that hold no message."""
-        base, marks = self._base, self._marks
+        base, bits = self._base, self._bits
         if base is None:
             return []
-        lost = [c for c in offsets if base <= c < before and (c - base >= len(marks) or not marks[c - base])]
+        n = len(bits)
+        lost = [c for c in offsets if base <= c < before
+                and ((c - base) >> 3 >= n or not bits[(c - base) >> 3] >> ((c - base) & 7) & 1)]
         ask = self.before
         if ask is not None:
             lost += [c for c in offsets if 0 <= c < base and not ask(c)]
@@ -227,12 +244,12 @@ class Watch:
         causes = event.causes
         if causes:
             p = self.presence
-            base, marks = p._base, p._marks
+            base, bits = p._base, p._bits
             if base is not None:
-                n = len(marks)
+                n = len(bits) << 3
                 for c in causes:
                     i = c - base
-                    if 0 <= i < n and c < off and not marks[i] or n <= i and c < off \
+                    if 0 <= i < n and c < off and not bits[i >> 3] >> (i & 7) & 1 or n <= i and c < off \
                             or i < 0 and p.before is not None:
                         self.check_causes(event)  # raises, naming every lost one
                         break

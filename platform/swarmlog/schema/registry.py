@@ -26,7 +26,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -254,6 +254,15 @@ def builtin_schema_dir() -> Path:
 def load_schema_file(path: Path) -> EventSchema:
     """Parse one schema file and check it against the layout's conventions."""
     path = Path(path)
+    # Every registry a process loads (a Client, a Session, an EventLog each load one) shares the parse of a
+    # file whose text it has parsed before: an EventSchema is a value (frozen; its validator a cache of it),
+    # and the parse — fastavro's, the canonical form's fingerprint — is most of a load. Keyed by the text,
+    # so an edited file is parsed again.
+    return _parsed_schema_file(path, path.read_bytes())
+
+
+@lru_cache(maxsize=1024)
+def _parsed_schema_file(path: Path, text: bytes) -> EventSchema:
     match = _FILE_NAME.match(path.name)
     event_type = path.parent.name
     if match is None:
@@ -261,7 +270,7 @@ def load_schema_file(path: Path) -> EventSchema:
     if not _EVENT_TYPE.match(event_type):
         raise SchemaError(f"{path}: event type {event_type!r} must be dotted lower-case words, e.g. agent.message")
     try:
-        schema = json.loads(path.read_text())
+        schema = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SchemaError(f"{path}: not valid JSON: {exc}") from None
     _check_envelope(path, schema)
