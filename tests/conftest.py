@@ -3,7 +3,7 @@
 Tests are split by what they need:
 
 * ``tests/unit``: nothing but the package. No Kafka, no Postgres, no service
-  (``tests/unit/conftest.py`` makes any attempt to reach them fail); seconds in all (the
+  (``tests/unit/conftest.py`` makes any attempt to reach them fail); 25 s on 2 cores (the
   figure is in CONTRIBUTING.md), with Hypothesis's ``dev`` profile (below).
 * ``tests/integration``: the real Kafka and Postgres (``tests/integration/conftest.py``
   says where they come from); a service that cannot be reached fails the session.
