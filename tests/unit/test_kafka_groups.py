@@ -113,3 +113,26 @@ def test_an_advisory_commit_refused_while_the_group_rebalances_is_no_warning(cap
         commits._committed(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "denied"), [])
         commits._committed(None, [])
     assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]
+
+
+def test_a_commit_pending_past_the_wait_is_a_dead_lifes_and_the_last_committed_offset_is_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A life killed between sending its position and committing leaves its transaction open until its next
+    # life fences it: a stable read says UNSTABLE_OFFSET_COMMIT all that time, the group stands where it was.
+    from confluent_kafka import TopicPartition
+
+    monkeypatch.setattr(groups, "_PENDING_WAIT_S", 0.05)
+    pending = SimpleNamespace(topic="t", partition=0, offset=-1001,
+                              error=KafkaError(KafkaError.UNSTABLE_OFFSET_COMMIT, "pending", retriable=True))
+
+    class _DeadLifes(_Admin):
+        def list_consumer_group_offsets(self, reqs: list[Any], request_timeout: float,
+                                        require_stable: bool = False) -> dict[str, _Future]:
+            self.calls += 1
+            self.asked = [*getattr(self, "asked", []), require_stable]
+            got = SimpleNamespace(topic_partitions=[pending if require_stable else TopicPartition("t", 0, 30)])
+            return {reqs[0].group_id: _Future(got)}
+
+    admin = _DeadLifes([])
+    assert groups.committed_offset(admin, group="g", topic="t") == 30  # type: ignore[arg-type]
+    assert admin.asked[0] is True and admin.asked[-1] is False and admin.asked.count(False) == 1

@@ -38,6 +38,8 @@ _REBALANCING = frozenset({KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_G
 _COORDINATOR_MOVING = frozenset({KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
                                  KafkaError.NOT_COORDINATOR})
 _COORDINATOR_RETRY_S = 0.2
+_PENDING_WAIT_S = 5.0
+"""How long :func:`committed_offset` waits for a transaction's pending commit of the offsets to land."""
 _ASK_AGAIN = _COORDINATOR_MOVING | {KafkaError.UNSTABLE_OFFSET_COMMIT}
 """Answers to a read of a group that say to ask again: a moving coordinator, or a transaction's commit of
 the offsets still pending (:func:`committed_offset`)."""
@@ -71,23 +73,40 @@ def committed_offset(admin: AdminClient, *, group: str, topic: str) -> int | Non
     offset becomes the group's only once the coordinator has written the commit's markers, after the
     producer's commit returned. Without it a read right after an agent's commit may give the position
     before it — how far the live agent got, which a replay and the restart checks rely on. While such a
-    commit is pending the broker answers UNSTABLE_OFFSET_COMMIT (the classic coordinator) or waits (the
-    new one): asked again, as for a moving coordinator."""
+    commit is pending the broker answers UNSTABLE_OFFSET_COMMIT: asked again, as for a moving coordinator.
+
+    A live agent's commit lands within moments of its send; one still pending after ``_PENDING_WAIT_S`` is
+    a dead life's (killed between sending its position and committing), which stays open until the agent's
+    next life fences it or the transaction times out, and then is aborted. The group stands at its last
+    committed offset meanwhile, and that is what is returned (read once more without ``require_stable``)."""
     req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
-    deadline = time.monotonic() + _TIMEOUT_S
+    stable = True
+    pending_since: float | None = None
     while True:
-        res = _read(lambda: admin.list_consumer_group_offsets([req], require_stable=True,
-                                                              request_timeout=_TIMEOUT_S)[group].result(),
-                    operation=f"reading the offsets of group {group!r}")
+        res = _offsets(admin, req, stable=stable)
         for tp in res.topic_partitions:
             if tp.topic == topic and tp.partition == 0:
-                if tp.error is not None and tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT \
-                        and time.monotonic() < deadline:
-                    break  # a transaction's commit of it is pending: ask again
+                if stable and tp.error is not None and tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT:
+                    now = time.monotonic()
+                    pending_since = now if pending_since is None else pending_since
+                    if now - pending_since >= _PENDING_WAIT_S:
+                        logger.info("group %s: a transaction's commit of its offset on %s has been pending for "
+                                    "%.0f s (a dead life's open transaction, until its next life fences it or it "
+                                    "times out); reading the last committed offset", group, topic,
+                                    now - pending_since)
+                        stable = False
+                    break  # ask again
                 return tp.offset if tp.offset >= 0 else None
         else:
             return None
         time.sleep(_COORDINATOR_RETRY_S)
+
+
+def _offsets(admin: AdminClient, req: ConsumerGroupTopicPartitions, *, stable: bool) -> Any:
+    group = req.group_id
+    return _read(lambda: admin.list_consumer_group_offsets([req], require_stable=stable,
+                                                           request_timeout=_TIMEOUT_S)[group].result(),
+                 operation=f"reading the offsets of group {group!r}")
 
 
 def reset_group(admin: AdminClient, *, group: str, topic: str, offset: int) -> None:
