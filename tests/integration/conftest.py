@@ -39,7 +39,30 @@ from swarmlog_connectors.postgres_migrations import migrate
 
 from ..conftest import REPO, new_topic_name, subprocess_env
 
-__all__ = ["REPO", "LogRecord", "create_topics", "new_topic_name", "read_log", "read_topics", "subprocess_env"]
+__all__ = ["REPO", "LogRecord", "create_topics", "new_topic_name", "read_log", "read_topics", "spawn_agent_process",
+           "subprocess_env"]
+
+_SPAWNED: list[subprocess.Popen[str]] = []
+
+
+def spawn_agent_process(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """An agent process (``swarmlog run ... --agent A``) that does not outlive the test that spawned it."""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _SPAWNED.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def _no_agent_outlives_its_test() -> Iterator[None]:
+    """Kill what :func:`spawn_agent_process` started and is still running when the test ends. A test stops its
+    agents itself, but a failed assertion skips that: its agents would run on for the rest of the session,
+    against a topic nobody reads, taking the CPU the next tests time their waits by."""
+    yield
+    while _SPAWNED:
+        proc = _SPAWNED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from swarmlog.replaying.causality import check_causality
 from swarmlog.runtime import start_run
 
 from ..contract.checkpoints import checkpoint_records
+from .conftest import spawn_agent_process
 from .test_runtime import (
     AGENTS,
     _assert_no_duplicate_and_no_lost_step,
@@ -29,8 +30,7 @@ SWARM = "tests.swarms:relay_long"
 
 def _spawn(settings, agent: str, *extra: str) -> subprocess.Popen:
     env = {**_env(settings), "SWARMLOG_CHECKPOINT_EVERY": "2"}
-    return subprocess.Popen([sys.executable, "-m", "swarmlog.cli", "run", SWARM, "--agent", agent, *extra], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return spawn_agent_process([sys.executable, "-m", "swarmlog.cli", "run", SWARM, "--agent", agent, *extra], env)
 
 
 def _checkpoints_of(backend, settings, agent: str) -> list[int]:

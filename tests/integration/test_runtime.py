@@ -23,7 +23,7 @@ from swarmlog.replaying.causality import check_causality
 from swarmlog.runtime import run_agents, start_run
 
 from .. import swarms
-from .conftest import REPO, new_topic_name, read_log, subprocess_env
+from .conftest import REPO, new_topic_name, read_log, spawn_agent_process, subprocess_env
 
 AGENTS = [f"r{i}" for i in range(swarms.N_AGENTS)]
 
@@ -35,8 +35,7 @@ def _env(settings) -> dict[str, str]:
 
 
 def _spawn_agent(settings, swarm: str, agent: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "swarmlog.cli", "run", swarm, "--agent", agent],
-                            env=_env(settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return spawn_agent_process([sys.executable, "-m", "swarmlog.cli", "run", swarm, "--agent", agent], _env(settings))
 
 
 def _log_end(settings) -> int:
